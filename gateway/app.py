@@ -1,0 +1,258 @@
+"""The gateway runtime: collect what plugins register, run it in one task group, stop cleanly."""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import anyio
+from anyio.abc import TaskStatus
+
+from gateway.core import CoreSettings
+from gateway.errors import GatewayError, PluginError
+from gateway.plugins import GatewayPluginManager, build_plugin_manager
+from gateway.settings import Settings, SettingsRegistry, load_settings
+from gateway.store import Store
+from gateway.transport import Binding, Dispatcher, Processor, Service
+
+log = logging.getLogger(__name__)
+
+ServiceRun = Callable[..., Awaitable[None]]
+
+
+def settings_registry(plugins: GatewayPluginManager) -> SettingsRegistry:
+    """Every settings section the loaded plugins declare."""
+    registry = SettingsRegistry()
+    plugins.hook.gateway_add_settings(register=registry.register)
+    return registry
+
+
+def load_gateway_settings(
+    plugins: GatewayPluginManager, path: Path | None, environ: Any = None
+) -> Settings:
+    return load_settings(settings_registry(plugins), path, environ)
+
+
+class Gateway:
+    """One gateway instance: its settings, plugins and everything they registered."""
+
+    def __init__(self, settings: Settings, plugins: GatewayPluginManager) -> None:
+        self.settings = settings
+        self.plugins = plugins
+        core = settings.get(CoreSettings)
+        self.instance_id = core.effective_instance_id
+        self.source = core.effective_source
+        self.role = core.role
+        self.grace_seconds = core.shutdown_grace_seconds
+        self.store: Store | None = plugins.hook.gateway_make_store(settings=settings)
+        self.bindings: dict[str, Binding] = {}
+        plugins.hook.gateway_register_bindings(register=self._add_binding, settings=settings)
+        self.processors: list[Processor] = []
+        plugins.hook.gateway_register_processors(register=self._add_processor, settings=settings)
+        self.services: list[Service] = []
+        plugins.hook.gateway_register_services(register=self._add_service, settings=settings)
+        self.dispatcher = Dispatcher(
+            self.processors,
+            source=self.source,
+            dedupe=self.store.dedupe if self.store is not None else None,
+            on_failure=plugins.hook.gateway_message_failed,
+        )
+        self.stop_reason: str | None = None
+        self.failed = False
+        self._stopping: anyio.Event | None = None
+
+    @classmethod
+    def from_environment(
+        cls,
+        config: Path | None = None,
+        environ: Any = None,
+        *,
+        extra_plugins: dict[str, Any] | None = None,
+    ) -> Gateway:
+        """Build the plugin manager and settings the way ``gateway run`` does."""
+        plugins = build_plugin_manager(environ, extra_plugins=extra_plugins)
+        return cls(load_gateway_settings(plugins, config, environ), plugins)
+
+    # -- registration -----------------------------------------------------------------------
+
+    def _add_binding(self, binding: Binding) -> None:
+        if binding.name in self.bindings:
+            raise PluginError(f"two bindings are named {binding.name!r}")
+        self.bindings[binding.name] = binding
+
+    def _add_processor(self, processor: Processor) -> None:
+        if any(existing.name == processor.name for existing in self.processors):
+            raise PluginError(f"two processors are named {processor.name!r}")
+        if processor.binding not in self.bindings:
+            raise PluginError(
+                f"processor {processor.name!r} needs binding {processor.binding!r}, "
+                f"which no plugin registered (have: {', '.join(self.bindings) or 'none'})"
+            )
+        self.processors.append(processor)
+
+    def _add_service(self, service: Service) -> None:
+        if any(existing.name == service.name for existing in self.services):
+            raise PluginError(f"two services are named {service.name!r}")
+        self.services.append(service)
+
+    def binding(self, name: str) -> Binding:
+        try:
+            return self.bindings[name]
+        except KeyError:
+            raise PluginError(f"no binding named {name!r}") from None
+
+    def services_for_role(self) -> list[Service]:
+        if self.role == "all":
+            return list(self.services)
+        return [service for service in self.services if self.role in service.roles]
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    @property
+    def stopping(self) -> anyio.Event:
+        """Set when the gateway begins to stop; services stop taking new work when it is."""
+        if self._stopping is None:
+            self._stopping = anyio.Event()
+        return self._stopping
+
+    def request_stop(self, reason: str, *, failed: bool = False) -> None:
+        if self.stop_reason is None:
+            self.stop_reason = reason
+            log.info("stopping: %s", reason)
+        self.failed = self.failed or failed
+        self.stopping.set()
+
+    async def run(
+        self,
+        *,
+        handle_signals: bool = False,
+        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Start the store, bindings and services; return once all have stopped."""
+        self._stopping = anyio.Event()
+        self.stop_reason, self.failed = None, False
+        self._log_settings()
+        running = _RunningSet()
+        async with AsyncExitStack() as stack:
+            if self.store is not None:
+                await stack.enter_async_context(self.store)
+                log.info("store %s connected", type(self.store).__name__)
+            async with anyio.create_task_group() as tasks:
+                if handle_signals:
+                    tasks.start_soon(self._watch_signals, tasks.cancel_scope)
+                try:
+                    await self._start_all(tasks, running)
+                except Exception as error:
+                    log.error("start-up failed: %s", error)
+                    self.request_stop(f"start-up failed: {error}", failed=True)
+                else:
+                    log.info(
+                        "gateway %s started (role %s): bindings %s, services %s",
+                        self.instance_id,
+                        self.role,
+                        ", ".join(self.bindings) or "none",
+                        ", ".join(s.name for s in self.services_for_role()) or "none",
+                    )
+                    self.plugins.hook.gateway_startup(gateway=self)
+                    task_status.started()
+                await self.stopping.wait()
+                self.plugins.hook.gateway_shutdown(gateway=self, reason=self.stop_reason or "")
+                with anyio.move_on_after(self.grace_seconds) as grace:
+                    await running.wait_empty()
+                if grace.cancelled_caught:
+                    log.warning(
+                        "still running after %.1f s: %s; cancelling",
+                        self.grace_seconds,
+                        ", ".join(running.names),
+                    )
+                tasks.cancel_scope.cancel()
+        log.info("gateway %s stopped: %s", self.instance_id, self.stop_reason)
+        if self.failed:
+            raise GatewayError(f"gateway stopped: {self.stop_reason}")
+
+    async def _start_all(self, tasks: anyio.abc.TaskGroup, running: _RunningSet) -> None:
+        for binding in self.bindings.values():
+            await tasks.start(self._supervise, f"binding {binding.name}", binding.run, running)
+        for service in self.services_for_role():
+            await tasks.start(self._supervise, f"service {service.name}", service.run, running)
+
+    async def _supervise(
+        self,
+        name: str,
+        run: ServiceRun,
+        running: _RunningSet,
+        *,
+        task_status: TaskStatus[None],
+    ) -> None:
+        started = False
+
+        def mark_started(value: None = None) -> None:
+            nonlocal started
+            started = True
+            log.info("%s started", name)
+            task_status.started()
+
+        running.add(name)
+        try:
+            await run(self, task_status=_StartedCallback(mark_started))
+        except Exception as error:
+            if not started:
+                raise
+            log.exception("%s failed", name)
+            self.request_stop(f"{name} failed: {error}", failed=True)
+        else:
+            if not self.stopping.is_set():
+                self.request_stop(f"{name} ended unexpectedly", failed=True)
+            else:
+                log.info("%s stopped", name)
+        finally:
+            running.discard(name)
+
+    async def _watch_signals(self, scope: anyio.CancelScope) -> None:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for received in signals:
+                name = signal.Signals(received).name
+                if self.stopping.is_set():
+                    log.warning("%s again: cancelling without waiting", name)
+                    scope.cancel()
+                    return
+                self.request_stop(f"received {name}")
+
+    def _log_settings(self) -> None:
+        for section, values in self.settings.masked().items():
+            shown = ", ".join(f"{key}={value!r}" for key, value in values.items())
+            log.info("settings [%s] %s", section, shown)
+
+
+class _StartedCallback:
+    """A ``TaskStatus`` that runs a callback when the service says it has started."""
+
+    def __init__(self, callback: Callable[[None], None]) -> None:
+        self._callback = callback
+
+    def started(self, value: None = None) -> None:
+        self._callback(value)
+
+
+class _RunningSet:
+    """Names of the services still running, and a way to wait until there are none."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+        self._empty = anyio.Event()
+
+    def add(self, name: str) -> None:
+        self.names.add(name)
+
+    def discard(self, name: str) -> None:
+        self.names.discard(name)
+        if not self.names:
+            self._empty.set()
+
+    async def wait_empty(self) -> None:
+        if self.names:
+            await self._empty.wait()

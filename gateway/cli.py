@@ -1,0 +1,147 @@
+"""The ``gateway`` command: ``run``, ``plugins``, ``config show``, plus plugin subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from gateway import __version__
+from gateway.app import Gateway, load_gateway_settings, settings_registry
+from gateway.errors import GatewayError
+from gateway.logs import configure_logging
+from gateway.plugins import GatewayPluginManager, build_plugin_manager
+from gateway.settings import load_settings
+
+
+@dataclass(frozen=True)
+class Command:
+    """A subcommand: ``configure`` adds its arguments, ``run`` returns the exit status."""
+
+    name: str
+    help: str
+    configure: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace, GatewayPluginManager], int]
+
+
+def _add_config_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-c", "--config", type=Path, default=None, help="settings file (TOML)")
+
+
+def _configure_run(parser: argparse.ArgumentParser) -> None:
+    _add_config_argument(parser)
+    parser.add_argument("--role", default=None, help="run only the services of this role")
+
+
+def _run(args: argparse.Namespace, plugins: GatewayPluginManager) -> int:
+    environ = None
+    if args.role:
+        environ = {**os.environ, "GATEWAY_GATEWAY_ROLE": args.role}
+    settings = load_gateway_settings(plugins, args.config, environ)
+    configure_logging(settings)
+    gateway = Gateway(settings, plugins)
+    try:
+        anyio.run(lambda: gateway.run(handle_signals=True))
+    except GatewayError as error:
+        print(f"gateway: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _configure_plugins(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print as JSON")
+
+
+def _plugins(args: argparse.Namespace, plugins: GatewayPluginManager) -> int:
+    infos = plugins.describe()
+    if args.json:
+        print(json.dumps([info.__dict__ for info in infos], indent=2))
+        return 0
+    for info in infos:
+        print(f"{info.name} {info.version} ({info.origin})")
+        for hook in info.hooks:
+            print(f"    {hook}")
+    return 0
+
+
+def _configure_config(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", choices=["show"], help="show: print the effective settings")
+    _add_config_argument(parser)
+
+
+def _config(args: argparse.Namespace, plugins: GatewayPluginManager) -> int:
+    registry = settings_registry(plugins)
+    settings = load_settings(registry, args.config)
+    helps = {(info.section, info.key): info for info in registry.describe()}
+    for section, values in settings.masked().items():
+        print(f"[{section}]")
+        for key, value in values.items():
+            info = helps[(section, key)]
+            origin = settings.sources.get(f"{section}.{key}", "default")
+            print(f"# {info.help} ({info.env_name}; from {origin})")
+            print(f"{key} = {_toml_value(value)}")
+        print()
+    return 0
+
+
+def _toml_value(value: Any) -> str:
+    if value is None:
+        return '""  # unset'
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
+    return json.dumps(str(value))
+
+
+BUILTIN_COMMANDS = (
+    Command("run", "run the gateway until SIGINT/SIGTERM", _configure_run, _run),
+    Command("plugins", "list loaded plugins, versions and hooks", _configure_plugins, _plugins),
+    Command("config", "inspect settings", _configure_config, _config),
+)
+
+
+def build_parser(plugins: GatewayPluginManager) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gateway", description="Industrial station gateway")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    subcommands = parser.add_subparsers(dest="command", required=True)
+    commands: dict[str, Command] = {}
+
+    def register(command: Command) -> None:
+        if command.name in commands:
+            raise GatewayError(f"two plugins provide the command {command.name!r}")
+        commands[command.name] = command
+        sub = subcommands.add_parser(command.name, help=command.help, description=command.help)
+        command.configure(sub)
+        sub.set_defaults(handler=command.run)
+
+    for command in BUILTIN_COMMANDS:
+        register(command)
+    plugins.hook.gateway_register_commands(register=register)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        plugins = build_plugin_manager()
+        args = build_parser(plugins).parse_args(argv)
+        status: int = args.handler(args, plugins)
+    except GatewayError as error:
+        print(f"gateway: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

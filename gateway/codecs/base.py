@@ -1,0 +1,74 @@
+"""What a data codec is, and the lookup by content type."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, TypeVar
+
+import cattrs
+
+from gateway.errors import CloudEventError
+
+T = TypeVar("T")
+
+
+class DataCodec(Protocol):
+    """Encodes CloudEvent ``data`` values to bytes and back, and structures them into types."""
+
+    content_type: str
+    converter: cattrs.Converter
+
+    def dumps(self, value: Any) -> bytes: ...
+
+    def loads(self, payload: bytes) -> Any: ...
+
+
+def structure(converter: cattrs.Converter, value: Any, cls: type[T]) -> T:
+    """Structure decoded data into ``cls``; a mismatch names the offending field."""
+    try:
+        return converter.structure(value, cls)
+    except Exception as error:  # cattrs raises many kinds; all mean "wrong payload"
+        raise CloudEventError("data", _describe(error)) from None
+
+
+def _describe(error: Exception) -> str:
+    if isinstance(error, cattrs.BaseValidationError):
+        return "; ".join(cattrs.transform_error(error, path="data"))[:1000]
+    return str(error)[:1000] or type(error).__name__
+
+
+def codec_for(content_type: str | None) -> DataCodec | None:
+    """The codec for a content type (parameters such as ``; charset=utf-8`` ignored)."""
+    from gateway.codecs import json, msgpack
+
+    if content_type is None:
+        return json.CODEC
+    media_type = content_type.split(";", 1)[0].strip().lower()
+    if media_type == json.CODEC.content_type or media_type.endswith("+json"):
+        return json.CODEC
+    if media_type in (msgpack.CODEC.content_type, "application/x-msgpack"):
+        return msgpack.CODEC
+    return None
+
+
+def encode_data(value: Any, content_type: str | None) -> bytes:
+    """Bytes for a data value; ``bytes`` pass through untouched whatever the content type."""
+    if value is None:
+        return b""
+    if isinstance(value, bytes | bytearray):
+        return bytes(value)
+    codec = codec_for(content_type)
+    if codec is None:
+        raise CloudEventError(
+            "datacontenttype", f"{content_type!r} has no codec; pass the data as bytes"
+        )
+    return codec.dumps(value)
+
+
+def decode_data(payload: bytes, content_type: str | None) -> Any:
+    """The data value of a payload; unknown content types stay ``bytes``, empty is ``None``."""
+    if not payload:
+        return None
+    codec = codec_for(content_type)
+    if codec is None:
+        return bytes(payload)
+    return codec.loads(payload)

@@ -1,0 +1,54 @@
+"""The host's own settings section, ``[gateway]``, registered like any plugin's."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gateway.hookspecs import hookimpl
+from gateway.settings import setting
+
+
+def default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(base) / "station-gateway"
+
+
+@dataclass(frozen=True)
+class CoreSettings:
+    instance_id: str = setting(
+        "",
+        "Unique, stable name of this instance (MQTT client id, consumer name); "
+        "empty: the host name",
+    )
+    source: str = setting(
+        "", "CloudEvent source of the events this instance sends; empty: urn:station-gateway:<id>"
+    )
+    role: str = setting(
+        "all", "Services to run: 'all', or one role such as 'gateway' or 'publisher'"
+    )
+    data_dir: Path = setting(default_data_dir(), "Where embedded services keep their data")
+    log_level: str = setting(
+        "INFO", "Log level", choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+    )
+    log_format: str = setting("text", "Log line format", choices=("text", "json"))
+    shutdown_grace_seconds: float = setting(
+        10.0, "How long in-flight work may take to finish on shutdown", minimum=0
+    )
+
+    @property
+    def effective_instance_id(self) -> str:
+        return self.instance_id or socket.gethostname()
+
+    @property
+    def effective_source(self) -> str:
+        return self.source or f"urn:station-gateway:{self.effective_instance_id}"
+
+
+@hookimpl
+def gateway_add_settings(register: Callable[[str, type[Any]], None]) -> None:
+    register("gateway", CoreSettings)

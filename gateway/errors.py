@@ -1,0 +1,35 @@
+"""Errors the gateway raises on purpose.
+
+Everything that comes from outside (a message, a settings file, a recipe) is checked and, when it
+is wrong, rejected with a ``ValidationError`` that names the offending element, so callers can
+answer with a precise error instead of a stack trace.
+"""
+
+
+class GatewayError(Exception):
+    """Base class of the project's own errors."""
+
+
+class ValidationError(GatewayError, ValueError):
+    """Input that does not follow its contract.
+
+    ``element`` names what is wrong (a CloudEvent attribute, a settings key, a recipe element),
+    ``reason`` says what was expected.
+    """
+
+    def __init__(self, element: str, reason: str) -> None:
+        super().__init__(f"{element}: {reason}")
+        self.element = element
+        self.reason = reason
+
+
+class CloudEventError(ValidationError):
+    """A CloudEvent (or its wire encoding) that cannot be accepted."""
+
+
+class SettingsError(ValidationError):
+    """A settings value that stops start-up."""
+
+
+class PluginError(GatewayError):
+    """A plugin that cannot be loaded or registers something twice."""

@@ -1,0 +1,96 @@
+"""The gateway's plugin hooks (pluggy). Everything but the host is a plugin implementing these.
+
+A plugin is a module or object with functions decorated ``@hookimpl`` and named like the specs
+below. Registration hooks receive a ``register`` callback: the host checks names and duplicates in
+one place. Hooks are synchronous; long-running work is returned as a ``Binding`` or ``Service``
+whose async ``run`` the host starts in its task group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from gateway.app import Gateway
+    from gateway.cli import Command
+    from gateway.settings import Settings
+    from gateway.store import Store
+    from gateway.transport import Binding, Processor, Service
+
+PROJECT = "station_gateway"
+ENTRY_POINT_GROUP = "station_gateway.plugins"
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@hookspec
+def gateway_add_settings(register: Callable[[str, type[Any]], None]) -> None:
+    """Declare settings sections, before any settings are read.
+
+    Call ``register(section_name, dataclass)``; the dataclass fields (declared with
+    ``gateway.settings.setting``) give each key's type, default and help. The values come from
+    the ``[section_name]`` table of the settings file and ``GATEWAY_<SECTION>_<KEY>`` variables.
+    """
+
+
+@hookspec(firstresult=True)
+def gateway_make_store(settings: Settings) -> Store | None:
+    """Build the store/coordination backend, once, after settings are loaded.
+
+    The first plugin that returns a store wins. The host enters it (``async with``) before any
+    binding or service starts and leaves it after they all stopped.
+    """
+
+
+@hookspec
+def gateway_register_bindings(register: Callable[[Binding], None], settings: Settings) -> None:
+    """Contribute transports (``register(binding)``), after settings are loaded.
+
+    Binding names are unique; processors name the binding that serves them.
+    """
+
+
+@hookspec
+def gateway_register_processors(register: Callable[[Processor], None], settings: Settings) -> None:
+    """Contribute message processors (``register(processor)``), after settings are loaded.
+
+    A processor names its subscriptions, the event types it handles and its binding; the
+    dispatcher routes each incoming event to the first matching processor.
+    """
+
+
+@hookspec
+def gateway_register_services(register: Callable[[Service], None], settings: Settings) -> None:
+    """Contribute long-running services (``register(service)``), after settings are loaded.
+
+    A service declares the roles it runs in (``gateway run --role ...``); the host starts the
+    services of the selected role after the bindings are up.
+    """
+
+
+@hookspec
+def gateway_register_commands(register: Callable[[Command], None]) -> None:
+    """Contribute ``gateway`` CLI subcommands (``register(command)``), when the CLI is built."""
+
+
+@hookspec
+def gateway_startup(gateway: Gateway) -> None:
+    """Fires once every binding and service of this instance has started."""
+
+
+@hookspec
+def gateway_shutdown(gateway: Gateway, reason: str) -> None:
+    """Fires when the gateway begins to stop (signal, error, or request), before draining."""
+
+
+@hookspec
+def gateway_message_failed(binding: str, topic: str, code: str, reason: str) -> None:
+    """Observer: a message could not be processed (malformed, unknown type, handler failed).
+
+    ``code`` is the error code sent in the error reply (``invalid-request``, ``unknown-type``,
+    ``processing-failed``). For metrics and audit; must not raise or block.
+    """

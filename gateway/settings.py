@@ -1,0 +1,321 @@
+"""Settings: a TOML file plus ``GATEWAY_<SECTION>_<KEY>`` environment overrides.
+
+Each plugin declares its section as a dataclass whose fields carry defaults and help::
+
+    @dataclass(frozen=True)
+    class MqttSettings:
+        url: str = setting("mqtt://localhost:1883", "Broker URL")
+        password: Secret | None = setting(None, "Broker password", secret=True)
+
+and registers it from ``gateway_add_settings(register)`` with ``register("mqtt", MqttSettings)``.
+Values are checked field by field; a bad one stops start-up with a ``SettingsError`` naming the
+key, what was expected and where the value came from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import types
+import typing
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, TypeVar, get_args, get_origin
+
+from gateway.errors import SettingsError
+
+ENV_PREFIX = "GATEWAY_"
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Secret:
+    """A value that is never printed or logged (``repr`` and ``str`` mask it)."""
+
+    value: str
+
+    def reveal(self) -> str:
+        return self.value
+
+    def __repr__(self) -> str:
+        return "Secret('********')"
+
+    __str__ = __repr__
+
+
+def setting(
+    default: Any,
+    help: str,
+    *,
+    secret: bool = False,
+    choices: tuple[Any, ...] = (),
+    minimum: float | None = None,
+) -> Any:
+    """Declare one settings field: its default, its help text and its checks."""
+    metadata = {"help": help, "secret": secret, "choices": choices, "minimum": minimum}
+    if isinstance(default, list | dict):
+        return dataclasses.field(default_factory=lambda: type(default)(default), metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+@dataclass(frozen=True)
+class SettingInfo:
+    """What ``config show`` and error messages know about one key."""
+
+    section: str
+    key: str
+    type: Any
+    default: Any
+    help: str
+    secret: bool
+
+    @property
+    def env_name(self) -> str:
+        return env_name(self.section, self.key)
+
+
+def env_name(section: str, key: str) -> str:
+    return f"{ENV_PREFIX}{section}_{key}".upper().replace("-", "_").replace(".", "_")
+
+
+class SettingsRegistry:
+    """The sections plugins declared; duplicates are refused here, in one place."""
+
+    def __init__(self) -> None:
+        self._sections: dict[str, type[Any]] = {}
+
+    def register(self, name: str, model: type[Any]) -> None:
+        if not dataclasses.is_dataclass(model):
+            raise TypeError(f"settings section {name!r} must be a dataclass, got {model!r}")
+        if name in self._sections and self._sections[name] is not model:
+            raise SettingsError(f"[{name}]", "declared by two plugins")
+        self._sections[name] = model
+
+    @property
+    def sections(self) -> Mapping[str, type[Any]]:
+        return self._sections
+
+    def describe(self) -> Iterator[SettingInfo]:
+        for section, model in self._sections.items():
+            hints = typing.get_type_hints(model)
+            for spec in dataclasses.fields(model):
+                default = (
+                    spec.default_factory()
+                    if spec.default_factory is not dataclasses.MISSING
+                    else spec.default
+                )
+                yield SettingInfo(
+                    section=section,
+                    key=spec.name,
+                    type=hints[spec.name],
+                    default=default,
+                    help=spec.metadata.get("help", ""),
+                    secret=bool(spec.metadata.get("secret")),
+                )
+
+
+class Settings:
+    """The effective settings: one dataclass instance per declared section."""
+
+    def __init__(self, sections: Mapping[str, Any], sources: Mapping[str, str]) -> None:
+        self._sections = dict(sections)
+        self.sources = dict(sources)  # "section.key" -> where the value came from
+
+    def get(self, model: type[T]) -> T:
+        """The section declared with ``model`` (typed access for plugins)."""
+        for value in self._sections.values():
+            if type(value) is model:
+                return value
+        raise KeyError(f"no settings section declared with {model.__name__}")
+
+    def section(self, name: str) -> Any:
+        return self._sections[name]
+
+    def items(self) -> Iterator[tuple[str, Any]]:
+        yield from self._sections.items()
+
+    def masked(self) -> dict[str, dict[str, Any]]:
+        """Every section as plain values, secrets replaced by ``********``."""
+        return {name: _plain(value) for name, value in self._sections.items()}
+
+
+def _plain(section: Any) -> dict[str, Any]:
+    plain: dict[str, Any] = {}
+    for spec in dataclasses.fields(section):
+        value = getattr(section, spec.name)
+        if isinstance(value, Secret) or (spec.metadata.get("secret") and value):
+            value = "********"
+        elif isinstance(value, Path):
+            value = str(value)
+        plain[spec.name] = value
+    return plain
+
+
+def load_settings(
+    registry: SettingsRegistry,
+    path: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Settings:
+    """Read the TOML file (if any), apply environment overrides, check every value."""
+    environ = os.environ if environ is None else environ
+    file_values = _read_toml(path) if path is not None else {}
+    for name in file_values:
+        if name not in registry.sections:
+            known = ", ".join(sorted(registry.sections))
+            raise SettingsError(f"[{name}]", f"is not a known section (known: {known})")
+    sections: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for name, model in registry.sections.items():
+        table = file_values.get(name, {})
+        if not isinstance(table, dict):
+            raise SettingsError(f"[{name}]", "must be a table")
+        sections[name] = _build_section(name, model, table, environ, sources, path)
+    return Settings(sections, sources)
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise SettingsError(str(path), "settings file not found") from None
+    except tomllib.TOMLDecodeError as error:
+        raise SettingsError(str(path), f"is not valid TOML: {error}") from None
+
+
+def _build_section(
+    name: str,
+    model: type[Any],
+    table: Mapping[str, Any],
+    environ: Mapping[str, str],
+    sources: dict[str, str],
+    path: Path | None,
+) -> Any:
+    hints = typing.get_type_hints(model)
+    fields = {spec.name: spec for spec in dataclasses.fields(model)}
+    for key in table:
+        if key not in fields:
+            known = ", ".join(fields)
+            raise SettingsError(f"{name}.{key}", f"is not a known key (known: {known})")
+    values: dict[str, Any] = {}
+    for key, spec in fields.items():
+        variable = env_name(name, key)
+        if variable in environ:
+            raw, origin, from_text = environ[variable], f"environment {variable}", True
+        elif key in table:
+            raw, origin, from_text = table[key], f"file {path}", False
+        else:
+            continue
+        element = f"{name}.{key}"
+        values[key] = _check(element, hints[key], raw, spec.metadata, from_text, origin)
+        sources[element] = origin
+    try:
+        return model(**values)
+    except (TypeError, ValueError) as error:
+        raise SettingsError(f"[{name}]", str(error)) from None
+
+
+def _check(
+    element: str,
+    annotation: Any,
+    raw: Any,
+    metadata: Mapping[str, Any],
+    from_text: bool,
+    origin: str,
+) -> Any:
+    try:
+        value = _convert(annotation, raw, from_text)
+    except (TypeError, ValueError) as error:
+        shown = "********" if metadata.get("secret") else repr(raw)
+        raise SettingsError(element, f"expected {error}, got {shown} (from {origin})") from None
+    choices = metadata.get("choices") or ()
+    if choices and value not in choices:
+        raise SettingsError(
+            element,
+            f"expected one of {', '.join(map(str, choices))}, got {value!r} (from {origin})",
+        )
+    minimum = metadata.get("minimum")
+    if minimum is not None and value is not None and value < minimum:
+        raise SettingsError(
+            element, f"expected a value >= {minimum}, got {value!r} (from {origin})"
+        )
+    return value
+
+
+_BOOLEAN_WORDS = {"true": True, "1": True, "yes": True, "on": True}
+_BOOLEAN_WORDS |= {"false": False, "0": False, "no": False, "off": False}
+
+
+def _convert(annotation: Any, raw: Any, from_text: bool) -> Any:
+    """``raw`` as ``annotation``; ``ValueError(<what was expected>)`` when it does not fit."""
+    origin = get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        options = [arg for arg in get_args(annotation) if arg is not type(None)]
+        if raw is None or (from_text and raw == ""):
+            return None
+        return _convert(options[0], raw, from_text)
+    if origin is Literal:
+        allowed = get_args(annotation)
+        if raw not in allowed:
+            raise ValueError(f"one of {', '.join(map(str, allowed))}")
+        return raw
+    if origin is list:
+        (item_type,) = get_args(annotation)
+        if from_text:
+            raw = [part.strip() for part in raw.split(",") if part.strip()]
+        if not isinstance(raw, list):
+            raise ValueError("a list")
+        return [_convert(item_type, item, from_text) for item in raw]
+    return _convert_scalar(annotation, raw, from_text)
+
+
+def _convert_scalar(annotation: Any, raw: Any, from_text: bool) -> Any:
+    converters: dict[Any, Callable[[Any, bool], Any]] = {
+        bool: _to_bool,
+        int: _to_int,
+        float: _to_float,
+        str: _to_str,
+        Path: lambda value, text: Path(_to_str(value, text)).expanduser(),
+        Secret: lambda value, text: Secret(_to_str(value, text)),
+    }
+    if annotation not in converters:
+        raise TypeError(f"settings cannot hold {annotation!r}")
+    return converters[annotation](raw, from_text)
+
+
+def _to_bool(raw: Any, from_text: bool) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    if from_text and isinstance(raw, str) and raw.strip().lower() in _BOOLEAN_WORDS:
+        return _BOOLEAN_WORDS[raw.strip().lower()]
+    raise ValueError("true or false")
+
+
+def _to_int(raw: Any, from_text: bool) -> int:
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return raw
+    if from_text and isinstance(raw, str):
+        try:
+            return int(raw.strip())
+        except ValueError:
+            pass
+    raise ValueError("an integer")
+
+
+def _to_float(raw: Any, from_text: bool) -> float:
+    if isinstance(raw, int | float) and not isinstance(raw, bool):
+        return float(raw)
+    if from_text and isinstance(raw, str):
+        try:
+            return float(raw.strip())
+        except ValueError:
+            pass
+    raise ValueError("a number")
+
+
+def _to_str(raw: Any, from_text: bool) -> str:
+    if isinstance(raw, str):
+        return raw
+    raise ValueError("a string")

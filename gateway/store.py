@@ -1,0 +1,137 @@
+"""What the store/coordination backend offers plugins (the default is the Redis store plugin).
+
+The store speaks the Redis protocol (Redis >= 6.2 or Valkey, no modules): plugins that need more
+than the helpers below use ``store.client`` (a ``redis.asyncio.Redis``) and ``store.keys``.
+
+Key schema: every key of a scope carries the scope as a hash tag, ``{prefix}:{<scope>}:<name>``,
+so any script or transaction on one scope touches one slot and runs unchanged on Redis Cluster.
+Keys that belong to no scope use the pseudo-scope ``_global``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from gateway.cloudevents import CloudEvent
+from gateway.errors import ValidationError
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+    from redis.asyncio.client import Pipeline
+
+GLOBAL_SCOPE = "_global"
+_SCOPE = re.compile(r"^[A-Za-z0-9_.\-/]{1,128}$")
+
+
+def check_scope(scope: str) -> str:
+    """A scope is a short name; braces would break the hash tag, so they are refused."""
+    if not isinstance(scope, str) or not _SCOPE.match(scope):
+        raise ValidationError(
+            "subject", f"scope must be 1-128 letters, digits or _.-/ characters, got {scope!r}"
+        )
+    return scope
+
+
+@dataclass(frozen=True)
+class KeySchema:
+    """Names every key the gateway writes."""
+
+    prefix: str = "gw"
+
+    def scoped(self, scope: str, *parts: str) -> str:
+        return ":".join((self.prefix, "{" + check_scope(scope) + "}", *parts))
+
+    def global_key(self, *parts: str) -> str:
+        return ":".join((self.prefix, "{" + GLOBAL_SCOPE + "}", *parts))
+
+    def changes(self, scope: str) -> str:
+        """The scope's change stream: one record per state write, read by the publisher."""
+        return self.scoped(scope, "changes")
+
+    def global_changes(self) -> str:
+        """Stream of scope discoveries, so a reader learns about new scopes without polling."""
+        return self.global_key("changes")
+
+    def scopes(self) -> str:
+        """Set of every scope that has had a state write."""
+        return self.global_key("scopes")
+
+    def dedupe(self, scope: str, digest: str) -> str:
+        return self.scoped(scope, "dedupe", digest)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Outcome of claiming an incoming event for processing."""
+
+    duplicate: bool = False  # processed before: ``replies`` are what was answered then
+    busy: bool = False  # another handler holds the claim right now
+    replies: Sequence[CloudEvent] = field(default_factory=tuple)
+
+    @property
+    def new(self) -> bool:
+        return not self.duplicate and not self.busy
+
+
+class Deduplicator(Protocol):
+    """CloudEvent de-duplication by (``source``, ``id``).
+
+    A claim is a short lease while the event is handled; only ``complete`` makes it a
+    duplicate marker. A handler that fails calls ``release``, and a crashed handler's lease runs
+    out, so a message whose first delivery was not processed is never dropped as a duplicate.
+    """
+
+    async def claim(self, event: CloudEvent) -> Claim: ...
+
+    async def complete(self, event: CloudEvent, replies: Sequence[CloudEvent]) -> None: ...
+
+    async def release(self, event: CloudEvent) -> None: ...
+
+
+class ScopeTransaction(Protocol):
+    """Writes to one scope that commit together with their change record (MULTI/EXEC)."""
+
+    scope: str
+    pipeline: Pipeline  # queue further commands on this scope's keys
+
+    def set_json(self, key: str, value: Any, *, ttl_seconds: int | None = None) -> None: ...
+
+    def append_change(self, record: Mapping[str, str]) -> None: ...
+
+
+class Store(Protocol):
+    """The store handed to plugins through ``gateway.store``."""
+
+    keys: KeySchema
+    dedupe: Deduplicator
+
+    @property
+    def client(self) -> Redis: ...
+
+    async def __aenter__(self) -> Store: ...
+
+    async def __aexit__(self, *exc_info: object) -> None: ...
+
+    async def ping(self) -> bool:
+        """True when the server answers."""
+        ...
+
+    async def get_json(self, key: str) -> Any:
+        """The JSON document at ``key``, or ``None``."""
+        ...
+
+    async def set_json(self, key: str, value: Any, *, ttl_seconds: int | None = None) -> None: ...
+
+    def transaction(
+        self, scope: str, *, watch: Sequence[str] = ()
+    ) -> AbstractAsyncContextManager[ScopeTransaction]:
+        """Collect writes to ``scope``; they and the change records commit atomically on exit.
+
+        With ``watch`` keys, the commit fails with ``redis.WatchError`` if any of them changed
+        since the transaction began (optimistic compare-and-swap).
+        """
+        ...

@@ -1,0 +1,37 @@
+"""Test support for the gateway and for plugin authors.
+
+The pytest plugin (``gateway.testing.pytest_plugin``, loaded automatically through the ``pytest11``
+entry point) provides ``redis_url`` and ``mqtt_url`` fixtures backed by private server processes
+(or by ``GATEWAY_TEST_REDIS_URL`` / ``GATEWAY_TEST_MQTT_URL``), and ``unique`` names so tests can
+run in any order against shared servers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import anyio
+
+from gateway.app import Gateway
+
+
+@asynccontextmanager
+async def running(gateway: Gateway) -> AsyncIterator[Gateway]:
+    """Run ``gateway`` in the background for the duration of the block, then stop it cleanly."""
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(gateway.run)
+        try:
+            yield gateway
+        finally:
+            gateway.request_stop("test finished")
+
+
+async def wait_until(condition: Callable[[], object], *, timeout: float = 10.0) -> None:
+    """Poll ``condition`` until it is true; ``TimeoutError`` after ``timeout`` seconds.
+
+    For tests that watch state another task or process changes (no event to wait on).
+    """
+    with anyio.fail_after(timeout):
+        while not condition():  # noqa: ASYNC110
+            await anyio.sleep(0.01)

@@ -1,0 +1,63 @@
+"""pytest fixtures: real servers on free ports and unique names per test."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from gateway.testing.services import ServerProcess, mosquitto, redis_server
+
+
+@pytest.fixture(scope="session")
+def anyio_backend() -> str:
+    # aiomqtt and redis.asyncio run on asyncio.
+    return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def redis_process() -> Iterator[ServerProcess | None]:
+    """The private redis-server, or ``None`` when ``GATEWAY_TEST_REDIS_URL`` points elsewhere."""
+    if os.environ.get("GATEWAY_TEST_REDIS_URL"):
+        yield None
+        return
+    server = redis_server().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url(redis_process: ServerProcess | None) -> str:
+    if redis_process is None:
+        return os.environ["GATEWAY_TEST_REDIS_URL"]
+    return f"redis://127.0.0.1:{redis_process.port}/0"
+
+
+@pytest.fixture(scope="session")
+def mqtt_process() -> Iterator[ServerProcess | None]:
+    """The private mosquitto, or ``None`` when ``GATEWAY_TEST_MQTT_URL`` points elsewhere."""
+    if os.environ.get("GATEWAY_TEST_MQTT_URL"):
+        yield None
+        return
+    server = mosquitto().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def mqtt_url(mqtt_process: ServerProcess | None) -> str:
+    if mqtt_process is None:
+        return os.environ["GATEWAY_TEST_MQTT_URL"]
+    return f"mqtt://127.0.0.1:{mqtt_process.port}"
+
+
+@pytest.fixture
+def unique() -> str:
+    """A name no other test uses: prefix topics, keys and client ids with it."""
+    return f"t{uuid.uuid4().hex[:12]}"

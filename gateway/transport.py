@@ -1,0 +1,261 @@
+"""Bindings, processors and the dispatcher between them.
+
+A *binding* moves CloudEvents over one transport (MQTT, MessagePack-RPC, in-process). A
+*processor* handles the events that arrive on its subscriptions and returns reply events. The
+*dispatcher* sits between the two and is the same for every transport: it picks the processor by
+event type, de-duplicates redeliveries through the store, turns a failing handler into an error
+reply, and reports failures to the ``gateway_message_failed`` observers.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import anyio
+from anyio.abc import TaskStatus
+
+from gateway.cloudevents import CloudEvent
+from gateway.errors import ValidationError
+
+if TYPE_CHECKING:
+    from gateway.app import Gateway
+    from gateway.store import Claim, Deduplicator
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[CloudEvent], Awaitable[Sequence[CloudEvent]]]
+"""Receives one validated event, returns the replies (possibly none)."""
+
+# Error codes carried in the ``errorcode`` attribute of error replies.
+INVALID_REQUEST = "invalid-request"
+UNKNOWN_TYPE = "unknown-type"
+PROCESSING_FAILED = "processing-failed"
+# Type of an error reply to a message too malformed to have a usable type of its own.
+ERROR_EVENT_TYPE = "io.github.station-gateway.error.v1"
+
+
+def error_event(
+    *,
+    source: str,
+    code: str,
+    message: str,
+    request_type: str | None = None,
+    correlationid: str | None = None,
+    subject: str | None = None,
+) -> CloudEvent:
+    """An error reply built from what could be salvaged of a message that failed validation."""
+    usable_type = (
+        request_type if isinstance(request_type, str) and 0 < len(request_type) < 256 else None
+    )
+    usable_subject = subject if isinstance(subject, str) and 0 < len(subject) < 256 else None
+    request = CloudEvent(
+        type=usable_type or ERROR_EVENT_TYPE,
+        source=source,
+        subject=usable_subject,
+        correlationid=correlationid,
+    )
+    return request.error_reply(source=source, code=code, message=message).replace(causationid=None)
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """A topic filter a processor listens on; ``shared`` spreads it over all instances."""
+
+    topic: str
+    shared: bool = True
+    qos: int = 1
+
+
+@dataclass(frozen=True)
+class Processor:
+    """Handles the events of ``event_types`` (all types when ``None``) on its subscriptions."""
+
+    name: str
+    subscriptions: Sequence[Subscription]
+    handle: Handler
+    event_types: frozenset[str] | None = None
+    binding: str = "mqtt"
+
+    def accepts(self, event_type: str) -> bool:
+        return self.event_types is None or event_type in self.event_types
+
+
+class Binding(Protocol):
+    """A transport. ``run`` serves the processors registered for it until the gateway stops."""
+
+    name: str
+
+    async def run(self, gateway: Gateway, *, task_status: TaskStatus[None]) -> None:
+        """Connect, subscribe, call ``task_status.started()``, then serve.
+
+        When ``gateway.stopping`` is set, stop taking new messages, let in-flight handlers finish
+        and their replies go out, disconnect cleanly and return.
+        """
+        ...
+
+    async def publish(
+        self, topic: str, event: CloudEvent, *, retain: bool = False, qos: int = 1
+    ) -> None:
+        """Send one event to ``topic``."""
+        ...
+
+    async def request(self, topic: str, event: CloudEvent, *, timeout: float) -> CloudEvent:
+        """Send a command and wait for its reply on this instance's reply address."""
+        ...
+
+
+class Service(Protocol):
+    """A long-running task a plugin contributes (a publisher, an engine, a scanner)."""
+
+    name: str
+    roles: frozenset[str]
+
+    async def run(self, gateway: Gateway, *, task_status: TaskStatus[None]) -> None:
+        """Start, call ``task_status.started()``, work until ``gateway.stopping`` is set."""
+        ...
+
+
+def topic_matches(topic_filter: str, topic: str) -> bool:
+    """MQTT topic filter matching (``+`` one level, ``#`` the rest)."""
+    filter_levels = topic_filter.split("/")
+    topic_levels = topic.split("/")
+    for index, level in enumerate(filter_levels):
+        if level == "#":
+            return True
+        if index >= len(topic_levels):
+            return False
+        if level != "+" and level != topic_levels[index]:
+            return False
+    return len(filter_levels) == len(topic_levels)
+
+
+class Observer(Protocol):
+    def __call__(self, *, binding: str, topic: str, code: str, reason: str) -> Any: ...
+
+
+class Dispatcher:
+    """Routes one incoming event to its processor and returns the replies to send back."""
+
+    def __init__(
+        self,
+        processors: Sequence[Processor],
+        *,
+        source: str,
+        dedupe: Deduplicator | None,
+        on_failure: Observer,
+    ) -> None:
+        self._processors = list(processors)
+        self.source = source
+        self._dedupe = dedupe
+        self._on_failure = on_failure
+        self._in_flight = 0
+        self._idle = anyio.Event()
+        self._idle.set()
+
+    def processors_for(self, binding: str) -> list[Processor]:
+        return [processor for processor in self._processors if processor.binding == binding]
+
+    def matching(self, binding: str, topic: str) -> list[Processor]:
+        return [
+            processor
+            for processor in self.processors_for(binding)
+            if any(topic_matches(sub.topic, topic) for sub in processor.subscriptions)
+        ]
+
+    def reject(self, *, binding: str, topic: str, code: str, error: Exception | str) -> None:
+        """Log and count a message that could not be processed."""
+        reason = str(error)
+        log.warning("rejected message on %s %s: %s: %s", binding, topic, code, reason)
+        self._on_failure(binding=binding, topic=topic, code=code, reason=reason)
+
+    async def dispatch(self, event: CloudEvent, *, binding: str, topic: str) -> list[CloudEvent]:
+        """Handle ``event`` (already validated) that arrived on ``topic``; return replies."""
+        self._enter()
+        try:
+            return await self._dispatch(event, binding=binding, topic=topic)
+        finally:
+            self._leave()
+
+    async def _dispatch(self, event: CloudEvent, *, binding: str, topic: str) -> list[CloudEvent]:
+        processor = next((p for p in self.matching(binding, topic) if p.accepts(event.type)), None)
+        if processor is None:
+            message = f"no processor handles type {event.type!r} on {topic!r}"
+            self.reject(binding=binding, topic=topic, code=UNKNOWN_TYPE, error=message)
+            return [event.error_reply(source=self.source, code=UNKNOWN_TYPE, message=message)]
+        if self._dedupe is not None:
+            claim = await self._claim(self._dedupe, event)
+            if claim.duplicate:
+                log.info(
+                    "duplicate event %s from %s: replaying %d replies",
+                    event.id,
+                    event.source,
+                    len(claim.replies),
+                )
+                return list(claim.replies)
+        started = time.perf_counter()
+        try:
+            replies = list(await processor.handle(event))
+        except ValidationError as error:
+            self.reject(binding=binding, topic=topic, code=INVALID_REQUEST, error=error)
+            replies = [
+                event.error_reply(source=self.source, code=INVALID_REQUEST, message=str(error))
+            ]
+        except Exception as error:
+            log.exception(
+                "processor %s failed on event %s (%s)", processor.name, event.id, event.type
+            )
+            self.reject(binding=binding, topic=topic, code=PROCESSING_FAILED, error=error)
+            if self._dedupe is not None:
+                # Not processed: a redelivery (or the sender's retry) must get a fresh attempt.
+                await self._dedupe.release(event)
+            message = f"{type(error).__name__}: {error}"
+            return [event.error_reply(source=self.source, code=PROCESSING_FAILED, message=message)]
+        if self._dedupe is not None:
+            await self._dedupe.complete(event, replies)
+        log.debug(
+            "processor %s handled %s in %.1f ms",
+            processor.name,
+            event.type,
+            (time.perf_counter() - started) * 1000,
+        )
+        return replies
+
+    @staticmethod
+    async def _claim(dedupe: Deduplicator, event: CloudEvent) -> Claim:
+        """Claim ``event``, waiting while another handler holds it.
+
+        The holder either completes (we replay its replies) or fails / dies, and then its
+        lease ends and we process the event ourselves: a redelivery is never dropped.
+        """
+        claim = await dedupe.claim(event)
+        delay = 0.05
+        if claim.busy:
+            log.info("event %s from %s is being handled elsewhere; waiting", event.id, event.source)
+        while claim.busy:
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+            claim = await dedupe.claim(event)
+        return claim
+
+    def _enter(self) -> None:
+        if self._in_flight == 0:
+            self._idle = anyio.Event()
+        self._in_flight += 1
+
+    def _leave(self) -> None:
+        self._in_flight -= 1
+        if self._in_flight == 0:
+            self._idle.set()
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    async def wait_idle(self) -> None:
+        """Return once no handler is running (used by graceful shutdown)."""
+        while self._in_flight:
+            await self._idle.wait()

@@ -1,0 +1,75 @@
+"""The ``[mqtt]`` settings section."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import unquote, urlsplit
+
+from gateway.errors import SettingsError
+from gateway.settings import Secret, setting
+
+
+@dataclass(frozen=True)
+class MqttSettings:
+    url: str = setting("mqtt://localhost:1883", "Broker URL: mqtt://host:port, or mqtts:// for TLS")
+    username: str = setting("", "User name (overrides one given in the URL)")
+    password: Secret | None = setting(None, "Password", secret=True)
+    client_id: str = setting(
+        "", "MQTT client id; empty: 'gw-' + the instance id. Must be stable across restarts"
+    )
+    share_group: str = setting(
+        "gateway", "Shared-subscription group: instances in one group split the commands"
+    )
+    session_expiry_seconds: int = setting(
+        3600, "How long the broker keeps this instance's session (and queued commands)", minimum=0
+    )
+    keepalive_seconds: int = setting(30, "MQTT keep-alive interval", minimum=5)
+    reconnect_min_seconds: float = setting(0.2, "First reconnect delay", minimum=0)
+    reconnect_max_seconds: float = setting(30.0, "Longest reconnect delay (exponential backoff)")
+    reply_topic_prefix: str = setting(
+        "gateway/replies",
+        "Replies to commands this instance sends arrive on <prefix>/<instance id>",
+    )
+    max_concurrent_handlers: int = setting(
+        64, "Messages handled at once; more wait unacknowledged at the broker", minimum=1
+    )
+    max_payload_bytes: int = setting(
+        1_048_576, "Larger incoming payloads are rejected with an error reply", minimum=1024
+    )
+    tls_ca_file: str = setting("", "CA bundle to verify the broker (TLS)")
+    tls_cert_file: str = setting("", "Client certificate (TLS client authentication)")
+    tls_key_file: str = setting("", "Client certificate key")
+    tls_verify: bool = setting(True, "Verify the broker's certificate and host name")
+
+
+@dataclass(frozen=True)
+class BrokerAddress:
+    host: str
+    port: int
+    tls: bool
+    username: str | None
+    password: str | None
+
+
+def broker_address(settings: MqttSettings) -> BrokerAddress:
+    """Host, port, TLS and credentials from the URL, with the explicit settings taking priority."""
+    parts = urlsplit(settings.url)
+    if parts.scheme not in ("mqtt", "mqtts", "tcp", "ssl") or not parts.hostname:
+        raise SettingsError(
+            "mqtt.url",
+            f"expected mqtt://host:port or mqtts://host:port, got scheme {parts.scheme!r}",
+        )
+    tls = parts.scheme in ("mqtts", "ssl")
+    try:
+        port = parts.port or (8883 if tls else 1883)
+    except ValueError:
+        raise SettingsError("mqtt.url", "the port is not a number") from None
+    username = settings.username or (unquote(parts.username) if parts.username else None)
+    password = (
+        settings.password.reveal()
+        if settings.password is not None
+        else (unquote(parts.password) if parts.password else None)
+    )
+    return BrokerAddress(
+        parts.hostname, port, tls or bool(settings.tls_ca_file), username, password
+    )
