@@ -33,6 +33,8 @@ def check_scope(scope: str) -> str:
         raise ValidationError(
             "subject", f"scope must be 1-128 letters, digits or _.-/ characters, got {scope!r}"
         )
+    if scope == GLOBAL_SCOPE:
+        raise ValidationError("subject", f"{GLOBAL_SCOPE!r} is reserved")
     return scope
 
 
@@ -46,6 +48,7 @@ class KeySchema:
         return ":".join((self.prefix, "{" + check_scope(scope) + "}", *parts))
 
     def global_key(self, *parts: str) -> str:
+        """A key of no scope (``GLOBAL_SCOPE``, which ``check_scope`` refuses to callers)."""
         return ":".join((self.prefix, "{" + GLOBAL_SCOPE + "}", *parts))
 
     def changes(self, scope: str) -> str:
@@ -54,13 +57,16 @@ class KeySchema:
 
     def global_changes(self) -> str:
         """Stream of scope discoveries, so a reader learns about new scopes without polling."""
-        return self.global_key("changes")
+        return self.global_key("scope-discoveries")
 
     def scopes(self) -> str:
         """Set of every scope that has had a state write."""
         return self.global_key("scopes")
 
-    def dedupe(self, scope: str, digest: str) -> str:
+    def dedupe(self, scope: str | None, digest: str) -> str:
+        """De-duplication marker of an event (``scope`` None: the event named no valid scope)."""
+        if scope is None:
+            return self.global_key("dedupe", digest)
         return self.scoped(scope, "dedupe", digest)
 
 
@@ -95,8 +101,17 @@ class Deduplicator(Protocol):
 class ScopeTransaction(Protocol):
     """Writes to one scope that commit together with their change record (MULTI/EXEC)."""
 
-    scope: str
-    pipeline: Pipeline  # queue further commands on this scope's keys
+    @property
+    def scope(self) -> str: ...
+
+    @property
+    def pipeline(self) -> Pipeline:
+        """Queue further commands on this scope's keys (already in MULTI mode)."""
+        ...
+
+    async def get_json(self, key: str) -> Any:
+        """Read now (under the WATCH, if any); does not see writes queued before it."""
+        ...
 
     def set_json(self, key: str, value: Any, *, ttl_seconds: int | None = None) -> None: ...
 
@@ -106,11 +121,16 @@ class ScopeTransaction(Protocol):
 class Store(Protocol):
     """The store handed to plugins through ``gateway.store``."""
 
-    keys: KeySchema
-    dedupe: Deduplicator
+    @property
+    def keys(self) -> KeySchema: ...
 
     @property
-    def client(self) -> Redis: ...
+    def dedupe(self) -> Deduplicator: ...
+
+    @property
+    def client(self) -> Redis:
+        """The connected client (``decode_responses=True``: values come back as ``str``)."""
+        ...
 
     async def __aenter__(self) -> Store: ...
 
@@ -134,4 +154,12 @@ class Store(Protocol):
         With ``watch`` keys, the commit fails with ``redis.WatchError`` if any of them changed
         since the transaction began (optimistic compare-and-swap).
         """
+        ...
+
+    async def known_scopes(self) -> set[str]:
+        """Every scope that has had a state write."""
+        ...
+
+    async def reconcile_scopes(self) -> set[str]:
+        """Register scopes whose discovery a crash interrupted; return every known scope."""
         ...

@@ -92,7 +92,6 @@ class MqttHarness:
             "GATEWAY_REDIS_DEDUPE_LEASE_SECONDS": "2",
             "GATEWAY_GATEWAY_INSTANCE_ID": f"{self.unique}-{instance_id}",
             "GATEWAY_GATEWAY_SHUTDOWN_GRACE_SECONDS": "5",
-            "GATEWAY_PLUGINS_BLOCK": __import__("os").environ.get("TMP_BLOCK", ""),
         }
         return Gateway.from_environment(None, environ, extra_plugins={"echo": self.plugin})
 

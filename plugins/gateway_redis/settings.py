@@ -1,0 +1,118 @@
+"""The ``[redis]`` settings section, and the connection options derived from it."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+from gateway.settings import Secret, setting
+
+URL_SCHEMES = ("redis", "rediss", "unix")
+_KEY_PREFIX = re.compile(r"^[^\s{}]{1,64}$")  # braces would break the per-scope hash tag
+_MASK = "********"
+
+
+@dataclass(frozen=True)
+class RedisSettings:
+    url: str = setting(
+        "",
+        "Redis URL: redis://host:port/db, rediss:// for TLS or unix:///path; "
+        "empty: run an embedded Redis persisting under <gateway.data_dir>/redis",
+    )
+    username: str = setting("", "User name (Redis ACL); overrides one given in the URL")
+    password: Secret | None = setting(None, "Password; overrides one given in the URL", secret=True)
+    tls: bool = setting(False, "Connect with TLS (implied by a rediss:// URL)")
+    tls_ca_file: str = setting("", "CA bundle to verify the server (TLS); empty: system CAs")
+    tls_cert_file: str = setting("", "Client certificate (TLS client authentication)")
+    tls_key_file: str = setting("", "Client certificate key")
+    tls_verify: bool = setting(True, "Verify the server's certificate and host name")
+    key_prefix: str = setting(
+        "gw", "Prefix of every key the gateway writes; instances sharing work share it"
+    )
+    change_stream_maxlen: int = setting(
+        10000,
+        "Approximate length each scope's change stream is trimmed to; must cover the longest "
+        "publisher outage",
+        minimum=100,
+    )
+    dedupe_ttl_seconds: int = setting(
+        86400, "How long a processed event's id (and its replies) is remembered", minimum=1
+    )
+    dedupe_lease_seconds: int = setting(
+        30,
+        "How long an event claimed by a handler that crashed stays blocked for redeliveries",
+        minimum=1,
+    )
+    connect_timeout_seconds: float = setting(
+        5.0, "Timeout of one connection attempt (and of a health ping)", minimum=0.1
+    )
+
+    def __post_init__(self) -> None:
+        # ValueError here becomes a SettingsError naming the section (see gateway.settings).
+        scheme = urlsplit(self.url).scheme if self.url else ""
+        if self.url and scheme not in URL_SCHEMES:
+            raise ValueError(
+                f"url: expected redis://, rediss:// or unix://, got {scheme or self.url[:20]!r}"
+            )
+        if not _KEY_PREFIX.match(self.key_prefix):
+            raise ValueError(
+                f"key_prefix: expected 1-64 characters without spaces or braces, "
+                f"got {self.key_prefix!r}"
+            )
+
+    @property
+    def embedded(self) -> bool:
+        """No URL: the store runs its own Redis."""
+        return not self.url
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.tls or urlsplit(self.url).scheme == "rediss"
+
+
+def masked_url(url: str) -> str:
+    """``url`` with any password replaced by asterisks, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:{_MASK}@{host}"))
+
+
+def connection_url(settings: RedisSettings) -> str:
+    """The URL handed to redis-py: TLS scheme applied, credentials removed (passed apart)."""
+    parts = urlsplit(settings.url)
+    scheme = "rediss" if settings.uses_tls and parts.scheme != "unix" else parts.scheme
+    return urlunsplit(parts._replace(scheme=scheme, netloc=parts.netloc.rpartition("@")[2]))
+
+
+def connection_options(settings: RedisSettings) -> dict[str, Any]:
+    """Keyword arguments for ``redis.asyncio.Redis.from_url(connection_url(settings))``."""
+    parts = urlsplit(settings.url)
+    options: dict[str, Any] = {}
+    username = settings.username or unquote(parts.username or "")
+    if username:
+        options["username"] = username
+    if settings.password is not None:
+        options["password"] = settings.password.reveal()
+    elif parts.password is not None:
+        options["password"] = unquote(parts.password)
+    if settings.uses_tls and parts.scheme != "unix":
+        options |= tls_options(settings)
+    return options
+
+
+def tls_options(settings: RedisSettings) -> dict[str, Any]:
+    options: dict[str, Any] = {
+        "ssl_cert_reqs": "required" if settings.tls_verify else "none",
+        "ssl_check_hostname": settings.tls_verify,
+    }
+    if settings.tls_ca_file:
+        options["ssl_ca_certs"] = settings.tls_ca_file
+    if settings.tls_cert_file:
+        options["ssl_certfile"] = settings.tls_cert_file
+    if settings.tls_key_file:
+        options["ssl_keyfile"] = settings.tls_key_file
+    return options

@@ -1,0 +1,283 @@
+"""The Redis store: connection, JSON documents, per-scope transactions, scope discovery.
+
+The client speaks RESP2 and decodes replies (``decode_responses=True``): every value the gateway
+stores is text (JSON documents, stream fields), so plugins using ``store.client`` get ``str``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import anyio
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from gateway.cloudevents import format_time, utc_now
+from gateway.errors import GatewayError
+from gateway.store import KeySchema, check_scope
+from gateway_redis.dedupe import RedisDeduplicator
+from gateway_redis.embedded import EmbeddedRedis
+from gateway_redis.jsondoc import dumps, loads
+from gateway_redis.settings import (
+    RedisSettings,
+    connection_options,
+    connection_url,
+    masked_url,
+)
+
+if TYPE_CHECKING:
+    from redis.asyncio.client import Pipeline
+    from redis.commands.core import AsyncScript
+
+log = logging.getLogger(__name__)
+
+# Register a scope and announce it on the global stream, once: both keys are in the ``_global``
+# slot, so this is one atomic step on Redis Cluster too. KEYS[1] set of scopes, KEYS[2] global
+# change stream; ARGV[1] scope, ARGV[2] timestamp, ARGV[3] approximate stream length.
+DISCOVER = """
+if redis.call('SADD', KEYS[1], ARGV[1]) == 1 then
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 'scope', ARGV[1], 'ts', ARGV[2])
+  return 1
+end
+return 0
+"""
+
+
+def _now() -> str:
+    return format_time(utc_now())
+
+
+class RedisScopeTransaction:
+    """``gateway.store.ScopeTransaction``: writes queued on a MULTI pipeline for one scope.
+
+    ``pipeline`` is already in MULTI mode: whatever is queued on it commits on exit, together
+    with the change records. Reads (``get_json``) happen at once, under the WATCH when there is
+    one, and so do not see the writes queued before them.
+    """
+
+    def __init__(self, store: RedisStore, scope: str, pipeline: Pipeline, *, watching: bool):
+        self.scope = scope
+        self.pipeline = pipeline
+        self.changed = False  # a change record was queued: the scope must be discoverable
+        self._store = store
+        self._watching = watching
+
+    def set_json(self, key: str, value: Any, *, ttl_seconds: int | None = None) -> None:
+        self._store.check_key(self.scope, key)
+        self.pipeline.set(key, dumps(value), ex=ttl_seconds)
+
+    def append_change(self, record: Mapping[str, str]) -> None:
+        fields = {"ts": _now(), **record}
+        self.pipeline.xadd(
+            self._store.keys.changes(self.scope),
+            fields,  # type: ignore[arg-type]  # redis-py types stream fields invariantly
+            maxlen=self._store.settings.change_stream_maxlen,
+            approximate=True,
+        )
+        self.changed = True
+
+    async def get_json(self, key: str) -> Any:
+        """The document at ``key`` now; watched keys changing later make the commit fail."""
+        self._store.check_key(self.scope, key)
+        if not self._watching:
+            return await self._store.get_json(key)
+        # On the WATCHing connection, sent before the MULTI that ``execute`` sends.
+        command = self.pipeline.immediate_execute_command  # untyped in redis-py
+        return loads(await command("GET", key))  # type: ignore[no-untyped-call]
+
+
+class RedisStore:
+    """``gateway.store.Store`` on Redis (or on an embedded redis-server when no URL is set)."""
+
+    def __init__(self, settings: RedisSettings, data_dir: Path) -> None:
+        self.settings = settings
+        self.keys = KeySchema(prefix=settings.key_prefix)
+        self.dedupe = RedisDeduplicator(
+            self.keys,
+            lease_seconds=settings.dedupe_lease_seconds,
+            ttl_seconds=settings.dedupe_ttl_seconds,
+        )
+        self.embedded = EmbeddedRedis(data_dir / "redis") if settings.embedded else None
+        self._client: Redis | None = None
+        self._discover: AsyncScript | None = None
+        self._registered: set[str] = set()  # scopes this process has already made discoverable
+
+    @property
+    def address(self) -> str:
+        """Where the store connects, safe to print (no password)."""
+        if self.embedded is not None:
+            return f"embedded Redis in {self.embedded.directory}"
+        return masked_url(self.settings.url)
+
+    @property
+    def client(self) -> Redis:
+        if self._client is None:
+            raise GatewayError("the Redis store is not entered (use 'async with store')")
+        return self._client
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> RedisStore:
+        try:
+            self._client = await self._connect()
+            await self._verify(self._client)
+        except BaseException:
+            await self._close()
+            raise
+        self._discover = self._client.register_script(DISCOVER)
+        self.dedupe.attach(self._client)
+        log.info("Redis store connected to %s (key prefix %r)", self.address, self.keys.prefix)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._close()
+
+    async def _connect(self) -> Redis:
+        options = self._client_options()
+        if self.embedded is not None:
+            socket = await anyio.to_thread.run_sync(self.embedded.start)
+            return Redis(unix_socket_path=socket, **options)
+        url = connection_url(self.settings)
+        return Redis.from_url(url, **options, **connection_options(self.settings))
+
+    def _client_options(self) -> dict[str, Any]:
+        return {
+            "decode_responses": True,
+            # RESP2 whatever redis-py defaults to (8.x: RESP3), so reply shapes never change
+            # under the plugins that use ``store.client``.
+            "protocol": 2,
+            "socket_connect_timeout": self.settings.connect_timeout_seconds,
+        }
+
+    async def _verify(self, client: Redis) -> None:
+        """PING once, so a wrong address or password stops start-up with a clear message."""
+        try:
+            await client.ping()
+        except (RedisError, OSError) as error:
+            # ``from None``: the message is the whole story, and it never shows the password.
+            raise GatewayError(
+                f"cannot connect to Redis at {self.address}: {self._scrub(str(error))}"
+            ) from None
+
+    def _scrub(self, text: str) -> str:
+        password = connection_options(self.settings).get("password")
+        return text.replace(password, "********") if password else text
+
+    async def _close(self) -> None:
+        # Shielded: a cancelled shutdown must still close the connections and stop the server.
+        with anyio.CancelScope(shield=True):
+            self.dedupe.detach()
+            self._discover = None
+            client, self._client = self._client, None
+            if client is not None:
+                await client.aclose()
+            if self.embedded is not None:
+                await anyio.to_thread.run_sync(self.embedded.stop)
+
+    async def ping(self) -> bool:
+        """True when the server answers within the connect timeout; never raises."""
+        if self._client is None:
+            return False
+        with anyio.move_on_after(self.settings.connect_timeout_seconds):
+            try:
+                return bool(await self._client.ping())
+            except (RedisError, OSError):
+                return False
+        return False
+
+    # -- documents ------------------------------------------------------------------------------
+
+    async def get_json(self, key: str) -> Any:
+        return loads(await self.client.get(key))
+
+    async def set_json(self, key: str, value: Any, *, ttl_seconds: int | None = None) -> None:
+        await self.client.set(key, dumps(value), ex=ttl_seconds)
+
+    # -- transactions ---------------------------------------------------------------------------
+
+    def check_key(self, scope: str, key: str) -> None:
+        """A scope transaction touches only its scope's keys (one slot on Redis Cluster)."""
+        if not key.startswith(self.keys.scoped(scope) + ":"):
+            raise ValueError(f"key {key!r} does not belong to scope {scope!r}")
+
+    @asynccontextmanager
+    async def transaction(
+        self, scope: str, *, watch: Sequence[str] = ()
+    ) -> AsyncIterator[RedisScopeTransaction]:
+        """Queue writes to ``scope``; they commit with their change records on a clean exit.
+
+        An exception in the block discards everything. With ``watch`` keys, a change to any of
+        them by someone else before the commit raises ``redis.exceptions.WatchError`` and
+        nothing is written: the caller reads again and retries.
+        """
+        check_scope(scope)
+        for key in watch:
+            self.check_key(scope, key)
+        async with self.client.pipeline(transaction=True) as pipeline:
+            if watch:
+                await pipeline.watch(*watch)
+            pipeline.multi()  # type: ignore[no-untyped-call]  # untyped in redis-py
+            transaction = RedisScopeTransaction(self, scope, pipeline, watching=bool(watch))
+            yield transaction
+            await pipeline.execute()
+        if transaction.changed:
+            await self._make_discoverable(scope)
+
+    # -- scope discovery ------------------------------------------------------------------------
+
+    async def _make_discoverable(self, scope: str) -> None:
+        """Add ``scope`` to the set of scopes and, the first time, to the global stream.
+
+        Runs after the scope's own commit (a cross-slot step cannot join it). A failure here
+        must not report the committed write as failed: it is logged and retried on the next
+        write, and readers reconcile from ``reconcile_scopes`` at start.
+        """
+        if scope in self._registered or self._discover is None:
+            return
+        keys = [self.keys.scopes(), self.keys.global_changes()]
+        try:
+            await self._discover(
+                keys=keys, args=[scope, _now(), self.settings.change_stream_maxlen]
+            )
+        except RedisError as error:
+            log.warning("scope %s not yet registered as discoverable: %s", scope, error)
+            return
+        self._registered.add(scope)
+
+    async def known_scopes(self) -> set[str]:
+        """Every scope that has had a state write (the set readers start from)."""
+        members = await self.client.smembers(self.keys.scopes())
+        return cast(set[str], members)  # decode_responses: members are str
+
+    async def reconcile_scopes(self) -> set[str]:
+        """``known_scopes`` plus any scope whose change stream exists but was never registered.
+
+        Covers a crash between a scope's first commit and its registration. It scans the
+        key space, so readers call it once at start, not per write.
+        """
+        known = await self.known_scopes()
+        pattern = _glob_escape(self.keys.prefix) + ":{*}:changes"
+        async for key in self.client.scan_iter(match=pattern, _type="stream", count=1000):
+            scope = _scope_of_changes(self.keys, key)
+            if scope is not None and scope not in known:
+                await self._make_discoverable(scope)
+                known.add(scope)
+        return known
+
+
+def _scope_of_changes(keys: KeySchema, key: str) -> str | None:
+    """The scope whose change stream ``key`` is; ``None`` for the global stream or a stranger."""
+    scope = key[len(keys.prefix) + 2 : -len("}:changes")]  # between "<prefix>:{" and "}:changes"
+    try:
+        is_changes = keys.changes(scope) == key
+    except ValueError:  # not a valid scope name
+        return None
+    return scope if is_changes else None
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + char if char in "*?[]\\" else char for char in text)

@@ -1,0 +1,240 @@
+"""The Redis store against a real redis-server: connection, documents, transactions, discovery."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+from redis.exceptions import WatchError
+
+from gateway.errors import GatewayError
+from gateway.store import GLOBAL_SCOPE, Store
+from gateway.testing.services import ServerProcess, free_port, redis_server, running
+from gateway_redis import RedisStore
+
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+
+SERVER_PASSWORD = "right-horse-battery"
+StoreFactory = Callable[..., RedisStore]  # the ``store_factory`` fixture
+
+
+@pytest.fixture
+def password_server(tmp_path: Path) -> Iterator[ServerProcess]:
+    """A private redis-server that requires a password."""
+    server = redis_server(tmp_path)
+    server.command += ["--requirepass", SERVER_PASSWORD]
+    with running(server):
+        yield server
+
+
+# -- connection ------------------------------------------------------------------------------
+
+
+async def test_the_hook_builds_a_store_that_connects_and_pings(
+    store_factory: StoreFactory,
+) -> None:
+    store: Store = store_factory()
+    assert await store.ping() is False  # not entered yet
+    async with store as entered:
+        assert entered is store
+        assert await store.ping() is True
+        assert await store.client.ping()
+    assert await store.ping() is False
+    with pytest.raises(GatewayError, match="not entered"):
+        _ = store.client
+
+
+async def test_wrong_password_stops_start_up_without_showing_it(
+    password_server: ServerProcess, store_factory: StoreFactory
+) -> None:
+    url = f"redis://127.0.0.1:{password_server.port}/0"
+    with pytest.raises(GatewayError) as caught:
+        async with store_factory(url=url, password="wrong-password-123"):
+            pass
+    message = str(caught.value)
+    assert f"cannot connect to Redis at {url}" in message
+    assert "wrong-password-123" not in message
+
+
+async def test_a_password_in_the_url_is_masked_in_the_error(
+    password_server: ServerProcess, store_factory: StoreFactory
+) -> None:
+    url = f"redis://:not-the-one@127.0.0.1:{password_server.port}/0"
+    with pytest.raises(GatewayError) as caught:
+        async with store_factory(url=url):
+            pass
+    assert f"redis://:********@127.0.0.1:{password_server.port}/0" in str(caught.value)
+    assert "not-the-one" not in str(caught.value)
+
+
+async def test_no_password_is_refused_and_the_right_one_connects(
+    password_server: ServerProcess, store_factory: StoreFactory
+) -> None:
+    url = f"redis://127.0.0.1:{password_server.port}/0"
+    with pytest.raises(GatewayError, match="cannot connect"):
+        async with store_factory(url=url):
+            pass
+    async with store_factory(url=url, password=SERVER_PASSWORD) as store:
+        assert await store.ping()
+
+
+async def test_unreachable_server_is_named(store_factory: StoreFactory) -> None:
+    url = f"redis://127.0.0.1:{free_port()}/0"  # nobody listens there
+    with pytest.raises(GatewayError, match=f"cannot connect to Redis at {url}"):
+        async with store_factory(url=url, connect_timeout_seconds="0.5"):
+            pass
+
+
+async def test_ping_reports_a_lost_server_without_raising(
+    tmp_path: Path, store_factory: StoreFactory
+) -> None:
+    with running(redis_server(tmp_path)) as server:
+        url = f"redis://127.0.0.1:{server.port}/0"
+        async with store_factory(url=url, connect_timeout_seconds="0.5") as store:
+            assert await store.ping() is True
+            server.stop()
+            with anyio.fail_after(3):
+                assert await store.ping() is False
+
+
+# -- documents -------------------------------------------------------------------------------
+
+
+async def test_json_documents_are_compact_strings_with_optional_ttl(store: RedisStore) -> None:
+    key = store.keys.scoped("cell-1", "doc")
+    assert await store.get_json(key) is None
+    await store.set_json(key, {"JobOrderID": "J1", "Count": 2, "Tags": ["ä", None]})
+    assert await store.get_json(key) == {"JobOrderID": "J1", "Count": 2, "Tags": ["ä", None]}
+    assert await store.client.get(key) == '{"JobOrderID":"J1","Count":2,"Tags":["ä",null]}'
+    await store.set_json(key, [1], ttl_seconds=60)
+    assert 0 < await store.client.ttl(key) <= 60
+
+
+# -- transactions ----------------------------------------------------------------------------
+
+
+async def test_state_and_change_record_commit_together(store: RedisStore) -> None:
+    key = store.keys.scoped("cell-1", "job", "J1")
+    async with store.transaction("cell-1") as tx:
+        tx.set_json(key, {"State": "Ready"})
+        tx.pipeline.sadd(store.keys.scoped("cell-1", "jobs"), "J1")
+        tx.append_change({"change_type": "Store", "job_order_id": "J1"})
+        assert await store.get_json(key) is None  # queued, not yet written
+    assert await store.get_json(key) == {"State": "Ready"}
+    assert await store.client.smembers(store.keys.scoped("cell-1", "jobs")) == {"J1"}
+    [(_, record)] = await store.client.xrange(store.keys.changes("cell-1"))
+    assert record["change_type"] == "Store"
+    assert record["job_order_id"] == "J1"
+    assert record["ts"].endswith("Z")
+
+
+async def test_a_given_ts_is_kept(store: RedisStore) -> None:
+    async with store.transaction("cell-1") as tx:
+        tx.append_change({"change_type": "X", "ts": "2026-01-01T00:00:00Z"})
+    [(_, record)] = await store.client.xrange(store.keys.changes("cell-1"))
+    assert record["ts"] == "2026-01-01T00:00:00Z"
+
+
+async def test_an_exception_in_the_block_writes_nothing(store: RedisStore) -> None:
+    key = store.keys.scoped("cell-1", "job", "J1")
+
+    async def write_then_fail() -> None:
+        async with store.transaction("cell-1") as tx:
+            tx.set_json(key, {"State": "Ready"})
+            tx.append_change({"change_type": "Store"})
+            raise RuntimeError("handler bug")
+
+    with pytest.raises(RuntimeError, match="handler bug"):
+        await write_then_fail()
+    assert await store.get_json(key) is None
+    assert await store.client.xlen(store.keys.changes("cell-1")) == 0
+    assert await store.known_scopes() == set()
+
+
+async def test_a_concurrent_change_to_a_watched_key_fails_the_commit(store: RedisStore) -> None:
+    key = store.keys.scoped("cell-1", "job", "J1")
+    await store.set_json(key, {"State": "Ready", "Version": 1})
+
+    async def start_job() -> None:
+        async with store.transaction("cell-1", watch=[key]) as tx:
+            current = await tx.get_json(key)
+            await store.set_json(key, {"State": "Aborted", "Version": 2})  # another instance
+            tx.set_json(key, {**current, "State": "Running"})
+            tx.append_change({"change_type": "Start"})
+
+    with pytest.raises(WatchError):
+        await start_job()
+    assert await store.get_json(key) == {"State": "Aborted", "Version": 2}
+    assert await store.client.xlen(store.keys.changes("cell-1")) == 0
+
+
+async def test_an_unchanged_watched_key_commits_after_reading_it(store: RedisStore) -> None:
+    key = store.keys.scoped("cell-1", "job", "J1")
+    await store.set_json(key, {"State": "Ready"})
+    async with store.transaction("cell-1", watch=[key]) as tx:
+        current = await tx.get_json(key)
+        tx.set_json(key, {**current, "State": "Running"})
+        tx.append_change({"change_type": "Start"})
+        assert await tx.get_json(key) == {"State": "Ready"}  # reads do not see queued writes
+    assert await store.get_json(key) == {"State": "Running"}
+
+
+async def test_a_transaction_touches_only_its_own_scope(store: RedisStore) -> None:
+    with pytest.raises(ValueError, match="does not belong to scope"):
+        async with store.transaction("cell-1") as tx:
+            tx.set_json(store.keys.scoped("cell-2", "job"), {})
+    with pytest.raises(ValueError, match="does not belong to scope"):
+        async with store.transaction("cell-1", watch=["elsewhere"]):
+            pass
+    with pytest.raises(ValueError, match="scope"):
+        async with store.transaction("bad{scope}"):
+            pass
+    with pytest.raises(ValueError, match="reserved"):
+        async with store.transaction(GLOBAL_SCOPE) as tx:
+            tx.append_change({"change_type": "X"})
+    assert await store.client.xlen(store.keys.global_changes()) == 0
+
+
+# -- scope discovery -------------------------------------------------------------------------
+
+
+async def test_a_new_scope_is_announced_once(
+    store: RedisStore, store_factory: StoreFactory
+) -> None:
+    async with store.transaction("cell-7") as tx:
+        tx.append_change({"change_type": "Store"})
+    assert await store.known_scopes() == {"cell-7"}
+    [(_, announced)] = await store.client.xrange(store.keys.global_changes())
+    assert announced["scope"] == "cell-7"
+    assert "ts" in announced
+
+    async with store.transaction("cell-7") as tx:  # this process: no extra round trip
+        tx.append_change({"change_type": "Start"})
+    # Another process: its memory is empty, the set says the scope is known.
+    async with store_factory() as other, other.transaction("cell-7") as tx:
+        tx.append_change({"change_type": "Stop"})
+    assert await store.client.xlen(store.keys.global_changes()) == 1
+    assert await store.client.xlen(store.keys.changes("cell-7")) == 3
+
+
+async def test_writes_without_change_records_announce_nothing(store: RedisStore) -> None:
+    async with store.transaction("cell-8") as tx:
+        tx.set_json(store.keys.scoped("cell-8", "config"), {"MaxJobs": 3})
+    assert await store.known_scopes() == set()
+    assert await store.client.xlen(store.keys.global_changes()) == 0
+
+
+async def test_reconcile_registers_a_scope_whose_registration_was_lost(
+    store: RedisStore,
+) -> None:
+    async with store.transaction("cell-1") as tx:
+        tx.append_change({"change_type": "Store"})
+    # A crash between a scope's commit and its registration leaves only the change stream.
+    await store.client.xadd(store.keys.changes("line-2/cell-3"), {"change_type": "Store"})
+    await store.client.xadd(store.keys.global_key("unrelated", "changes"), {"x": "1"})
+    assert await store.known_scopes() == {"cell-1"}
+    assert await store.reconcile_scopes() == {"cell-1", "line-2/cell-3"}
+    assert await store.known_scopes() == {"cell-1", "line-2/cell-3"}
+    assert await store.client.xlen(store.keys.global_changes()) == 2
