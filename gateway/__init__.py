@@ -9,6 +9,8 @@ The public API for plugins lives in these modules:
 - ``gateway.transport`` (bindings, processors, subscriptions, error replies)
 - ``gateway.store`` (what a store/coordination backend offers)
 - ``gateway.app`` (the ``Gateway`` object handed to lifecycle hooks)
+- ``gateway.cli`` (``Command``, for ``gateway_register_commands``)
+- ``gateway.testing`` (fixtures and helpers for plugin tests)
 """
 
 from importlib.metadata import PackageNotFoundError, version

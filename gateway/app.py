@@ -143,7 +143,7 @@ class Gateway:
                 log.info("store %s connected", type(self.store).__name__)
             async with anyio.create_task_group() as tasks:
                 if handle_signals:
-                    tasks.start_soon(self._watch_signals, tasks.cancel_scope)
+                    await tasks.start(self._watch_signals, tasks.cancel_scope)
                 try:
                     await self._start_all(tasks, running)
                 except Exception as error:
@@ -201,10 +201,12 @@ class Gateway:
             await run(self, task_status=_StartedCallback(mark_started))
         except Exception as error:
             if not started:
-                raise
+                raise GatewayError(f"{name} failed to start: {error}") from error
             log.exception("%s failed", name)
             self.request_stop(f"{name} failed: {error}", failed=True)
         else:
+            if not started:  # asked to stop before it was up: let start-up move on to stopping
+                task_status.started()
             if not self.stopping.is_set():
                 self.request_stop(f"{name} ended unexpectedly", failed=True)
             else:
@@ -212,8 +214,11 @@ class Gateway:
         finally:
             running.discard(name)
 
-    async def _watch_signals(self, scope: anyio.CancelScope) -> None:
+    async def _watch_signals(
+        self, scope: anyio.CancelScope, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            task_status.started()  # handlers are installed: a signal from now on stops gracefully
             async for received in signals:
                 name = signal.Signals(received).name
                 if self.stopping.is_set():

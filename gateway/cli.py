@@ -86,14 +86,15 @@ def _config(args: argparse.Namespace, plugins: GatewayPluginManager) -> int:
             info = helps[(section, key)]
             origin = settings.sources.get(f"{section}.{key}", "default")
             print(f"# {info.help} ({info.env_name}; from {origin})")
-            print(f"{key} = {_toml_value(value)}")
+            if value is None:
+                print(f"# {key} is unset")
+            else:
+                print(f"{key} = {_toml_value(value)}")
         print()
     return 0
 
 
 def _toml_value(value: Any) -> str:
-    if value is None:
-        return '""  # unset'
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):

@@ -78,6 +78,8 @@ class CloudEvent:
 
     def validate(self) -> CloudEvent:
         """Check every attribute; raise ``CloudEventError`` naming the first bad one."""
+        if self.datacontenttype == "":
+            raise CloudEventError("datacontenttype", "must not be empty (an RFC 2046 media type)")
         if self.specversion != SPEC_VERSION:
             raise CloudEventError("specversion", f"must be {SPEC_VERSION!r}")
         for name in ("id", "source", "type"):
@@ -98,10 +100,10 @@ class CloudEvent:
             raise CloudEventError("expiryinterval", "must be an integer number of seconds >= 0")
         if self.method is not None and self.method not in CONFIG_METHODS:
             raise CloudEventError("method", f"must be one of {', '.join(CONFIG_METHODS)}")
-        if self.traceparent is not None and not _TRACEPARENT.match(str(self.traceparent)):
+        if self.traceparent is not None and not _TRACEPARENT.fullmatch(str(self.traceparent)):
             raise CloudEventError("traceparent", "must be a W3C traceparent header value")
         for name, value in self.extensions.items():
-            if not isinstance(name, str) or not _ATTRIBUTE_NAME.match(name):
+            if not isinstance(name, str) or not _ATTRIBUTE_NAME.fullmatch(name):
                 raise CloudEventError(
                     str(name)[:40], "extension names are 1-20 lowercase letters or digits"
                 )
@@ -125,15 +127,25 @@ class CloudEvent:
             source=source,
             subject=self.subject,
             time=utc_now(),
-            datacontenttype=self.datacontenttype or JSON,
+            datacontenttype=self._reply_content_type(),
             data=data,
             correlationid=self.correlationid or self.id,
             causationid=self.id,
             traceparent=self.traceparent,
         )
 
+    def _reply_content_type(self) -> str:
+        """The request's content type when replies can be encoded in it, else JSON."""
+        from gateway.codecs.base import codec_for
+
+        if self.datacontenttype and codec_for(self.datacontenttype) is not None:
+            return self.datacontenttype
+        return JSON
+
     def error_reply(self, *, source: str, code: str, message: str) -> CloudEvent:
         """Build a reply saying this event could not be processed, and why."""
+        # The message may quote the bad input; it must still be sendable.
+        message = mqtt_safe_text(message)
         return self.reply(source=source, data={"error": code, "message": message}).replace(
             datacontenttype=JSON, errorcode=code, errormessage=message[:_MAX_STRING]
         )
@@ -160,6 +172,24 @@ def _check_text(name: str, value: object, *, required: bool) -> None:
         raise CloudEventError(name, "must not be empty")
     if len(value) > _MAX_STRING:
         raise CloudEventError(name, f"is longer than {_MAX_STRING} characters")
+    if not _is_mqtt_text(value):
+        raise CloudEventError(name, "must be UTF-8 text without U+0000 (MQTT strings)")
+
+
+def _is_mqtt_text(value: str) -> bool:
+    """MQTT strings are UTF-8 without NUL: brokers drop clients that send anything else."""
+    if "\x00" in value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates, e.g. decoded from JSON "\ud800"
+        return False
+    return True
+
+
+def mqtt_safe_text(value: str) -> str:
+    """``value`` with what MQTT strings cannot carry replaced by U+FFFD."""
+    return value.encode("utf-8", "replace").decode().replace("\x00", "\ufffd")
 
 
 def format_time(value: datetime) -> str:

@@ -53,6 +53,8 @@ class GatewayPluginManager(pluggy.PluginManager):
     def register_named(self, plugin: Any, name: str, *, origin: str, version: str) -> None:
         if self.get_plugin(name) is not None:
             raise PluginError(f"two plugins are named {name!r}")
+        if self.is_registered(plugin):
+            raise PluginError(f"plugin {name!r} is already registered as {self.get_name(plugin)!r}")
         self.register(plugin, name=name)
         self._origins[name] = (origin, version)
 

@@ -228,7 +228,8 @@ def _check(
     try:
         value = _convert(annotation, raw, from_text)
     except (TypeError, ValueError) as error:
-        shown = "********" if metadata.get("secret") else repr(raw)
+        secret = metadata.get("secret") or Secret in (annotation, *get_args(annotation))
+        shown = "********" if secret else repr(raw)
         raise SettingsError(element, f"expected {error}, got {shown} (from {origin})") from None
     choices = metadata.get("choices") or ()
     if choices and value not in choices:
@@ -237,7 +238,7 @@ def _check(
             f"expected one of {', '.join(map(str, choices))}, got {value!r} (from {origin})",
         )
     minimum = metadata.get("minimum")
-    if minimum is not None and value is not None and value < minimum:
+    if minimum is not None and value is not None and not value >= minimum:
         raise SettingsError(
             element, f"expected a value >= {minimum}, got {value!r} (from {origin})"
         )

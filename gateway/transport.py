@@ -121,6 +121,8 @@ class Service(Protocol):
 
 def topic_matches(topic_filter: str, topic: str) -> bool:
     """MQTT topic filter matching (``+`` one level, ``#`` the rest)."""
+    if topic.startswith("$") and topic_filter[:1] in ("+", "#"):
+        return False  # MQTT 4.7.2-1: wildcards never match $-topics such as $SYS
     filter_levels = topic_filter.split("/")
     topic_levels = topic.split("/")
     for index, level in enumerate(filter_levels):

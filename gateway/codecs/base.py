@@ -6,6 +6,7 @@ from typing import Any, Protocol, TypeVar
 
 import cattrs
 
+from gateway.cloudevents import MSGPACK
 from gateway.errors import CloudEventError
 
 T = TypeVar("T")
@@ -51,12 +52,13 @@ def codec_for(content_type: str | None) -> DataCodec | None:
 
 
 def encode_data(value: Any, content_type: str | None) -> bytes:
-    """Bytes for a data value; ``bytes`` pass through untouched whatever the content type."""
+    """Bytes for a data value (``bytes`` pass through as the payload, except for msgpack)."""
     if value is None:
         return b""
-    if isinstance(value, bytes | bytearray):
-        return bytes(value)
     codec = codec_for(content_type)
+    # bytes are an encoded payload, except for msgpack, where they are a value (bin) of their own
+    if isinstance(value, bytes | bytearray) and (codec is None or codec.content_type != MSGPACK):
+        return bytes(value)
     if codec is None:
         raise CloudEventError(
             "datacontenttype", f"{content_type!r} has no codec; pass the data as bytes"

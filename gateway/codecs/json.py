@@ -27,7 +27,7 @@ class JsonCodec:
     def loads(self, payload: bytes) -> Any:
         try:
             return json.loads(payload)
-        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        except ValueError as error:  # JSONDecodeError, UnicodeDecodeError, int digit limit
             raise CloudEventError("data", f"is not valid JSON: {error}") from None
         except RecursionError:
             raise CloudEventError("data", "is nested too deeply") from None

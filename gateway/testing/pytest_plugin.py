@@ -27,7 +27,7 @@ def redis_process() -> Iterator[ServerProcess | None]:
     try:
         yield server
     finally:
-        server.stop()
+        server.close()
 
 
 @pytest.fixture(scope="session")
@@ -47,7 +47,7 @@ def mqtt_process() -> Iterator[ServerProcess | None]:
     try:
         yield server
     finally:
-        server.stop()
+        server.close()
 
 
 @pytest.fixture(scope="session")

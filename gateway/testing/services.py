@@ -80,6 +80,11 @@ class ServerProcess:
         self.stop()
         self.start()
 
+    def close(self) -> None:
+        """Stop the server and remove its directory (config, data, log)."""
+        self.stop()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
 
 def redis_server(directory: Path | None = None) -> ServerProcess:
     """A redis-server on a free loopback port, appending to its own AOF."""
@@ -127,4 +132,4 @@ def running(server: ServerProcess) -> Iterator[ServerProcess]:
     try:
         yield server
     finally:
-        server.stop()
+        server.close()

@@ -17,8 +17,10 @@ StoreFactory = Callable[..., RedisStore]  # the ``store_factory`` fixture
 
 
 def command(**changes: str) -> CloudEvent:
-    values = {"type": "org.example.Start.v1", "source": "urn:mes", "subject": "cell-1"} | changes
-    return CloudEvent(**values, data={"JobOrderID": "J1"})
+    event = CloudEvent(
+        type="org.example.Start.v1", source="urn:mes", subject="cell-1", data={"JobOrderID": "J1"}
+    )
+    return event.replace(**changes)
 
 
 def replies_to(event: CloudEvent) -> list[CloudEvent]:

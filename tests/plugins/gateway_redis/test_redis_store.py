@@ -124,16 +124,22 @@ async def test_state_and_change_record_commit_together(store: RedisStore) -> Non
         assert await store.get_json(key) is None  # queued, not yet written
     assert await store.get_json(key) == {"State": "Ready"}
     assert await store.client.smembers(store.keys.scoped("cell-1", "jobs")) == {"J1"}
-    [(_, record)] = await store.client.xrange(store.keys.changes("cell-1"))
+    [record] = await stream_records(store, store.keys.changes("cell-1"))
     assert record["change_type"] == "Store"
     assert record["job_order_id"] == "J1"
     assert record["ts"].endswith("Z")
 
 
+async def stream_records(store: RedisStore, key: str) -> list[dict[str, str]]:
+    """The records of a stream, as the store's text-decoding client returns them."""
+    entries: list[tuple[str, dict[str, str]]] = await store.client.xrange(key)  # type: ignore[assignment]
+    return [record for _, record in entries]
+
+
 async def test_a_given_ts_is_kept(store: RedisStore) -> None:
     async with store.transaction("cell-1") as tx:
         tx.append_change({"change_type": "X", "ts": "2026-01-01T00:00:00Z"})
-    [(_, record)] = await store.client.xrange(store.keys.changes("cell-1"))
+    [record] = await stream_records(store, store.keys.changes("cell-1"))
     assert record["ts"] == "2026-01-01T00:00:00Z"
 
 
@@ -206,7 +212,7 @@ async def test_a_new_scope_is_announced_once(
     async with store.transaction("cell-7") as tx:
         tx.append_change({"change_type": "Store"})
     assert await store.known_scopes() == {"cell-7"}
-    [(_, announced)] = await store.client.xrange(store.keys.global_changes())
+    [announced] = await stream_records(store, store.keys.global_changes())
     assert announced["scope"] == "cell-7"
     assert "ts" in announced
 
