@@ -1,0 +1,143 @@
+"""The MQTT binding beyond the shared contract: commands it sends, reconnects, start-up errors."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+
+import anyio
+import pytest
+
+from gateway.app import Gateway
+from gateway.cloudevents import CloudEvent
+from gateway.codecs.mqtt import from_mqtt, to_mqtt
+from gateway.errors import GatewayError
+from gateway.hookspecs import hookimpl
+from gateway.settings import Settings
+from gateway.testing import running, wait_until
+from gateway.testing.mqtt import connect_test_client
+from gateway.testing.services import ServerProcess, mosquitto
+from gateway.transport import Processor, Subscription
+
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+
+
+def make_gateway(mqtt_url: str, unique: str, *extra: object) -> Gateway:
+    environ = {
+        "GATEWAY_PLUGINS_BLOCK": "redis",
+        "GATEWAY_MQTT_URL": mqtt_url,
+        "GATEWAY_MQTT_SHARE_GROUP": unique,
+        "GATEWAY_MQTT_RECONNECT_MIN_SECONDS": "0.05",
+        "GATEWAY_MQTT_RECONNECT_MAX_SECONDS": "0.5",
+        "GATEWAY_GATEWAY_INSTANCE_ID": unique,
+    }
+    plugins = {f"extra{index}": plugin for index, plugin in enumerate(extra)}
+    return Gateway.from_environment(None, environ, extra_plugins=plugins)
+
+
+async def test_request_waits_for_the_reply_on_the_instance_reply_topic(
+    mqtt_url: str, unique: str
+) -> None:
+    """The gateway commands a device; the device answers on the gateway's own reply topic."""
+    gateway = make_gateway(mqtt_url, unique)
+    async with running(gateway), connect_test_client(mqtt_url) as device:
+        async with (
+            device.watch(f"{unique}/tool/commands") as commands,
+            anyio.create_task_group() as tasks,
+        ):
+
+            async def answer() -> None:
+                incoming = await commands.receive()
+                command = from_mqtt(incoming)
+                reply = command.reply(source="urn:device", data={"torque": 12.5})
+                assert incoming.response_topic is not None
+                await device.publish(to_mqtt(reply, incoming.response_topic))
+
+            tasks.start_soon(answer)
+            command = CloudEvent(type="com.example.tighten.v1", source=gateway.source, data={})
+            reply = await gateway.binding("mqtt").request(
+                f"{unique}/tool/commands", command, timeout=5
+            )
+    assert reply.data == {"torque": 12.5}
+    assert reply.correlationid == command.id
+    assert f"gateway/replies/{unique}" == gateway.binding("mqtt").reply_topic  # type: ignore[attr-defined]
+
+
+async def test_request_without_reply_times_out_with_a_clear_error(
+    mqtt_url: str, unique: str
+) -> None:
+    gateway = make_gateway(mqtt_url, unique)
+    async with running(gateway):
+        command = CloudEvent(type="com.example.tighten.v1", source=gateway.source)
+        with pytest.raises(GatewayError, match="no reply to com.example.tighten.v1"):
+            await gateway.binding("mqtt").request(f"{unique}/nobody", command, timeout=0.3)
+
+
+@pytest.fixture
+def own_broker() -> Iterator[ServerProcess]:
+    """A broker of this test's own, which the test restarts."""
+    broker = mosquitto().start()
+    try:
+        yield broker
+    finally:
+        broker.close()
+
+
+class Counter:
+    def __init__(self, topic_root: str) -> None:
+        self.topic_root = topic_root
+        self.handled = 0
+
+    @hookimpl
+    def gateway_register_processors(
+        self, register: Callable[[Processor], None], settings: Settings
+    ) -> None:
+        async def handle(event: CloudEvent) -> Sequence[CloudEvent]:
+            self.handled += 1
+            return [event.reply(source="urn:gw", data={"count": self.handled})]
+
+        register(Processor("counter", [Subscription(f"{self.topic_root}/+/commands")], handle))
+
+
+async def test_reconnects_and_resubscribes_after_the_broker_restarts(
+    own_broker: ServerProcess, unique: str
+) -> None:
+    url = f"mqtt://127.0.0.1:{own_broker.port}"
+    counter = Counter(unique)
+    gateway = make_gateway(url, unique, counter)
+    command = CloudEvent(type="com.example.count.v1", source="urn:mes", subject="s1")
+    async with running(gateway):
+        async with connect_test_client(url) as mes:
+            first = await mes.request(f"{unique}/s1/commands", command)
+        # The broker keeps no sessions across this restart: the binding must subscribe again.
+        own_broker.restart()
+        await wait_until(lambda: gateway.binding("mqtt").reconnects > 0)  # type: ignore[attr-defined]
+        async with connect_test_client(url) as mes:
+            with anyio.fail_after(10):
+                while True:  # the gateway may not be resubscribed at the very first attempt
+                    try:
+                        second = await mes.request(
+                            f"{unique}/s1/commands", command.replace(id="second"), timeout=0.5
+                        )
+                        break
+                    except TimeoutError:
+                        continue
+    assert first.data == {"count": 1}
+    assert second.data["count"] >= 2
+
+
+async def test_refused_credentials_stop_start_up_with_a_clear_message(unique: str) -> None:
+    with_password = mosquitto()
+    # No anonymous clients and no password file: every login is refused.
+    config = with_password.directory / "mosquitto.conf"
+    config.write_text(config.read_text().replace("allow_anonymous true", "allow_anonymous false"))
+    with_password.start()
+    try:
+        url = f"mqtt://someone:wrong@127.0.0.1:{with_password.port}"
+        gateway = make_gateway(url, unique)
+        with pytest.raises(GatewayError) as raised:
+            await gateway.run()
+    finally:
+        with_password.close()
+    message = str(raised.value)
+    assert "refused" in message
+    assert "wrong" not in message
