@@ -15,6 +15,7 @@ from anyio.abc import TaskStatus
 from gateway.core import CoreSettings
 from gateway.errors import GatewayError, PluginError
 from gateway.plugins import GatewayPluginManager, build_plugin_manager
+from gateway.recipes import JobControl, RecipeInterpreter
 from gateway.settings import Settings, SettingsRegistry, load_settings
 from gateway.store import Store
 from gateway.transport import Binding, Dispatcher, Processor, Service
@@ -51,10 +52,19 @@ class Gateway:
         self.store: Store | None = plugins.hook.gateway_make_store(settings=settings)
         self.bindings: dict[str, Binding] = {}
         plugins.hook.gateway_register_bindings(register=self._add_binding, settings=settings)
+        self.recipe_interpreters: dict[str, RecipeInterpreter] = {}
+        plugins.hook.gateway_register_recipe_interpreters(
+            register=self._add_interpreter, settings=settings, gateway=self
+        )
+        self._job_control: JobControl | None = plugins.hook.gateway_make_job_control(gateway=self)
         self.processors: list[Processor] = []
-        plugins.hook.gateway_register_processors(register=self._add_processor, settings=settings)
+        plugins.hook.gateway_register_processors(
+            register=self._add_processor, settings=settings, gateway=self
+        )
         self.services: list[Service] = []
-        plugins.hook.gateway_register_services(register=self._add_service, settings=settings)
+        plugins.hook.gateway_register_services(
+            register=self._add_service, settings=settings, gateway=self
+        )
         self.dispatcher = Dispatcher(
             self.processors,
             source=self.source,
@@ -83,6 +93,18 @@ class Gateway:
         if binding.name in self.bindings:
             raise PluginError(f"two bindings are named {binding.name!r}")
         self.bindings[binding.name] = binding
+
+    def _add_interpreter(self, interpreter: RecipeInterpreter) -> None:
+        if interpreter.dataschema in self.recipe_interpreters:
+            raise PluginError(f"two recipe interpreters for dataschema {interpreter.dataschema!r}")
+        self.recipe_interpreters[interpreter.dataschema] = interpreter
+
+    @property
+    def job_control(self) -> JobControl:
+        """Where interpreters report job progress (provided by the job management plugin)."""
+        if self._job_control is None:
+            raise PluginError("no plugin provides job control (is the jobs plugin blocked?)")
+        return self._job_control
 
     def _add_processor(self, processor: Processor) -> None:
         if any(existing.name == processor.name for existing in self.processors):

@@ -16,6 +16,7 @@ import pluggy
 if TYPE_CHECKING:
     from gateway.app import Gateway
     from gateway.cli import Command
+    from gateway.recipes import JobControl, RecipeInterpreter
     from gateway.settings import Settings
     from gateway.store import Store
     from gateway.transport import Binding, Processor, Service
@@ -55,17 +56,41 @@ def gateway_register_bindings(register: Callable[[Binding], None], settings: Set
 
 
 @hookspec
-def gateway_register_processors(register: Callable[[Processor], None], settings: Settings) -> None:
-    """Contribute message processors (``register(processor)``), after settings are loaded.
+def gateway_register_recipe_interpreters(
+    register: Callable[[RecipeInterpreter], None], settings: Settings, gateway: Gateway
+) -> None:
+    """Contribute recipe interpreters (``register(interpreter)``), one per ``dataschema`` URI.
 
-    A processor names its subscriptions, the event types it handles and its binding; the
-    dispatcher routes each incoming event to the first matching processor.
+    Fires after the store and bindings are built, before job control and processors, so job
+    management finds the interpreters in ``gateway.recipe_interpreters``.
+    """
+
+
+@hookspec(firstresult=True)
+def gateway_make_job_control(gateway: Gateway) -> JobControl | None:
+    """Build the job control recipe interpreters report to (``gateway.job_control``).
+
+    Fires once, after the interpreters are registered and before the processors.
     """
 
 
 @hookspec
-def gateway_register_services(register: Callable[[Service], None], settings: Settings) -> None:
-    """Contribute long-running services (``register(service)``), after settings are loaded.
+def gateway_register_processors(
+    register: Callable[[Processor], None], settings: Settings, gateway: Gateway
+) -> None:
+    """Contribute message processors (``register(processor)``), after settings are loaded.
+
+    A processor names its subscriptions, the event types it handles and its binding; the
+    dispatcher routes each incoming event to the first matching processor. ``gateway`` gives
+    the store, bindings, interpreters and job control, to be used once messages arrive.
+    """
+
+
+@hookspec
+def gateway_register_services(
+    register: Callable[[Service], None], settings: Settings, gateway: Gateway
+) -> None:
+    """Contribute long-running services (``register(service)``), after the processors.
 
     A service declares the roles it runs in (``gateway run --role ...``); the host starts the
     services of the selected role after the bindings are up.
@@ -85,6 +110,18 @@ def gateway_startup(gateway: Gateway) -> None:
 @hookspec
 def gateway_shutdown(gateway: Gateway, reason: str) -> None:
     """Fires when the gateway begins to stop (signal, error, or request), before draining."""
+
+
+@hookspec
+def gateway_job_state_changed(
+    scope: str, job_order_id: str, method: str, previous: str, current: str
+) -> None:
+    """Observer: a job changed state, after the change is stored.
+
+    ``previous`` and ``current`` are state paths such as ``AllowedToStart.Ready`` or
+    ``Ended.Completed``; ``method`` is the OPC method or the interpreter's call that caused it.
+    For metrics and audit; must not raise or block.
+    """
 
 
 @hookspec

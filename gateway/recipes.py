@@ -1,0 +1,148 @@
+"""The hand-off between job management and recipe interpreters.
+
+Job management (the OPC 40001-3 state machine) owns the job's state; a recipe interpreter owns
+the execution of the Work Master's recipe. They meet here, so neither imports the other:
+
+- job management looks up the ``RecipeInterpreter`` registered for a Work Master's
+  ``dataschema`` (``gateway.recipe_interpreters``), asks it to ``validate`` the recipe when a job
+  is stored, tells it to ``start`` when the job may start, and passes on the MES's Pause, Resume,
+  Stop and Abort through ``command``;
+- the interpreter reports back through ``JobControl`` (``gateway.job_control``): the job runs,
+  completes with results, is held after a failure, or aborts.
+
+Every ``JobControl`` call is a compare-and-swap on the job's stored state: it returns ``False``
+(and changes nothing) when the job is not in the state the call expects, for example because the
+MES aborted it meanwhile. Interpreters treat ``False`` as "stop working on this job".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol
+
+
+class JobCommand(StrEnum):
+    """MES methods that act on a job while its recipe runs."""
+
+    PAUSE = "Pause"
+    RESUME = "Resume"
+    STOP = "Stop"
+    ABORT = "Abort"
+
+
+@dataclass(frozen=True)
+class RecipeJob:
+    """A job as an interpreter sees it: ids, the job order and its Work Master as stored JSON.
+
+    ``job_order`` and ``work_master`` are the documents in their OPC UA JSON form (PascalCase
+    keys: ``JobOrderID``, ``JobOrderParameters``, ``WorkMasterID``; ``ID``, ``Parameters``,
+    ``Data``, ``DataSchema``).
+    """
+
+    scope: str
+    job_order_id: str
+    job_order: Mapping[str, Any]
+    work_master: Mapping[str, Any]
+
+    @property
+    def recipe(self) -> Any:
+        return self.work_master.get("Data")
+
+    @property
+    def dataschema(self) -> str | None:
+        schema = self.work_master.get("DataSchema")
+        return schema if isinstance(schema, str) else None
+
+    def parameters(self) -> dict[str, Any]:
+        """Work Master parameters overridden by job order parameters, by ``ID``."""
+        values: dict[str, Any] = {}
+        for source in (
+            self.work_master.get("Parameters"),
+            self.job_order.get("JobOrderParameters"),
+        ):
+            for parameter in source or ():
+                if isinstance(parameter, Mapping) and isinstance(parameter.get("ID"), str):
+                    values[parameter["ID"]] = parameter.get("Value")
+        return values
+
+
+@dataclass(frozen=True)
+class ProcessValue:
+    """One result an interpreter reports; it becomes an entry of the Job Response's data."""
+
+    id: str
+    value: Any
+    unit: str | None = None
+    description: str | None = None
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """What an interpreter reports when a job ends, well or badly."""
+
+    results: Sequence[ProcessValue] = field(default_factory=tuple)
+    error: str | None = None
+    # True when a command that may have changed the product or equipment was sent before the
+    # failure: the MES then knows the part is not untouched.
+    side_effects: bool = False
+
+
+class JobControl(Protocol):
+    """What an interpreter may do to its job (implemented by the job management plugin)."""
+
+    async def job(self, scope: str, job_order_id: str) -> RecipeJob | None:
+        """The job and its Work Master, or ``None`` when it no longer exists."""
+        ...
+
+    async def state(self, scope: str, job_order_id: str) -> str | None:
+        """The job's state path, e.g. ``Running`` or ``Interrupted.Held``; ``None`` if unknown."""
+        ...
+
+    async def run(self, scope: str, job_order_id: str) -> bool:
+        """AllowedToStart -> Running, when execution begins."""
+        ...
+
+    async def complete(self, scope: str, job_order_id: str, outcome: JobOutcome) -> bool:
+        """Running -> Ended.Completed, writing the Job Response with ``outcome.results``."""
+        ...
+
+    async def abort(self, scope: str, job_order_id: str, outcome: JobOutcome) -> bool:
+        """Running or Interrupted -> Aborted, with the error and the side-effects flag."""
+        ...
+
+    async def hold(self, scope: str, job_order_id: str, reason: str) -> bool:
+        """Running -> Interrupted.Held after a failure the recipe wants an operator to see.
+
+        The MES's Resume then retries (``command(RESUME)``); its Abort ends the job.
+        """
+        ...
+
+    async def record_results(
+        self, scope: str, job_order_id: str, results: Sequence[ProcessValue]
+    ) -> bool:
+        """Update the Job Response with results so far, without changing the job's state."""
+        ...
+
+
+class RecipeInterpreter(Protocol):
+    """Runs the recipes of one format, identified by the Work Master's ``dataschema`` URI."""
+
+    dataschema: str
+
+    def validate(self, recipe: Any) -> Sequence[str]:
+        """Problems with a recipe, each naming the element; empty when it can run.
+
+        Called when a Work Master is configured and when a job referencing it is stored, so an
+        invalid recipe is rejected before it could fail halfway.
+        """
+        ...
+
+    async def start(self, job: RecipeJob) -> None:
+        """The job entered AllowedToStart: begin executing it (durably; return promptly)."""
+        ...
+
+    async def command(self, job: RecipeJob, command: JobCommand) -> None:
+        """The MES paused, resumed, stopped or aborted the job; its state is already changed."""
+        ...
