@@ -30,6 +30,7 @@ DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
     ("core", "gateway.core"),
     ("redis", "gateway_redis.plugin"),
     ("mqtt", "gateway_mqtt.plugin"),
+    ("sfc", "gateway_sfc.plugin"),
 )
 ALWAYS_LOADED = frozenset({"core"})
 

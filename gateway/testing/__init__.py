@@ -14,6 +14,11 @@ from contextlib import asynccontextmanager
 import anyio
 
 from gateway.app import Gateway
+from gateway.plugins import ALWAYS_LOADED, DEFAULT_PLUGINS
+
+# ``GATEWAY_PLUGINS_BLOCK`` value that leaves out every default plugin but the host's own
+# settings, so a test runs a plugin (or a stand-in) on its own.
+WITHOUT_DEFAULT_PLUGINS = ",".join(name for name, _ in DEFAULT_PLUGINS if name not in ALWAYS_LOADED)
 
 
 @asynccontextmanager

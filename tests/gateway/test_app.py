@@ -28,6 +28,7 @@ from gateway.app import Gateway
 from gateway.cloudevents import CloudEvent
 from gateway.errors import GatewayError, PluginError
 from gateway.hookspecs import hookimpl
+from gateway.testing import WITHOUT_DEFAULT_PLUGINS
 from gateway.transport import Processor, Subscription
 
 COMMANDS = "gw/station-1/commands"
@@ -36,7 +37,10 @@ START = "com.example.start.v1"
 
 def environ(**values: str) -> dict[str, str]:
     """An environment without the default redis and mqtt plugins."""
-    base = {"GATEWAY_PLUGINS_BLOCK": "redis,mqtt", "GATEWAY_GATEWAY_INSTANCE_ID": "gw-test"}
+    base = {
+        "GATEWAY_PLUGINS_BLOCK": WITHOUT_DEFAULT_PLUGINS,
+        "GATEWAY_GATEWAY_INSTANCE_ID": "gw-test",
+    }
     return base | values
 
 
@@ -528,7 +532,7 @@ class LogReader:
 def child_environ(tmp_path: Path) -> dict[str, str]:
     return {
         **os.environ,
-        "GATEWAY_PLUGINS_BLOCK": "redis,mqtt",
+        "GATEWAY_PLUGINS_BLOCK": WITHOUT_DEFAULT_PLUGINS,
         "GATEWAY_GATEWAY_DATA_DIR": str(tmp_path / "data"),
         "GATEWAY_GATEWAY_INSTANCE_ID": "gw-signal-test",
         "PYTHONUNBUFFERED": "1",

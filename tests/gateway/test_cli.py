@@ -13,6 +13,7 @@ import pytest
 from gateway import __version__
 from gateway.cli import main
 from gateway.hookspecs import ENTRY_POINT_GROUP
+from gateway.testing import WITHOUT_DEFAULT_PLUGINS
 
 SECRET = "s3cr3t-vault-password"
 
@@ -73,7 +74,7 @@ def clean_environ(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
 @pytest.fixture
 def vault(clean_environ: pytest.MonkeyPatch, tmp_path: Path) -> pytest.MonkeyPatch:
     install_plugin(tmp_path / "site", clean_environ, "vault", "acme-vault", VAULT_PLUGIN)
-    clean_environ.setenv("GATEWAY_PLUGINS_BLOCK", "redis,mqtt")
+    clean_environ.setenv("GATEWAY_PLUGINS_BLOCK", WITHOUT_DEFAULT_PLUGINS)
     return clean_environ
 
 
@@ -233,7 +234,7 @@ def test_plugins_lists_the_default_plugins_with_versions_and_hooks(
 def test_plugins_honours_the_block_list(
     clean_environ: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    clean_environ.setenv("GATEWAY_PLUGINS_BLOCK", "redis,mqtt")
+    clean_environ.setenv("GATEWAY_PLUGINS_BLOCK", WITHOUT_DEFAULT_PLUGINS)
     assert main(["plugins"]) == 0
     names = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line[:1] != " "]
     assert names == ["core"]
@@ -255,7 +256,7 @@ def test_a_plugin_command_clashing_with_a_builtin_is_an_error(
     clean_environ: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     install_plugin(tmp_path, clean_environ, "clash", "acme-clash", CLASHING_PLUGIN)
-    clean_environ.setenv("GATEWAY_PLUGINS_BLOCK", "redis,mqtt")
+    clean_environ.setenv("GATEWAY_PLUGINS_BLOCK", WITHOUT_DEFAULT_PLUGINS)
     assert main(["plugins"]) != 0
     assert "'plugins'" in capsys.readouterr().err
 
@@ -270,7 +271,7 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 def test_a_command_is_required(
     clean_environ: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    clean_environ.setenv("GATEWAY_PLUGINS_BLOCK", "redis,mqtt")
+    clean_environ.setenv("GATEWAY_PLUGINS_BLOCK", WITHOUT_DEFAULT_PLUGINS)
     with pytest.raises(SystemExit) as caught:
         main([])
     assert caught.value.code == 2

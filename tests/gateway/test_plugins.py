@@ -15,9 +15,10 @@ from gateway import __version__
 from gateway.errors import PluginError
 from gateway.hookspecs import ENTRY_POINT_GROUP, hookimpl
 from gateway.plugins import DEFAULT_PLUGINS, GatewayPluginManager, build_plugin_manager
+from gateway.testing import WITHOUT_DEFAULT_PLUGINS
 
 # The default plugins other than core are blocked so these tests only exercise the host.
-WITHOUT_DEFAULTS = {"GATEWAY_PLUGINS_BLOCK": "redis,mqtt"}
+WITHOUT_DEFAULTS = {"GATEWAY_PLUGINS_BLOCK": WITHOUT_DEFAULT_PLUGINS}
 
 
 class GreeterPlugin:
@@ -96,7 +97,7 @@ def test_block_list_tolerates_spaces_and_empty_items() -> None:
 
 
 def test_core_cannot_be_blocked() -> None:
-    manager = build_plugin_manager({"GATEWAY_PLUGINS_BLOCK": "core,redis,mqtt"})
+    manager = build_plugin_manager({"GATEWAY_PLUGINS_BLOCK": "core," + WITHOUT_DEFAULT_PLUGINS})
     assert "core" in names(manager)
 
 
@@ -173,7 +174,7 @@ def test_entry_point_plugins_obey_block_and_allow_lists(third_party: Callable[..
     third_party(
         "acme-greeter", "1.0", {"greeter": "acme_greeter"}, {"acme_greeter": GREETER_MODULE}
     )
-    blocked = build_plugin_manager({"GATEWAY_PLUGINS_BLOCK": "redis,mqtt,greeter"})
+    blocked = build_plugin_manager({"GATEWAY_PLUGINS_BLOCK": WITHOUT_DEFAULT_PLUGINS + ",greeter"})
     assert "greeter" not in names(blocked)
     allowed = build_plugin_manager({"GATEWAY_PLUGINS_ALLOW": "greeter"})
     assert names(allowed) == {"core", "greeter"}
@@ -194,7 +195,7 @@ def test_an_entry_point_that_fails_to_import_is_a_plugin_error(
     assert "nope" in str(caught.value)
     # Blocking the broken plugin lets the gateway start without it.
     assert "broken" not in names(
-        build_plugin_manager({"GATEWAY_PLUGINS_BLOCK": "redis,mqtt,broken"})
+        build_plugin_manager({"GATEWAY_PLUGINS_BLOCK": WITHOUT_DEFAULT_PLUGINS + ",broken"})
     )
 
 
