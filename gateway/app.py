@@ -13,6 +13,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from gateway.core import CoreSettings
+from gateway.equipment import EquipmentHub
 from gateway.errors import GatewayError, PluginError
 from gateway.plugins import GatewayPluginManager, build_plugin_manager
 from gateway.recipes import JobControl, RecipeInterpreter
@@ -52,6 +53,10 @@ class Gateway:
         self.store: Store | None = plugins.hook.gateway_make_store(settings=settings)
         self.bindings: dict[str, Binding] = {}
         plugins.hook.gateway_register_bindings(register=self._add_binding, settings=settings)
+        self.equipment = EquipmentHub()
+        plugins.hook.gateway_register_equipment_drivers(
+            register=self.equipment.add_driver, settings=settings, gateway=self
+        )
         self.recipe_interpreters: dict[str, RecipeInterpreter] = {}
         plugins.hook.gateway_register_recipe_interpreters(
             register=self._add_interpreter, settings=settings, gateway=self

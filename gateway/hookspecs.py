@@ -16,6 +16,7 @@ import pluggy
 if TYPE_CHECKING:
     from gateway.app import Gateway
     from gateway.cli import Command
+    from gateway.equipment import EquipmentDriver
     from gateway.recipes import JobControl, RecipeInterpreter
     from gateway.settings import Settings
     from gateway.store import Store
@@ -52,6 +53,17 @@ def gateway_register_bindings(register: Callable[[Binding], None], settings: Set
     """Contribute transports (``register(binding)``), after settings are loaded.
 
     Binding names are unique; processors name the binding that serves them.
+    """
+
+
+@hookspec
+def gateway_register_equipment_drivers(
+    register: Callable[[EquipmentDriver], None], settings: Settings, gateway: Gateway
+) -> None:
+    """Contribute southbound equipment drivers (``register(driver)``).
+
+    Fires after the bindings are built. A driver delivers the commands it ``serves`` and hands
+    replies and events back through ``gateway.equipment``; see ``gateway.equipment``.
     """
 
 
