@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Any
 
 import cattrs
+from cattrs.cols import is_mutable_sequence, list_structure_factory
 
 from gateway.errors import ValidationError
 
@@ -200,11 +201,24 @@ def _to_enum(value: Any, enum: type[StrEnum]) -> StrEnum:
     return enum(_strict(str, "a string")(value, str))
 
 
+def _strict_list(kind: Any, converter: cattrs.Converter) -> Any:
+    """Lists must be lists: a string would otherwise be read character by character."""
+    inner = list_structure_factory(kind, converter)
+
+    def structure(value: Any, type_: Any) -> Any:
+        if not isinstance(value, list):
+            raise ValueError(f"expected a list, got {type(value).__name__}")
+        return inner(value, type_)
+
+    return structure
+
+
 _converter = cattrs.Converter(forbid_extra_keys=True)
 _converter.register_structure_hook(bool, _strict(bool, "true or false"))
 _converter.register_structure_hook(int, _strict(int, "an integer"))
 _converter.register_structure_hook(str, _strict(str, "a string"))
 _converter.register_structure_hook(float, _to_float)
+_converter.register_structure_hook_factory(is_mutable_sequence, _strict_list)
 # The hook for ``str`` would also catch the StrEnum fields; theirs are more specific.
 for _enum in (Qualifier, Interaction, BranchType, OnError):
     _converter.register_structure_hook(_enum, _to_enum)

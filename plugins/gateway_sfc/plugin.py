@@ -3,10 +3,44 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from gateway.cli import Command
 from gateway.hookspecs import hookimpl
+from gateway.recipes import RecipeInterpreter
+from gateway.settings import Settings
+from gateway.transport import Service
 from gateway_sfc.commands import recipe_command
+from gateway_sfc.coordination import Coordinator
+from gateway_sfc.interpreter import SfcEngineService, SfcInterpreter
+from gateway_sfc.model import DATASCHEMA
+from gateway_sfc.settings import SfcSettings
+
+if TYPE_CHECKING:
+    from gateway.app import Gateway
+
+
+@hookimpl
+def gateway_add_settings(register: Callable[[str, type[Any]], None]) -> None:
+    register("sfc", SfcSettings)
+
+
+@hookimpl
+def gateway_register_recipe_interpreters(
+    register: Callable[[RecipeInterpreter], None], settings: Settings, gateway: Gateway
+) -> None:
+    coordinator = Coordinator(settings.get(SfcSettings), gateway)
+    gateway.equipment.attach(coordinator)
+    register(SfcInterpreter(coordinator))
+
+
+@hookimpl
+def gateway_register_services(
+    register: Callable[[Service], None], settings: Settings, gateway: Gateway
+) -> None:
+    interpreter = gateway.recipe_interpreters.get(DATASCHEMA)
+    if isinstance(interpreter, SfcInterpreter):
+        register(SfcEngineService(interpreter.coordinator))
 
 
 @hookimpl

@@ -1,0 +1,110 @@
+"""In-process equipment for tests and benchmarks: a driver that answers commands itself.
+
+``TestEquipment`` is a real ``EquipmentDriver`` (registered through the driver hook like any
+other), with the equipment's behaviour given by a function per command type. It records every
+command it received, so tests can check what was sent and how often (correlation ids included).
+"""
+
+from __future__ import annotations
+
+import inspect
+import uuid
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from gateway.equipment import EquipmentCommand, EquipmentEvent, EquipmentReply
+from gateway.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from gateway.app import Gateway
+    from gateway.equipment import EquipmentDriver
+    from gateway.settings import Settings
+
+Behaviour = Callable[[EquipmentCommand], Any]
+"""Returns the reply data (or an awaitable of it); raises ``EquipmentFailure`` to answer an error,
+``NoAnswer`` to stay silent."""
+
+
+class EquipmentFailure(Exception):
+    """Raised by a behaviour: the equipment answers with this error."""
+
+
+class NoAnswer(Exception):
+    """Raised by a behaviour: the equipment never answers (the action times out)."""
+
+
+@dataclass
+class TestEquipment:
+    """A driver serving every command type in ``behaviours`` (all types when ``serve_all``)."""
+
+    __test__ = False  # not a pytest test class
+
+    behaviours: Mapping[str, Behaviour] = field(default_factory=dict)
+    serve_all: bool = True
+    name: str = "test-equipment"
+    received: list[EquipmentCommand] = field(default_factory=list)
+    gateways: list[Gateway] = field(default_factory=list)
+
+    # -- the driver -------------------------------------------------------------------------
+
+    def serves(self, command: EquipmentCommand) -> bool:
+        return self.serve_all or command.type in self.behaviours
+
+    async def send(self, command: EquipmentCommand) -> None:
+        self.received.append(command)
+        behaviour = self.behaviours.get(command.type, _succeed)
+        try:
+            data = behaviour(command)
+            if inspect.isawaitable(data):
+                data = await data
+        except NoAnswer:
+            return
+        except EquipmentFailure as failure:
+            await self._hub(command).reply(EquipmentReply(command.correlation_id, error=str(failure)))
+            return
+        await self._hub(command).reply(
+            EquipmentReply(command.correlation_id, data=data, scope=command.scope)
+        )
+
+    def _hub(self, command: EquipmentCommand) -> Any:
+        # Any instance's hub will do: replies are routed through shared state.
+        return self.gateways[len(self.received) % len(self.gateways)].equipment
+
+    # -- for tests --------------------------------------------------------------------------
+
+    async def emit(self, type: str, data: Any = None, **where: Any) -> EquipmentEvent:
+        """Publish a pull event (``where``: equipment, scope, job_order_id)."""
+        event = EquipmentEvent(type=type, id=str(uuid.uuid4()), data=data, **where)
+        await self.gateways[0].equipment.event(event)
+        return event
+
+    def sent(self, type: str | None = None) -> list[EquipmentCommand]:
+        return [command for command in self.received if type is None or command.type == type]
+
+    def correlation_counts(self) -> Counter[str]:
+        return Counter(command.correlation_id for command in self.received)
+
+    @hookimpl
+    def gateway_register_equipment_drivers(
+        self, register: Callable[[EquipmentDriver], None], settings: Settings, gateway: Gateway
+    ) -> None:
+        self.gateways.append(gateway)
+        register(self)
+
+
+def _succeed(command: EquipmentCommand) -> Any:
+    return {"ok": True}
+
+
+def answer_after(seconds: float, data: Any) -> Callable[[EquipmentCommand], Awaitable[Any]]:
+    """A behaviour that answers ``data`` after a delay."""
+
+    async def behaviour(command: EquipmentCommand) -> Any:
+        await anyio.sleep(seconds)
+        return data
+
+    return behaviour

@@ -1,0 +1,618 @@
+"""Running charts on several instances at once, sharing nothing but Redis.
+
+Per scope (all keys carry the scope's hash tag):
+
+- ``sfc:work`` stream, consumer group ``sfc-engine``: every stimulus for a job (start, reply,
+  event, timer, MES command, send, report) is an entry; XREADGROUP hands each to one instance,
+  XAUTOCLAIM hands the entries of a dead instance to a live one.
+- ``sfc:exec:<job>``: the execution state (``gateway_sfc.state``), changed only by the CAS
+  script below, which also writes the follow-up entries and timers in the same step.
+- ``sfc:recipe:<job>``: the recipe and parameters the job started with (a snapshot, so a
+  Work Master changed meanwhile does not change a running job).
+- ``sfc:timers`` sorted set: durable timers by due time; any instance moves due ones to the
+  stream atomically (so each fires once) — they survive every restart.
+- ``sfc:waiting`` sorted set: jobs with a ``pull_event`` waiting, oldest first, where an
+  incoming equipment event looks for its taker; ``sfc:unclaimed``: recent events nobody waited
+  for yet (an event may overtake the state change that starts the wait).
+- ``sfc:active`` set: jobs not ended, for the recovery scan at start.
+
+Globally: ``sfc:scopes`` (every scope that ran a job, for discovery) and ``sfc:job-scopes``
+(job id -> scope, for replies that do not say their scope).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from anyio.abc import TaskStatus
+from redis.exceptions import ResponseError
+
+from gateway.equipment import EquipmentCommand, EquipmentEvent, EquipmentReply
+from gateway.errors import GatewayError, ValidationError
+from gateway.recipes import JobCommand, JobOutcome, ProcessValue, RecipeJob
+from gateway_sfc.chart import Chart
+from gateway_sfc.engine import Effects, Executor, Timer
+from gateway_sfc.settings import SfcSettings
+from gateway_sfc.state import Execution, Phase, Status, dump_execution, load_execution
+from gateway_sfc.validation import load_chart
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
+    from gateway.app import Gateway
+    from gateway.store import Store
+
+log = logging.getLogger(__name__)
+
+GROUP = "sfc-engine"
+
+# Compare-and-swap of one job's execution state, with everything that must happen with it.
+# KEYS: exec doc, work stream, timers, waiting, active. ARGV[1]: the version the caller read
+# (-1: create, the doc must not exist); ARGV[2]: the new doc; ARGV[3]: JSON of the follow-ups.
+# Values travel as arguments and JSON decoded by cjson: nothing is spliced into the script.
+COMMIT = """
+local current = redis.call('GET', KEYS[1])
+local expected = tonumber(ARGV[1])
+if expected < 0 then
+  if current then return 0 end
+elseif not current or tonumber(cjson.decode(current)['version']) ~= expected then
+  return 0
+end
+local ops = cjson.decode(ARGV[3])
+if ops['ttl'] > 0 then
+  redis.call('SET', KEYS[1], ARGV[2], 'EX', ops['ttl'])
+else
+  redis.call('SET', KEYS[1], ARGV[2])
+end
+for _, entry in ipairs(ops['work']) do
+  redis.call('XADD', KEYS[2], '*', unpack(entry))
+end
+for _, timer in ipairs(ops['timers']) do
+  redis.call('ZADD', KEYS[3], timer[1], timer[2])
+end
+if ops['waiting'] then
+  redis.call('ZADD', KEYS[4], 'NX', ops['now'], ops['job'])
+else
+  redis.call('ZREM', KEYS[4], ops['job'])
+end
+if ops['active'] then
+  redis.call('SADD', KEYS[5], ops['job'])
+else
+  redis.call('SREM', KEYS[5], ops['job'])
+end
+return 1
+"""
+
+# Move due timers to the work stream; ZREM decides which instance moves each one.
+FIRE_TIMERS = """
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+local moved = 0
+for _, member in ipairs(due) do
+  if redis.call('ZREM', KEYS[1], member) == 1 then
+    local timer = cjson.decode(member)
+    redis.call('XADD', KEYS[2], '*', 'kind', 'timer', 'job', timer['job'], 'timer', member)
+    moved = moved + 1
+  end
+end
+return moved
+"""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What a job runs: its compiled chart and parameters (fixed when it started)."""
+
+    chart: Chart
+    parameters: Mapping[str, Any]
+    recipe: Any
+
+
+class Coordinator:
+    """The SFC engine's Redis side: work stream, CAS, timers, recovery, equipment sink."""
+
+    def __init__(self, settings: SfcSettings, gateway: Gateway) -> None:
+        self.settings = settings
+        self.gateway = gateway
+        self.consumer = gateway.instance_id
+        self.scopes: set[str] = set()
+        self._snapshots: OrderedDict[tuple[str, str], Snapshot] = OrderedDict()
+        self._commit: Any = None
+        self._fire_timers: Any = None
+        self._slots: anyio.Semaphore | None = None
+
+    # -- keys -------------------------------------------------------------------------------
+
+    @property
+    def store(self) -> Store:
+        store = self.gateway.store
+        if store is None:
+            raise GatewayError("the SFC engine needs a store (is the redis plugin blocked?)")
+        return store
+
+    @property
+    def client(self) -> Redis:
+        return self.store.client
+
+    def _key(self, scope: str, *parts: str) -> str:
+        return self.store.keys.scoped(scope, "sfc", *parts)
+
+    def _global(self, name: str) -> str:
+        return self.store.keys.global_key("sfc", name)
+
+    def _stream(self, scope: str) -> str:
+        return self._key(scope, "work")
+
+    # -- entry points (interpreter and equipment sink) --------------------------------------
+
+    async def enqueue(self, scope: str, fields: Mapping[str, str]) -> None:
+        """Add a work entry for ``scope``, making sure the scope is known and has its group."""
+        if scope not in self.scopes:
+            await self._adopt_scope(scope, announce=True)
+        await self.client.xadd(self._stream(scope), dict(fields))  # type: ignore[arg-type]
+
+    async def start_job(self, job: RecipeJob) -> None:
+        await self.client.hset(self._global("job-scopes"), job.job_order_id, job.scope)
+        await self.enqueue(job.scope, {"kind": "start", "job": job.job_order_id})
+
+    async def command_job(self, job: RecipeJob, command: JobCommand) -> None:
+        await self.enqueue(
+            job.scope, {"kind": "command", "job": job.job_order_id, "command": command.value}
+        )
+
+    async def reply(self, reply: EquipmentReply) -> None:
+        try:
+            job, action, attempt = reply.correlation_id.rsplit(":", 2)
+            int(attempt)
+        except ValueError:
+            log.warning("reply with foreign correlation id %r ignored", reply.correlation_id)
+            return
+        scope = reply.scope or await self.client.hget(self._global("job-scopes"), job)
+        if not scope:
+            log.warning("reply %s for unknown job %s ignored", reply.correlation_id, job)
+            return
+        fields = {"kind": "reply", "job": job, "action": action, "attempt": attempt}
+        fields["data"] = json.dumps(reply.data, default=str)
+        if reply.error is not None:
+            fields["error"] = reply.error
+        await self.enqueue(str(scope), fields)
+
+    async def event(self, event: EquipmentEvent) -> None:
+        scope = event.scope
+        if scope is None and event.job_order_id:
+            scope = await self.client.hget(self._global("job-scopes"), event.job_order_id)
+        if scope is None:
+            scope = await self._scope_waiting_for(event)
+        if scope is None:
+            log.info("event %s (%s) arrived where no job runs; dropped", event.id, event.type)
+            return
+        await self.enqueue(str(scope), {"kind": "event", "event": _event_json(event)})
+
+    async def _scope_waiting_for(self, event: EquipmentEvent) -> str | None:
+        for scope in sorted(self.scopes):
+            if await self.client.zcard(self._key(scope, "waiting")):
+                return scope
+        return None
+
+    # -- the service ------------------------------------------------------------------------
+
+    async def run(self, *, task_status: TaskStatus[None]) -> None:
+        self._commit = self.client.register_script(COMMIT)
+        self._fire_timers = self.client.register_script(FIRE_TIMERS)
+        self._slots = anyio.Semaphore(self.settings.max_concurrent_items)
+        for scope in await self.client.smembers(self._global("scopes")):
+            await self._adopt_scope(scope, announce=False)
+        await self._recovery_scan()
+        task_status.started()
+        async with anyio.create_task_group() as handlers:
+            async with anyio.create_task_group() as loops:
+                loops.start_soon(self._read_loop, handlers)
+                loops.start_soon(self._every, self.settings.timer_poll_seconds, self._fire_due_timers)
+                loops.start_soon(self._every, self.settings.claim_idle_seconds / 2, self._claim_orphans, handlers)
+                loops.start_soon(self._every, self.settings.scope_poll_seconds, self._discover_scopes)
+                await self.gateway.stopping.wait()
+                loops.cancel_scope.cancel()
+            # Leaving ``handlers`` lets the entries in hand finish (unfinished ones stay
+            # pending in the group and are claimed by another instance).
+
+    async def _every(self, seconds: float, work: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        while True:
+            try:
+                await work(*args)
+            except Exception:
+                log.exception("SFC engine background task %s failed; retrying", work.__name__)
+            await anyio.sleep(seconds)
+
+    async def _adopt_scope(self, scope: str, *, announce: bool) -> None:
+        try:
+            # Id 0: entries written before the group existed are delivered too.
+            await self.client.xgroup_create(self._stream(scope), GROUP, id="0", mkstream=True)
+        except ResponseError as error:
+            if "BUSYGROUP" not in str(error):
+                raise
+        if announce:
+            await self.client.sadd(self._global("scopes"), scope)
+        self.scopes.add(scope)
+
+    async def _discover_scopes(self) -> None:
+        for scope in await self.client.smembers(self._global("scopes")):
+            if scope not in self.scopes:
+                log.info("SFC engine: new scope %s", scope)
+                await self._adopt_scope(scope, announce=False)
+
+    async def _recovery_scan(self) -> None:
+        """Re-examine every unfinished job once: re-send what waits, advance what can."""
+        for scope in self.scopes:
+            for job in await self.client.smembers(self._key(scope, "active")):
+                await self.client.xadd(self._stream(scope), {"kind": "resume", "job": job})
+
+    async def _read_loop(self, handlers: anyio.abc.TaskGroup) -> None:
+        await self._read_backlog(handlers)
+        while True:
+            if not self.scopes:
+                await anyio.sleep(self.settings.scope_poll_seconds)
+                continue
+            streams = {self._stream(scope): ">" for scope in self.scopes}
+            replies = await self.client.xreadgroup(
+                GROUP, self.consumer, streams, count=100, block=500  # type: ignore[arg-type]
+            )
+            for stream, batch in replies or ():
+                for entry_id, fields in batch:
+                    if fields:
+                        await self._take(handlers, stream, entry_id, fields)
+
+    async def _read_backlog(self, handlers: anyio.abc.TaskGroup) -> None:
+        """Entries handed to this consumer name before a restart and never acknowledged."""
+        for scope in list(self.scopes):
+            stream, after = self._stream(scope), "0"
+            while True:
+                replies = await self.client.xreadgroup(
+                    GROUP, self.consumer, {stream: after}, count=100  # type: ignore[arg-type]
+                )
+                batch = replies[0][1] if replies else []
+                if not batch:
+                    break
+                for entry_id, fields in batch:
+                    after = entry_id
+                    if fields:
+                        await self._take(handlers, stream, entry_id, fields)
+
+    async def _claim_orphans(self, handlers: anyio.abc.TaskGroup) -> None:
+        idle_ms = int(self.settings.claim_idle_seconds * 1000)
+        for scope in list(self.scopes):
+            stream = self._stream(scope)
+            _, entries, *_ = await self.client.xautoclaim(
+                stream, GROUP, self.consumer, idle_ms, start_id="0-0", count=100
+            )
+            for entry_id, fields in entries:
+                if fields:
+                    log.info("SFC engine: claimed orphaned entry %s of %s", entry_id, scope)
+                    await self._take(handlers, stream, entry_id, fields)
+
+    async def _take(
+        self, handlers: anyio.abc.TaskGroup, stream: str, entry_id: str, fields: dict[str, str]
+    ) -> None:
+        assert self._slots is not None
+        await self._slots.acquire()
+        handlers.start_soon(self._handle_entry, stream, entry_id, fields)
+
+    async def _handle_entry(self, stream: str, entry_id: str, fields: dict[str, str]) -> None:
+        assert self._slots is not None
+        scope = _scope_of_stream(stream)
+        try:
+            await self.handle(scope, fields)
+        except (ValidationError, KeyError, ValueError) as error:
+            # The entry itself is wrong: retrying cannot help, so say so and drop it.
+            log.error("SFC work entry %s of %s dropped: %s (%s)", entry_id, scope, error, fields)
+        except Exception:
+            log.exception("SFC work entry %s of %s failed; it will be retried", entry_id, scope)
+            return
+        finally:
+            self._slots.release()
+        async with self.client.pipeline(transaction=True) as pipe:
+            pipe.xack(stream, GROUP, entry_id)
+            pipe.xdel(stream, entry_id)
+            await pipe.execute()
+
+    async def _fire_due_timers(self) -> None:
+        now = time.time()
+        for scope in list(self.scopes):
+            await self._fire_timers(
+                keys=[self._key(scope, "timers"), self._stream(scope)], args=[now, 100]
+            )
+
+    # -- handling one work entry ------------------------------------------------------------
+
+    async def handle(self, scope: str, fields: Mapping[str, str]) -> None:
+        kind = fields["kind"]
+        if kind == "event":
+            await self._route_event(scope, json.loads(fields["event"]))
+            return
+        job = fields["job"]
+        if kind == "start":
+            await self._start(scope, job)
+        elif kind == "send":
+            await self._send(scope, job, fields["action"], int(fields["attempt"]))
+        elif kind == "report":
+            await self._report(scope, job)
+        elif kind == "reply":
+            data = json.loads(fields.get("data") or "null")
+            attempt = int(fields["attempt"])
+            await self._mutate(
+                scope, job,
+                lambda ex, execution, now: ex.on_reply(
+                    execution, fields["action"], attempt, data, fields.get("error"), now
+                ),
+            )
+        elif kind == "timer":
+            timer = _timer_from_json(fields["timer"])
+            await self._mutate(scope, job, lambda ex, execution, now: ex.on_timer(execution, timer, now))
+        elif kind == "command":
+            command = JobCommand(fields["command"])
+            await self._mutate(scope, job, lambda ex, execution, now: ex.on_command(execution, command, now))
+        elif kind == "resume":
+            await self._mutate(scope, job, lambda ex, execution, now: ex.on_resume(execution, now))
+        else:
+            raise ValueError(f"unknown work entry kind {kind!r}")
+
+    async def _start(self, scope: str, job: str) -> None:
+        control = self.gateway.job_control
+        recipe_job = await control.job(scope, job)
+        if recipe_job is None:
+            log.warning("job %s/%s to start no longer exists", scope, job)
+            return
+        if not await control.run(scope, job):
+            state = await control.state(scope, job)
+            if state != "Running":  # revoked, aborted or cleared meanwhile
+                log.info("job %s/%s not started: it is %s", scope, job, state)
+                return
+        try:
+            chart = load_chart(recipe_job.recipe)
+        except ValidationError as error:
+            await control.abort(scope, job, JobOutcome(error=f"invalid recipe: {error}"))
+            return
+        snapshot = {"recipe": recipe_job.recipe, "parameters": recipe_job.parameters()}
+        await self.client.set(self._key(scope, "recipe", job), json.dumps(snapshot), nx=True)
+        executor = Executor(chart, snapshot["parameters"], self.settings.recheck_seconds)
+        execution, effects = executor.start(scope, job, time.time())
+        if await self._write(execution, -1, effects):
+            log.info("job %s/%s: chart started at %s", scope, job, chart.initial)
+            if _waiting(execution):
+                await self._claim_unclaimed_events(scope, job)
+
+    async def _mutate(
+        self, scope: str, job: str, apply: Callable[[Executor, Execution, float], Effects]
+    ) -> None:
+        """Read, apply, compare-and-swap; on a conflict, read again and re-apply."""
+        for _ in range(self.settings.max_cas_retries):
+            text = await self.client.get(self._key(scope, "exec", job))
+            if text is None:
+                return  # never started, or ended long ago
+            execution = load_execution(text)
+            if execution.status is Status.ENDED:
+                return
+            snapshot = await self._snapshot(scope, job)
+            executor = Executor(snapshot.chart, snapshot.parameters, self.settings.recheck_seconds)
+            was_waiting = _waiting(execution)
+            effects = apply(executor, execution, time.time())
+            if not (effects.changed or effects.sends or effects.timers or effects.report):
+                return
+            if await self._write(execution, execution.version, effects):
+                if _waiting(execution) - was_waiting:
+                    await self._claim_unclaimed_events(scope, job)
+                return
+        raise GatewayError(f"job {scope}/{job}: state kept changing under {self.settings.max_cas_retries} tries")
+
+    async def _write(self, execution: Execution, expected: int, effects: Effects) -> bool:
+        scope, job = execution.scope, execution.job
+        work: list[list[str]] = []
+        for action in effects.sends:
+            attempt = str(execution.actions[action].attempt)
+            work.append(["kind", "send", "job", job, "action", action, "attempt", attempt])
+        if effects.report is not None:
+            work.append(["kind", "report", "job", job])
+        ended = execution.status is Status.ENDED
+        ops = {
+            "work": work,
+            "timers": [[timer.due, _timer_json(job, timer)] for timer in effects.timers],
+            "waiting": bool(_waiting(execution)) and not ended,
+            "active": not ended,
+            "job": job,
+            "now": time.time(),
+            "ttl": self.settings.ended_ttl_seconds if ended else 0,
+        }
+        execution.version = expected + 1 if expected >= 0 else 0
+        keys = [
+            self._key(scope, "exec", job),
+            self._stream(scope),
+            self._key(scope, "timers"),
+            self._key(scope, "waiting"),
+            self._key(scope, "active"),
+        ]
+        written = await self._commit(keys=keys, args=[expected, dump_execution(execution), json.dumps(ops)])
+        return bool(written)
+
+    async def _snapshot(self, scope: str, job: str) -> Snapshot:
+        key = (scope, job)
+        if key in self._snapshots:
+            self._snapshots.move_to_end(key)
+            return self._snapshots[key]
+        text = await self.client.get(self._key(scope, "recipe", job))
+        if text is None:
+            raise ValueError(f"job {scope}/{job} has an execution state but no recipe snapshot")
+        data = json.loads(text)
+        snapshot = Snapshot(load_chart(data["recipe"]), data["parameters"], data["recipe"])
+        self._snapshots[key] = snapshot
+        if len(self._snapshots) > self.settings.chart_cache_size:
+            self._snapshots.popitem(last=False)
+        return snapshot
+
+    async def _send(self, scope: str, job: str, action_name: str, attempt: int) -> None:
+        text = await self.client.get(self._key(scope, "exec", job))
+        if text is None:
+            return
+        execution = load_execution(text)
+        run = execution.actions.get(action_name)
+        if run is None or run.attempt != attempt or run.phase is not Phase.DISPATCHED:
+            return  # cancelled or answered meanwhile
+        snapshot = await self._snapshot(scope, job)
+        action = next(a for a in snapshot.chart.recipe.actions if a.name == action_name)
+        command = EquipmentCommand(
+            correlation_id=f"{job}:{action_name}:{attempt}",
+            type=action.type_id,
+            equipment=action.equipment,
+            scope=scope,
+            job_order_id=job,
+            action=action_name,
+            parameters=action.parameters,
+            job_parameters=snapshot.parameters,
+            timeout_seconds=action.timeout_seconds,
+        )
+        try:
+            await self.gateway.equipment.send(command)
+        except GatewayError as error:
+            # No driver, or the driver could not deliver: this try failed.
+            await self._mutate(
+                scope, job,
+                lambda ex, ex_state, now: ex.on_reply(ex_state, action_name, attempt, None, str(error), now),
+            )
+
+    async def _report(self, scope: str, job: str) -> None:
+        """Tell job control how the chart ended (or that it holds), then close the state."""
+        text = await self.client.get(self._key(scope, "exec", job))
+        if text is None:
+            return
+        execution = load_execution(text)
+        control = self.gateway.job_control
+        if execution.status is Status.HELD:
+            await control.hold(scope, job, execution.error or "an action failed")
+            return
+        if execution.status is not Status.FINISHING:
+            return
+        outcome = JobOutcome(
+            results=[ProcessValue(id=name, value=value) for name, value in execution.results.items()],
+            error=execution.error,
+            side_effects=execution.side_effects,
+        )
+        if execution.outcome == "completed":
+            await control.complete(scope, job, outcome)
+        elif execution.outcome == "aborted":
+            await control.abort(scope, job, outcome)
+        else:  # stopped or aborted by the MES: the job's state is already set
+            await control.record_results(scope, job, outcome.results)
+        await self._mutate(scope, job, _mark_ended)
+        log.info("job %s/%s: chart %s", scope, job, execution.outcome)
+
+    async def _route_event(self, scope: str, event: dict[str, Any]) -> None:
+        """Give an equipment event to the job that has waited longest for it."""
+        for job in await self.client.zrange(self._key(scope, "waiting"), 0, -1):
+            if await self._offer_event(scope, job, event):
+                return
+        await self._keep_unclaimed(scope, event)
+
+    async def _offer_event(self, scope: str, job: str, event: dict[str, Any]) -> bool:
+        taken = False
+
+        def apply(executor: Executor, execution: Execution, now: float) -> Effects:
+            nonlocal taken
+            action = _waiting_action_for(executor, execution, event)
+            if action is None:
+                return Effects()
+            taken = True
+            return executor.on_event(execution, action, event.get("data"), now)
+
+        await self._mutate(scope, job, apply)
+        return taken
+
+    async def _keep_unclaimed(self, scope: str, event: dict[str, Any]) -> None:
+        key = self._key(scope, "unclaimed")
+        event = {**event, "received": time.time()}
+        async with self.client.pipeline(transaction=True) as pipe:
+            pipe.lpush(key, json.dumps(event))
+            pipe.ltrim(key, 0, self.settings.unclaimed_events_kept - 1)
+            await pipe.execute()
+        log.info("event %s (%s) in %s: no job waits for it yet; kept %.0f s",
+                 event.get("id"), event.get("type"), scope, self.settings.unclaimed_event_seconds)
+
+    async def _claim_unclaimed_events(self, scope: str, job: str) -> None:
+        """The job started waiting: take the events that arrived just before, if they match."""
+        key = self._key(scope, "unclaimed")
+        oldest_wanted = time.time() - self.settings.unclaimed_event_seconds
+        snapshot = await self._snapshot(scope, job)
+        executor = Executor(snapshot.chart, snapshot.parameters)
+        for text in reversed(await self.client.lrange(key, 0, -1)):  # oldest first
+            event = json.loads(text)
+            if event.get("received", 0) < oldest_wanted:
+                continue
+            state = await self.client.get(self._key(scope, "exec", job))
+            if state is None:
+                return
+            execution = load_execution(state)
+            if not _waiting(execution):
+                return
+            if _waiting_action_for(executor, execution, event) is None:
+                continue
+            if await self.client.lrem(key, 1, text):  # whoever removes it, owns it
+                if not await self._offer_event(scope, job, event):
+                    await self._keep_unclaimed(scope, event)
+
+
+def _mark_ended(executor: Executor, execution: Execution, now: float) -> Effects:
+    execution.status = Status.ENDED
+    return Effects(changed=True)
+
+
+def _waiting(execution: Execution) -> set[str]:
+    return {run.name for run in execution.actions.values() if run.phase is Phase.WAITING}
+
+
+def _waiting_action_for(executor: Executor, execution: Execution, event: Mapping[str, Any]) -> str | None:
+    """The waiting pull_event action this event completes, if any (type, equipment, job)."""
+    if event.get("job_order_id") not in (None, execution.job):
+        return None
+    for run in execution.actions.values():
+        if run.phase is not Phase.WAITING:
+            continue
+        action = next(a for a in executor.recipe.actions if a.name == run.name)
+        if action.type_id != event.get("type"):
+            continue
+        if action.equipment is not None and event.get("equipment") not in (None, action.equipment):
+            continue
+        return run.name
+    return None
+
+
+def _event_json(event: EquipmentEvent) -> str:
+    return json.dumps(
+        {
+            "type": event.type,
+            "id": event.id,
+            "equipment": event.equipment,
+            "job_order_id": event.job_order_id,
+            "data": event.data,
+        },
+        default=str,
+    )
+
+
+def _timer_json(job: str, timer: Timer) -> str:
+    return json.dumps(
+        {"job": job, "kind": timer.kind, "action": timer.action, "attempt": timer.attempt, "due": timer.due},
+        sort_keys=True,
+    )
+
+
+def _timer_from_json(text: str) -> Timer:
+    data = json.loads(text)
+    return Timer(float(data["due"]), str(data["kind"]), str(data["action"]), int(data["attempt"]))
+
+
+def _scope_of_stream(stream: str) -> str:
+    # "<prefix>:{<scope>}:sfc:work"
+    return stream[stream.index("{") + 1 : stream.rindex("}")]

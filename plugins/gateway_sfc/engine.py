@@ -1,0 +1,437 @@
+"""The SFC semantics, as a pure function of (chart, execution state, stimulus, time).
+
+``Executor`` changes an ``Execution`` in place for one stimulus (start, a reply, an event, a
+timer, an MES command) and returns the ``Effects`` the caller must carry out: commands to send,
+durable timers to set, a report to job control. It does no I/O, so the caller can run it inside a
+compare-and-swap loop (read state, apply, write if unchanged meanwhile) and tests can drive it
+with a fake clock.
+
+The chart advances in ``settle``: dispatch what is due, and for every active node whose work is
+complete, take the first enabled outgoing transition (priority order), leave the node and enter
+the target. Steps without actions complete at once; branches complete when their paths have.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.recipes import JobCommand
+from gateway_sfc.chart import Chart, Edge
+from gateway_sfc.conditions import Condition, ConditionError, ConditionScope
+from gateway_sfc.model import Action, BranchType, Interaction, Qualifier
+from gateway_sfc.state import ActionRun, Execution, NodeRun, Phase, Status
+
+# Entering more nodes than this in one settle means transitions loop without ever waiting.
+MAX_ENTRIES_PER_SETTLE = 1000
+
+
+@dataclass(frozen=True)
+class Timer:
+    """A durable timer: at ``due`` (epoch seconds) the engine gets ``kind`` for ``action``."""
+
+    due: float
+    kind: str  # "timeout", "due", "limit", "recheck"
+    action: str = ""
+    attempt: int = 0
+
+
+@dataclass
+class Effects:
+    sends: list[str] = field(default_factory=list)  # actions whose current try must be sent
+    timers: list[Timer] = field(default_factory=list)
+    report: str | None = None  # "complete", "abort", "hold" or "record" to job control
+    changed: bool = False  # the execution state changed and must be written
+
+
+class ChartLoopError(Exception):
+    """Transitions keep entering nodes without anything to wait for."""
+
+
+class Executor:
+    """Applies stimuli to one job's execution state. Cheap to build per work item."""
+
+    def __init__(
+        self, chart: Chart, parameters: Mapping[str, Any], recheck_seconds: float = 0.25
+    ) -> None:
+        self.chart = chart
+        self.recipe = chart.recipe
+        self.parameters = parameters
+        self.recheck_seconds = recheck_seconds
+        self._actions = {a.name: a for a in chart.recipe.actions if a.qualifier is not Qualifier.R}
+        self._entries = 0
+
+    # -- stimuli ----------------------------------------------------------------------------
+
+    def start(self, scope: str, job: str, now: float) -> tuple[Execution, Effects]:
+        execution = Execution(scope=scope, job=job)
+        effects = Effects(changed=True)
+        self._guarded(execution, effects, lambda: self._enter(execution, self.chart.initial, now, effects))
+        self.settle(execution, now, effects)
+        return execution, effects
+
+    def on_reply(
+        self, execution: Execution, action: str, attempt: int, data: Any, error: str | None, now: float
+    ) -> Effects:
+        effects = Effects()
+        run = execution.actions.get(action)
+        if run is None or run.attempt != attempt or run.phase is not Phase.DISPATCHED:
+            return effects  # late, repeated or for a cancelled try: nothing to do
+        if error is not None:
+            self._action_failed(execution, run, f"equipment reported: {error}", now, effects)
+        else:
+            self._action_done(execution, run, data, effects)
+        self.settle(execution, now, effects)
+        return effects
+
+    def on_event(self, execution: Execution, action: str, data: Any, now: float) -> Effects:
+        effects = Effects()
+        run = execution.actions.get(action)
+        if run is None or run.phase is not Phase.WAITING:
+            return effects
+        self._action_done(execution, run, data, effects)
+        self.settle(execution, now, effects)
+        return effects
+
+    def on_timer(self, execution: Execution, timer: Timer, now: float) -> Effects:
+        effects = Effects()
+        if timer.due > now:
+            # Fired early by another instance's clock: set it again rather than lose it.
+            effects.timers.append(timer)
+            return effects
+        run = execution.actions.get(timer.action)
+        if timer.kind == "timeout" and run is not None and run.attempt == timer.attempt:
+            if run.phase in (Phase.DISPATCHED, Phase.WAITING) and execution.status in (
+                Status.RUNNING,
+                Status.PAUSED,
+            ):
+                waited = "no reply" if run.phase is Phase.DISPATCHED else "no event"
+                seconds = self._action(run).timeout_seconds
+                self._action_failed(execution, run, f"{waited} within {seconds:g} s", now, effects)
+        elif timer.kind == "limit" and run is not None and run.active:
+            run.phase = Phase.DONE  # L: the time limit ends the action, without an error
+            effects.changed = True
+        elif timer.kind == "recheck" and execution.recheck_at is not None:
+            execution.recheck_at = None
+            effects.changed = True
+        self.settle(execution, now, effects)
+        return effects
+
+    def on_command(self, execution: Execution, command: JobCommand, now: float) -> Effects:
+        effects = Effects()
+        status = execution.status
+        if command is JobCommand.PAUSE and status is Status.RUNNING:
+            execution.status = Status.PAUSED
+            effects.changed = True
+        elif command is JobCommand.RESUME and status is Status.PAUSED:
+            execution.status = Status.RUNNING
+            effects.changed = True
+        elif command is JobCommand.RESUME and status is Status.HELD:
+            self._retry_held_action(execution)
+            effects.changed = True
+        elif command in (JobCommand.STOP, JobCommand.ABORT) and status in (
+            Status.RUNNING,
+            Status.PAUSED,
+            Status.HELD,
+        ):
+            outcome = "stopped" if command is JobCommand.STOP else "aborted by the MES"
+            self._finish(execution, outcome, None, effects, report="record")
+        self.settle(execution, now, effects)
+        return effects
+
+    def on_resume(self, execution: Execution, now: float) -> Effects:
+        """Recovery: re-send commands still waiting for a reply, and advance what can."""
+        effects = Effects()
+        if execution.status in (Status.RUNNING, Status.PAUSED, Status.HELD):
+            effects.sends.extend(
+                run.name for run in execution.actions.values() if run.phase is Phase.DISPATCHED
+            )
+        self.settle(execution, now, effects)
+        return effects
+
+    # -- advancing --------------------------------------------------------------------------
+
+    def settle(self, execution: Execution, now: float, effects: Effects) -> None:
+        """Advance the chart as far as it goes without waiting for anything."""
+        self._entries = 0
+        self._guarded(execution, effects, lambda: self._advance(execution, now, effects))
+
+    def _guarded(self, execution: Execution, effects: Effects, work: Any) -> None:
+        try:
+            work()
+        except ConditionError as error:
+            self._finish(execution, "aborted", str(error), effects)
+        except ChartLoopError as error:
+            self._finish(execution, "aborted", str(error), effects)
+
+    def _advance(self, execution: Execution, now: float, effects: Effects) -> None:
+        moved = True
+        while moved and execution.status is Status.RUNNING:
+            moved = self._dispatch_due(execution, now, effects)
+            for name in list(execution.nodes):
+                node = execution.nodes.get(name)
+                if node is not None and execution.status is Status.RUNNING:
+                    moved = self._try_leave(execution, node, now, effects) or moved
+        if execution.status is Status.RUNNING and not execution.nodes:
+            if not any(run.active for run in execution.actions.values()):
+                self._finish(execution, "completed", None, effects)
+
+    def _dispatch_due(self, execution: Execution, now: float, effects: Effects) -> bool:
+        dispatched = False
+        for run in execution.actions.values():
+            due = run.not_before is None or run.not_before <= now
+            if run.phase is Phase.PENDING and due:
+                self._dispatch(execution, run, now, effects)
+                dispatched = True
+        return dispatched
+
+    def _dispatch(self, execution: Execution, run: ActionRun, now: float, effects: Effects) -> None:
+        action = self._action(run)
+        run.attempt = execution.attempts.get(run.name, 0) + 1
+        execution.attempts[run.name] = run.attempt
+        run.tries += 1
+        run.not_before = None
+        run.deadline = now + action.timeout_seconds if action.timeout_seconds else None
+        if action.interaction is Interaction.PUSH_COMMAND:
+            run.phase = Phase.DISPATCHED
+            effects.sends.append(run.name)
+            execution.side_effects = execution.side_effects or action.has_side_effects
+        else:
+            run.phase = Phase.WAITING
+        if run.deadline is not None:
+            effects.timers.append(Timer(run.deadline, "timeout", run.name, run.attempt))
+        effects.changed = True
+
+    def _try_leave(self, execution: Execution, node: NodeRun, now: float, effects: Effects) -> bool:
+        if node.branch and not node.selected:
+            return self._select_path(execution, node, now, effects)
+        if not self._complete(execution, node):
+            return False
+        successors = self.chart.nodes[node.name].successors
+        if not successors:
+            self._exit(execution, node, effects)
+            container = self.chart.nodes[node.name].container
+            if container is not None:
+                execution.nodes[container.branch].open_paths.remove(container.index)
+            return True
+        scope = self._condition_scope(execution, node, now)
+        edge = self._first_enabled(successors, scope, f"transition from {node.name}")
+        if edge is None:
+            self._recheck_later(execution, [e.condition for e in successors], now, effects)
+            return False
+        self._exit(execution, node, effects)
+        self._enter(execution, edge.target, now, effects)
+        return True
+
+    def _first_enabled(self, edges: tuple[Edge, ...], scope: ConditionScope, what: str) -> Edge | None:
+        for edge in edges:
+            try:
+                if edge.condition.evaluate(scope):
+                    return edge
+            except ConditionError as error:
+                raise ConditionError(f"{what} to {edge.target}", error.reason) from None
+        return None
+
+    def _complete(self, execution: Execution, node: NodeRun) -> bool:
+        if node.branch:
+            return node.selected and not node.open_paths
+        return not any(
+            run.step == node.name and run.blocking and not run.stored and run.active
+            for run in execution.actions.values()
+        )
+
+    def _select_path(self, execution: Execution, node: NodeRun, now: float, effects: Effects) -> bool:
+        """Selection divergence: enter the first path whose guard holds (priority order)."""
+        info = self.chart.branches[node.name]
+        guards = sorted(enumerate(info.guards), key=lambda pair: (pair[1].priority, pair[0]))
+        scope = self._condition_scope(execution, node, now)
+        for index, guard in guards:
+            try:
+                enabled = guard.condition.evaluate(scope)
+            except ConditionError as error:
+                raise ConditionError(f"guard of {node.name} path {index + 1}", error.reason) from None
+            if enabled:
+                node.selected = True
+                node.open_paths = [index]
+                self._enter(execution, info.paths[index][0], now, effects)
+                return True
+        self._recheck_later(execution, [guard.condition for guard in info.guards], now, effects)
+        return False
+
+    def _enter(self, execution: Execution, name: str, now: float, effects: Effects) -> None:
+        self._entries += 1
+        if self._entries > MAX_ENTRIES_PER_SETTLE:
+            raise ChartLoopError(
+                f"the chart entered {MAX_ENTRIES_PER_SETTLE} nodes without waiting "
+                f"(last: {name}); a loop's transitions never wait for an action"
+            )
+        effects.changed = True
+        node = NodeRun(name=name, entered_at=now, branch=name in self.chart.branches)
+        execution.nodes[name] = node
+        if not node.branch:
+            self._start_actions(execution, name, now, effects)
+            return
+        info = self.chart.branches[name]
+        if info.type is BranchType.SIMULTANEOUS:
+            node.selected = True
+            node.open_paths = list(range(len(info.paths)))
+            for path in info.paths:
+                self._enter(execution, path[0], now, effects)
+        else:
+            self._select_path(execution, node, now, effects)
+
+    def _start_actions(self, execution: Execution, step: str, now: float, effects: Effects) -> None:
+        for action in self.recipe.actions_of(step):
+            if action.qualifier is Qualifier.P0:
+                continue  # fires when the step is left
+            if action.qualifier is Qualifier.R:
+                self._reset(execution, action.name)
+                continue
+            run = self._fresh_run(execution, action, step)
+            if action.qualifier is Qualifier.D and action.time_seconds:
+                run.not_before = now + action.time_seconds
+                effects.timers.append(Timer(run.not_before, "due", run.name))
+            if action.qualifier is Qualifier.L and action.time_seconds:
+                run.limit_at = now + action.time_seconds
+                effects.timers.append(Timer(run.limit_at, "limit", run.name))
+
+    def _fresh_run(self, execution: Execution, action: Action, step: str) -> ActionRun:
+        """A new activation: loops re-entering a step start from a clean action state."""
+        qualifier = action.qualifier
+        run = ActionRun(
+            name=action.name,
+            step=step,
+            blocking=qualifier in (Qualifier.N, Qualifier.L, Qualifier.D),
+            stored=qualifier is Qualifier.S,
+        )
+        execution.actions[action.name] = run
+        execution.results.pop(action.name, None)
+        return run
+
+    def _reset(self, execution: Execution, name: str) -> None:
+        run = execution.actions.get(name)
+        if run is not None and run.stored and run.active:
+            run.phase = Phase.CANCELLED
+
+    def _exit(self, execution: Execution, node: NodeRun, effects: Effects) -> None:
+        del execution.nodes[node.name]
+        effects.changed = True
+        if node.branch:
+            return
+        for run in execution.actions.values():
+            # What the step still waits for ends with it; commands already sent (P, S) may
+            # still answer and are recorded.
+            if run.step == node.name and not run.stored and run.phase in (Phase.PENDING, Phase.WAITING):
+                run.phase = Phase.CANCELLED
+        for action in self.recipe.actions_of(node.name):
+            if action.qualifier is Qualifier.P0:
+                run = self._fresh_run(execution, action, node.name)
+                run.blocking = False
+
+    # -- outcomes ---------------------------------------------------------------------------
+
+    def _action_done(self, execution: Execution, run: ActionRun, data: Any, effects: Effects) -> None:
+        run.phase = Phase.DONE
+        run.error = None
+        execution.results[run.name] = data
+        effects.changed = True
+
+    def _action_failed(
+        self, execution: Execution, run: ActionRun, error: str, now: float, effects: Effects
+    ) -> None:
+        action = self._action(run)
+        policy = self.recipe.retry_of(action)
+        run.error = error
+        effects.changed = True
+        if run.tries < policy.max_attempts:
+            run.phase = Phase.PENDING
+            run.not_before = now + policy.delay_before(run.tries + 1)
+            effects.timers.append(Timer(run.not_before, "due", run.name))
+            return
+        run.phase = Phase.FAILED
+        message = f"action {run.name} (step {run.step}) failed after {run.tries} tries: {error}"
+        if self.recipe.on_error_of(action).value == "hold":
+            execution.status = Status.HELD
+            execution.failed_action = run.name
+            execution.error = message
+            effects.report = "hold"
+        else:
+            self._finish(execution, "aborted", message, effects)
+
+    def _retry_held_action(self, execution: Execution) -> None:
+        run = execution.actions.get(execution.failed_action or "")
+        if run is not None and run.phase is Phase.FAILED:
+            run.phase = Phase.PENDING
+            run.tries = 0
+            run.not_before = None
+        execution.status = Status.RUNNING
+        execution.failed_action = None
+        execution.error = None
+
+    def _finish(
+        self,
+        execution: Execution,
+        outcome: str,
+        error: str | None,
+        effects: Effects,
+        *,
+        report: str | None = None,
+    ) -> None:
+        for run in execution.actions.values():
+            if run.active:
+                run.phase = Phase.CANCELLED
+        execution.nodes.clear()
+        execution.status = Status.FINISHING
+        execution.outcome = outcome
+        execution.error = error
+        effects.report = report or ("complete" if outcome == "completed" else "abort")
+        effects.changed = True
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _action(self, run: ActionRun) -> Action:
+        return self._actions[run.name]
+
+    def _condition_scope(self, execution: Execution, node: NodeRun, now: float) -> ConditionScope:
+        source: dict[str, Any] = {}
+        for action in self.recipe.actions_of(node.name):
+            result = execution.results.get(action.name)
+            if isinstance(result, Mapping):
+                source.update(result)
+        return ConditionScope(
+            results={name: as_fields(value) for name, value in execution.results.items()},
+            parameters=self.parameters,
+            source_results=source,
+            elapsed_seconds=now - node.entered_at,
+            named=self.chart.conditions,
+        )
+
+    def _recheck_later(
+        self, execution: Execution, conditions: list[Condition], now: float, effects: Effects
+    ) -> None:
+        """A transition that waits on elapsed time needs a timer; others wait for results."""
+        if not any(self._mentions_elapsed(condition, set()) for condition in conditions):
+            return
+        if execution.recheck_at is not None and execution.recheck_at <= now + self.recheck_seconds:
+            return
+        execution.recheck_at = now + self.recheck_seconds
+        effects.timers.append(Timer(execution.recheck_at, "recheck"))
+        effects.changed = True
+
+
+    def _mentions_elapsed(self, condition: Condition, seen: set[str]) -> bool:
+        for reference in condition.references():
+            if reference.kind == "elapsed":
+                return True
+            named = self.chart.conditions.get(reference.name)
+            if reference.kind == "bare" and named is not None and reference.name not in seen:
+                seen.add(reference.name)
+                if self._mentions_elapsed(named, seen):
+                    return True
+        return False
+
+
+def as_fields(result: Any) -> Mapping[str, Any]:
+    """A result as fields for conditions: mappings as they are, anything else as ``value``."""
+    return result if isinstance(result, Mapping) else {"value": result}

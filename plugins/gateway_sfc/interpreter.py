@@ -1,0 +1,47 @@
+"""The SFC recipe interpreter and the engine service that runs its charts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from anyio.abc import TaskStatus
+
+from gateway.recipes import JobCommand, RecipeJob
+from gateway_sfc.coordination import Coordinator
+from gateway_sfc.model import DATASCHEMA
+from gateway_sfc.validation import validate_recipe
+
+if TYPE_CHECKING:
+    from gateway.app import Gateway
+
+
+class SfcInterpreter:
+    """``gateway.recipes.RecipeInterpreter`` for SFC recipes: work goes to the work stream."""
+
+    dataschema = DATASCHEMA
+
+    def __init__(self, coordinator: Coordinator) -> None:
+        self.coordinator = coordinator
+
+    def validate(self, recipe: Any) -> Sequence[str]:
+        return validate_recipe(recipe)
+
+    async def start(self, job: RecipeJob) -> None:
+        await self.coordinator.start_job(job)
+
+    async def command(self, job: RecipeJob, command: JobCommand) -> None:
+        await self.coordinator.command_job(job, command)
+
+
+class SfcEngineService:
+    """Takes work entries, fires timers and recovers orphaned work, on every gateway instance."""
+
+    name = "sfc-engine"
+    roles = frozenset({"gateway", "engine"})
+
+    def __init__(self, coordinator: Coordinator) -> None:
+        self.coordinator = coordinator
+
+    async def run(self, gateway: Gateway, *, task_status: TaskStatus[None]) -> None:
+        await self.coordinator.run(task_status=task_status)

@@ -1,0 +1,37 @@
+"""The ``[sfc]`` settings section."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.settings import setting
+
+
+@dataclass(frozen=True)
+class SfcSettings:
+    claim_idle_seconds: float = setting(
+        30.0,
+        "Work entries unacknowledged this long belong to a dead instance and are claimed",
+        minimum=0.1,
+    )
+    timer_poll_seconds: float = setting(
+        0.05, "How often due timers (timeouts, delays, retries) are looked for", minimum=0.005
+    )
+    scope_poll_seconds: float = setting(
+        1.0, "How often scopes started on other instances are looked for", minimum=0.05
+    )
+    recheck_seconds: float = setting(
+        0.25, "How often a transition waiting on elapsed time is evaluated again", minimum=0.01
+    )
+    max_concurrent_items: int = setting(32, "Work entries handled at once", minimum=1)
+    max_cas_retries: int = setting(
+        50, "Tries of a state change that keeps conflicting with other instances", minimum=1
+    )
+    ended_ttl_seconds: int = setting(
+        86400, "How long an ended job's execution state stays for inspection", minimum=1
+    )
+    unclaimed_event_seconds: float = setting(
+        10.0, "How long an equipment event may wait for the job step that expects it", minimum=0
+    )
+    unclaimed_events_kept: int = setting(100, "Events kept per scope for late waiters", minimum=1)
+    chart_cache_size: int = setting(1000, "Compiled charts kept in memory", minimum=1)

@@ -1,0 +1,95 @@
+"""The execution state of one job's chart, as stored in Redis (one JSON document per job).
+
+Everything the engine knows about a running chart is in this document, so any instance can pick
+up any job: which nodes are active, each action's phase and attempt, the results so far. The
+``version`` is the compare-and-swap token: every write must name the version it read.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import cattrs
+
+
+class Status(StrEnum):
+    RUNNING = "running"
+    PAUSED = "paused"  # MES Pause: nothing new is dispatched, nothing advances
+    HELD = "held"  # an action failed and the recipe holds: MES Resume retries it
+    FINISHING = "finishing"  # chart complete or failed: reporting to job control
+    ENDED = "ended"  # reported; the document stays for inspection until it expires
+
+
+class Phase(StrEnum):
+    PENDING = "pending"  # to be dispatched (at ``not_before`` if set)
+    DISPATCHED = "dispatched"  # command sent, waiting for the equipment's reply
+    WAITING = "waiting"  # pull_event: waiting for an equipment event
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"  # its step was left, it was reset (R), or the job stopped
+
+
+ACTIVE_PHASES = frozenset({Phase.PENDING, Phase.DISPATCHED, Phase.WAITING})
+
+
+@dataclass
+class ActionRun:
+    """One activation of an action (a loop re-entering its step starts a fresh one)."""
+
+    name: str
+    step: str
+    phase: Phase = Phase.PENDING
+    attempt: int = 0  # correlation attempt number of the last dispatch (unique per job)
+    tries: int = 0  # dispatches in this activation, for the retry policy
+    blocking: bool = True  # the step waits for it (N, L, D)
+    stored: bool = False  # S: outlives its step
+    not_before: float | None = None  # D delay or retry backoff
+    deadline: float | None = None  # timeout of the current try
+    limit_at: float | None = None  # L: ends (without error) at this time
+    error: str | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.phase in ACTIVE_PHASES
+
+
+@dataclass
+class NodeRun:
+    """An active step or branch."""
+
+    name: str
+    entered_at: float
+    branch: bool = False
+    open_paths: list[int] = field(default_factory=list)  # branch: paths not finished yet
+    selected: bool = False  # branch: paths chosen (selection may wait for a guard)
+
+
+@dataclass
+class Execution:
+    scope: str
+    job: str
+    version: int = 0
+    status: Status = Status.RUNNING
+    nodes: dict[str, NodeRun] = field(default_factory=dict)
+    actions: dict[str, ActionRun] = field(default_factory=dict)
+    results: dict[str, Any] = field(default_factory=dict)  # action name -> last result
+    attempts: dict[str, int] = field(default_factory=dict)  # action name -> last attempt number
+    side_effects: bool = False  # a command that may change things has been sent
+    outcome: str | None = None  # "completed", "aborted", "stopped"
+    error: str | None = None
+    failed_action: str | None = None
+    recheck_at: float | None = None  # a transition waits on time: look again then
+
+
+_converter = cattrs.Converter()
+
+
+def dump_execution(execution: Execution) -> str:
+    return json.dumps(_converter.unstructure(execution), separators=(",", ":"))
+
+
+def load_execution(text: str | bytes) -> Execution:
+    return _converter.structure(json.loads(text), Execution)

@@ -1,0 +1,44 @@
+"""Static validation of SFC recipes: everything that can be checked before a job runs.
+
+Job management calls this when a Work Master is configured and when a job is stored, so a
+recipe that could fail halfway is refused up front, with every problem named at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.errors import ValidationError
+from gateway_sfc.chart import Chart, RecipeError, compile_chart
+from gateway_sfc.model import load_recipe
+
+
+def load_chart(data: Any) -> Chart:
+    """The executable chart of recipe JSON data; ``RecipeError`` lists every problem."""
+    try:
+        recipe = load_recipe(data)
+    except ValidationError as error:
+        # Shape and type errors stop before the chart can be looked at.
+        raise RecipeError(_load_problems(error)) from None
+    return compile_chart(recipe)
+
+
+def _load_problems(error: ValidationError) -> list[str]:
+    """The loader's problems one by one (it joins them as ``first; recipe.x: second; ...``)."""
+    first, *others = error.reason.split("; ")
+    problems = [f"{error.element}: {first}"]
+    for part in others:
+        if part.startswith("recipe") and ": " in part:
+            problems.append(part)
+        else:
+            problems[-1] += "; " + part
+    return problems
+
+
+def validate_recipe(data: Any) -> list[str]:
+    """Every problem of recipe JSON data, each ``"<element>: <reason>"``; empty when valid."""
+    try:
+        load_chart(data)
+    except RecipeError as error:
+        return list(error.problems)
+    return []

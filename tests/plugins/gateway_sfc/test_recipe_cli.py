@@ -1,0 +1,157 @@
+"""``gateway recipe validate|render FILE`` through the real CLI entry point."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.cli import main
+from gateway_sfc.model import DATASCHEMA
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "recipes"
+REAR_AXLE = EXAMPLES / "rear_axle.json"
+
+
+@pytest.fixture(autouse=True)
+def only_the_sfc_plugin(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No GATEWAY_* settings from the shell; load just the plugin that owns the command."""
+    for name in list(os.environ):
+        if name.startswith("GATEWAY_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("GATEWAY_PLUGINS_ALLOW", "sfc")
+
+
+def write(tmp_path: Path, data: Any, name: str = "recipe.json") -> str:
+    path = tmp_path / name
+    path.write_text(data if isinstance(data, str) else json.dumps(data))
+    return str(path)
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    status = main(["recipe", *argv])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+@pytest.mark.parametrize(
+    ("name", "summary"),
+    [
+        ("rear_axle", "OK: 7 steps, 4 transitions, 4 actions"),
+        ("loop_until_count", "OK: 4 steps, 4 transitions, 1 actions"),
+        ("nested_branches", "OK: 8 steps, 5 transitions, 9 actions"),
+    ],
+)
+def test_validate_examples(capsys: pytest.CaptureFixture[str], name: str, summary: str) -> None:
+    assert run(capsys, "validate", str(EXAMPLES / f"{name}.json")) == (0, summary + "\n", "")
+
+
+def test_validate_prints_every_problem_on_its_own_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    data = json.loads(REAR_AXLE.read_text())
+    data["transitions"].append({"source": "Init", "target": "Nowhere"})
+    data["actions"][0]["qualifier"] = "L"
+    status, out, err = run(capsys, "validate", write(tmp_path, data))
+    assert (status, out) == (1, "")
+    assert err.splitlines() == [
+        "action 'position_axle' of step 'Positioning': qualifier L needs time_seconds > 0",
+        "transition Init -> Nowhere: target 'Nowhere' is neither a step nor a branch",
+    ]
+
+
+def test_validate_reports_shape_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    data = {"steps": [{"name": 5}], "actions": [{"name": "a", "step": "A"}]}
+    status, out, err = run(capsys, "validate", write(tmp_path, data))
+    assert (status, out) == (1, "")
+    assert err.splitlines() == [
+        "recipe.steps[0].name: invalid value for type, expected str",
+        "recipe.actions[0].interaction: required field missing",
+        "recipe.actions[0].type_id: required field missing",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{not json", "invalid JSON at line 1 column 2: Expecting property name"),
+        ('{"steps": [}', "invalid JSON at line 1 column 12: Expecting value"),
+        (b"\xff\xfe{}", "not UTF-8 text"),
+    ],
+)
+def test_unreadable_content_is_a_clear_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, content: str | bytes, message: str
+) -> None:
+    path = tmp_path / "broken.json"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    status, out, err = run(capsys, "validate", str(path))
+    assert (status, out) == (1, "")
+    assert err.startswith(f"{path}: {message}")
+
+
+def test_missing_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    missing = tmp_path / "missing.json"
+    status, _, err = run(capsys, "render", str(missing))
+    assert status == 1
+    assert err == f"{missing}: cannot read the file: No such file or directory\n"
+
+
+@pytest.mark.parametrize("data_key", ["Data", "data"])
+def test_work_master_files_are_accepted(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, data_key: str
+) -> None:
+    work_master = {
+        "ID": "WM-AXLE-FIT-001",
+        "Description": {"Text": "Rear axle fitting and QA"},
+        "Parameters": [{"ID": "torque_spec", "Value": "85Nm"}],
+        data_key: json.loads(REAR_AXLE.read_text()),
+        "DataSchema": DATASCHEMA,
+    }
+    status, out, _ = run(capsys, "validate", write(tmp_path, work_master))
+    assert (status, out) == (0, "OK: 7 steps, 4 transitions, 4 actions\n")
+
+
+def test_work_master_with_another_schema_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    work_master = {"ID": "WM-1", "Data": {}, "DataSchema": "https://example.com/bpmn"}
+    status, _, err = run(capsys, "validate", write(tmp_path, work_master))
+    assert status == 1
+    assert "DataSchema 'https://example.com/bpmn' is not" in err
+
+
+def test_standard_input(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO(REAR_AXLE.read_text()))
+    assert run(capsys, "validate", "-")[:2] == (0, "OK: 7 steps, 4 transitions, 4 actions\n")
+
+
+def test_render_prints_mermaid(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run(capsys, "render", str(EXAMPLES / "nested_branches.json"))
+    assert (status, err) == (0, "")
+    assert out.startswith("flowchart TD\n")
+    assert '[["Load<br/>clamp [S] push_command com.example.station.clamp.v1"]]' in out
+
+
+def test_render_of_an_invalid_recipe_prints_its_problems(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    data = {"steps": [{"name": "A", "initial": True}, {"name": "B"}]}
+    status, out, err = run(capsys, "render", write(tmp_path, data))
+    assert (status, out) == (1, "")
+    assert err == "step 'B': is not reachable from the initial step 'A'\n"
+
+
+def test_unknown_action_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["recipe", "draw", str(REAR_AXLE)])
+    assert caught.value.code == 2
+    assert "invalid choice: 'draw'" in capsys.readouterr().err
