@@ -64,7 +64,9 @@ class TestEquipment:
         except NoAnswer:
             return
         except EquipmentFailure as failure:
-            await self._hub(command).reply(EquipmentReply(command.correlation_id, error=str(failure)))
+            await self._hub(command).reply(
+                EquipmentReply(command.correlation_id, error=str(failure))
+            )
             return
         await self._hub(command).reply(
             EquipmentReply(command.correlation_id, data=data, scope=command.scope)

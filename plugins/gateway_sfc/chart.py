@@ -31,7 +31,7 @@ The chart:
   first nodes, a path's end to its branch's successors), and at least one node is *final*: a
   top-level node without outgoing transitions, whose end ends the recipe.
 
-Actions: ``step`` names a step (not a branch); names are unique within a step; L and D need
+Actions: ``step`` names a step (not a branch); names are unique in the recipe (but for R); L and D need
 ``time_seconds`` > 0 and the other qualifiers must not have it; ``timeout_seconds`` is > 0 when
 given; a pull_event cannot be a pulse (P, P0, P1: nothing would wait for the event); an R
 association names an action that has an S association somewhere in the recipe (its own
@@ -353,12 +353,17 @@ class _Compiler:
             self.problem(element, "equipment must not be empty (leave it out for the default)")
 
     def check_duplicate_actions(self) -> None:
-        seen: set[tuple[str, str]] = set()
+        # Names are unique in the whole recipe: results (``tighten.torque``) and correlation
+        # ids (``{job}:{action}:{attempt}``) name an action by its name alone. R associations
+        # repeat the name of the S association they reset.
+        seen: dict[str, Action] = {}
         for action in self.recipe.actions:
-            key = (action.step, action.name)
-            if key in seen:
-                self.problem(_action(action), "duplicate action name in the step")
-            seen.add(key)
+            if action.qualifier is Qualifier.R:
+                continue
+            first = seen.setdefault(action.name, action)
+            if first is not action:
+                where = "in the step" if first.step == action.step else f"in step {first.step!r}"
+                self.problem(_action(action), f"duplicate action name (already used {where})")
 
     def check_retry(self, element: str, retry: RetryPolicy) -> None:
         if retry.max_attempts < 1:

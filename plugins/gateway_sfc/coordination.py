@@ -28,7 +28,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 from anyio.abc import TaskStatus
@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 GROUP = "sfc-engine"
+StreamEntry = tuple[str, dict[str, str] | None]  # what the text-decoding client returns
 
 # Compare-and-swap of one job's execution state, with everything that must happen with it.
 # KEYS: exec doc, work stream, timers, waiting, active. ARGV[1]: the version the caller read
@@ -173,7 +174,7 @@ class Coordinator:
         except ValueError:
             log.warning("reply with foreign correlation id %r ignored", reply.correlation_id)
             return
-        scope = reply.scope or await self.client.hget(self._global("job-scopes"), job)
+        scope = reply.scope or await self._job_scope(job)
         if not scope:
             log.warning("reply %s for unknown job %s ignored", reply.correlation_id, job)
             return
@@ -186,13 +187,20 @@ class Coordinator:
     async def event(self, event: EquipmentEvent) -> None:
         scope = event.scope
         if scope is None and event.job_order_id:
-            scope = await self.client.hget(self._global("job-scopes"), event.job_order_id)
+            scope = await self._job_scope(event.job_order_id)
         if scope is None:
             scope = await self._scope_waiting_for(event)
         if scope is None:
             log.info("event %s (%s) arrived where no job runs; dropped", event.id, event.type)
             return
         await self.enqueue(str(scope), {"kind": "event", "event": _event_json(event)})
+
+    async def _job_scope(self, job: str) -> str | None:
+        scope = await self.client.hget(self._global("job-scopes"), job)
+        return str(scope) if scope is not None else None
+
+    async def _members(self, key: str) -> set[str]:
+        return {str(member) for member in await self.client.smembers(key)}
 
     async def _scope_waiting_for(self, event: EquipmentEvent) -> str | None:
         for scope in sorted(self.scopes):
@@ -206,20 +214,21 @@ class Coordinator:
         self._commit = self.client.register_script(COMMIT)
         self._fire_timers = self.client.register_script(FIRE_TIMERS)
         self._slots = anyio.Semaphore(self.settings.max_concurrent_items)
-        for scope in await self.client.smembers(self._global("scopes")):
+        for scope in await self._members(self._global("scopes")):
             await self._adopt_scope(scope, announce=False)
         await self._recovery_scan()
         task_status.started()
-        async with anyio.create_task_group() as handlers:
-            async with anyio.create_task_group() as loops:
-                loops.start_soon(self._read_loop, handlers)
-                loops.start_soon(self._every, self.settings.timer_poll_seconds, self._fire_due_timers)
-                loops.start_soon(self._every, self.settings.claim_idle_seconds / 2, self._claim_orphans, handlers)
-                loops.start_soon(self._every, self.settings.scope_poll_seconds, self._discover_scopes)
-                await self.gateway.stopping.wait()
-                loops.cancel_scope.cancel()
-            # Leaving ``handlers`` lets the entries in hand finish (unfinished ones stay
-            # pending in the group and are claimed by another instance).
+        # Leaving the block stops the loops first, then lets the entries in hand finish
+        # (unfinished ones stay pending in the group and another instance claims them).
+        async with anyio.create_task_group() as handlers, anyio.create_task_group() as loops:
+            loops.start_soon(self._read_loop, handlers)
+            loops.start_soon(self._every, self.settings.timer_poll_seconds, self._fire_due_timers)
+            loops.start_soon(
+                self._every, self.settings.claim_idle_seconds / 2, self._claim_orphans, handlers
+            )
+            loops.start_soon(self._every, self.settings.scope_poll_seconds, self._discover_scopes)
+            await self.gateway.stopping.wait()
+            loops.cancel_scope.cancel()
 
     async def _every(self, seconds: float, work: Callable[..., Awaitable[Any]], *args: Any) -> None:
         while True:
@@ -241,7 +250,7 @@ class Coordinator:
         self.scopes.add(scope)
 
     async def _discover_scopes(self) -> None:
-        for scope in await self.client.smembers(self._global("scopes")):
+        for scope in await self._members(self._global("scopes")):
             if scope not in self.scopes:
                 log.info("SFC engine: new scope %s", scope)
                 await self._adopt_scope(scope, announce=False)
@@ -249,7 +258,7 @@ class Coordinator:
     async def _recovery_scan(self) -> None:
         """Re-examine every unfinished job once: re-send what waits, advance what can."""
         for scope in self.scopes:
-            for job in await self.client.smembers(self._key(scope, "active")):
+            for job in await self._members(self._key(scope, "active")):
                 await self.client.xadd(self._stream(scope), {"kind": "resume", "job": job})
 
     async def _read_loop(self, handlers: anyio.abc.TaskGroup) -> None:
@@ -259,10 +268,7 @@ class Coordinator:
                 await anyio.sleep(self.settings.scope_poll_seconds)
                 continue
             streams = {self._stream(scope): ">" for scope in self.scopes}
-            replies = await self.client.xreadgroup(
-                GROUP, self.consumer, streams, count=100, block=500  # type: ignore[arg-type]
-            )
-            for stream, batch in replies or ():
+            for stream, batch in await self._read_group(streams, block_ms=500):
                 for entry_id, fields in batch:
                     if fields:
                         await self._take(handlers, stream, entry_id, fields)
@@ -271,11 +277,8 @@ class Coordinator:
         """Entries handed to this consumer name before a restart and never acknowledged."""
         for scope in list(self.scopes):
             stream, after = self._stream(scope), "0"
-            while True:
-                replies = await self.client.xreadgroup(
-                    GROUP, self.consumer, {stream: after}, count=100  # type: ignore[arg-type]
-                )
-                batch = replies[0][1] if replies else []
+            while batches := await self._read_group({stream: after}):
+                batch = batches[0][1]
                 if not batch:
                     break
                 for entry_id, fields in batch:
@@ -283,13 +286,26 @@ class Coordinator:
                     if fields:
                         await self._take(handlers, stream, entry_id, fields)
 
+    async def _read_group(
+        self, streams: dict[str, str], block_ms: int | None = None
+    ) -> list[tuple[str, list[StreamEntry]]]:
+        reply = await self.client.xreadgroup(
+            GROUP,
+            self.consumer,
+            streams,  # type: ignore[arg-type]  # redis-py types stream ids too narrowly
+            count=100,
+            block=block_ms,
+        )
+        return cast(list[tuple[str, list[StreamEntry]]], reply or [])
+
     async def _claim_orphans(self, handlers: anyio.abc.TaskGroup) -> None:
         idle_ms = int(self.settings.claim_idle_seconds * 1000)
         for scope in list(self.scopes):
             stream = self._stream(scope)
-            _, entries, *_ = await self.client.xautoclaim(
+            reply = await self.client.xautoclaim(
                 stream, GROUP, self.consumer, idle_ms, start_id="0-0", count=100
             )
+            entries = cast(list[StreamEntry], reply[1])
             for entry_id, fields in entries:
                 if fields:
                     log.info("SFC engine: claimed orphaned entry %s of %s", entry_id, scope)
@@ -345,17 +361,22 @@ class Coordinator:
             data = json.loads(fields.get("data") or "null")
             attempt = int(fields["attempt"])
             await self._mutate(
-                scope, job,
+                scope,
+                job,
                 lambda ex, execution, now: ex.on_reply(
                     execution, fields["action"], attempt, data, fields.get("error"), now
                 ),
             )
         elif kind == "timer":
             timer = _timer_from_json(fields["timer"])
-            await self._mutate(scope, job, lambda ex, execution, now: ex.on_timer(execution, timer, now))
+            await self._mutate(
+                scope, job, lambda ex, execution, now: ex.on_timer(execution, timer, now)
+            )
         elif kind == "command":
             command = JobCommand(fields["command"])
-            await self._mutate(scope, job, lambda ex, execution, now: ex.on_command(execution, command, now))
+            await self._mutate(
+                scope, job, lambda ex, execution, now: ex.on_command(execution, command, now)
+            )
         elif kind == "resume":
             await self._mutate(scope, job, lambda ex, execution, now: ex.on_resume(execution, now))
         else:
@@ -407,7 +428,9 @@ class Coordinator:
                 if _waiting(execution) - was_waiting:
                     await self._claim_unclaimed_events(scope, job)
                 return
-        raise GatewayError(f"job {scope}/{job}: state kept changing under {self.settings.max_cas_retries} tries")
+        raise GatewayError(
+            f"job {scope}/{job}: state kept changing under {self.settings.max_cas_retries} tries"
+        )
 
     async def _write(self, execution: Execution, expected: int, effects: Effects) -> bool:
         scope, job = execution.scope, execution.job
@@ -435,7 +458,9 @@ class Coordinator:
             self._key(scope, "waiting"),
             self._key(scope, "active"),
         ]
-        written = await self._commit(keys=keys, args=[expected, dump_execution(execution), json.dumps(ops)])
+        written = await self._commit(
+            keys=keys, args=[expected, dump_execution(execution), json.dumps(ops)]
+        )
         return bool(written)
 
     async def _snapshot(self, scope: str, job: str) -> Snapshot:
@@ -478,10 +503,15 @@ class Coordinator:
             await self.gateway.equipment.send(command)
         except GatewayError as error:
             # No driver, or the driver could not deliver: this try failed.
-            await self._mutate(
-                scope, job,
-                lambda ex, ex_state, now: ex.on_reply(ex_state, action_name, attempt, None, str(error), now),
-            )
+            log.warning("job %s/%s: %s not delivered: %s", scope, job, action_name, error)
+            await self._fail_try(scope, job, action_name, attempt, str(error))
+
+    async def _fail_try(self, scope: str, job: str, action: str, attempt: int, error: str) -> None:
+        await self._mutate(
+            scope,
+            job,
+            lambda ex, execution, now: ex.on_reply(execution, action, attempt, None, error, now),
+        )
 
     async def _report(self, scope: str, job: str) -> None:
         """Tell job control how the chart ended (or that it holds), then close the state."""
@@ -496,7 +526,9 @@ class Coordinator:
         if execution.status is not Status.FINISHING:
             return
         outcome = JobOutcome(
-            results=[ProcessValue(id=name, value=value) for name, value in execution.results.items()],
+            results=[
+                ProcessValue(id=name, value=value) for name, value in execution.results.items()
+            ],
             error=execution.error,
             side_effects=execution.side_effects,
         )
@@ -511,7 +543,7 @@ class Coordinator:
 
     async def _route_event(self, scope: str, event: dict[str, Any]) -> None:
         """Give an equipment event to the job that has waited longest for it."""
-        for job in await self.client.zrange(self._key(scope, "waiting"), 0, -1):
+        for job in cast(list[str], await self.client.zrange(self._key(scope, "waiting"), 0, -1)):
             if await self._offer_event(scope, job, event):
                 return
         await self._keep_unclaimed(scope, event)
@@ -537,8 +569,13 @@ class Coordinator:
             pipe.lpush(key, json.dumps(event))
             pipe.ltrim(key, 0, self.settings.unclaimed_events_kept - 1)
             await pipe.execute()
-        log.info("event %s (%s) in %s: no job waits for it yet; kept %.0f s",
-                 event.get("id"), event.get("type"), scope, self.settings.unclaimed_event_seconds)
+        log.info(
+            "event %s (%s) in %s: no job waits for it yet; kept %.0f s",
+            event.get("id"),
+            event.get("type"),
+            scope,
+            self.settings.unclaimed_event_seconds,
+        )
 
     async def _claim_unclaimed_events(self, scope: str, job: str) -> None:
         """The job started waiting: take the events that arrived just before, if they match."""
@@ -546,7 +583,8 @@ class Coordinator:
         oldest_wanted = time.time() - self.settings.unclaimed_event_seconds
         snapshot = await self._snapshot(scope, job)
         executor = Executor(snapshot.chart, snapshot.parameters)
-        for text in reversed(await self.client.lrange(key, 0, -1)):  # oldest first
+        unclaimed = cast(list[str], await self.client.lrange(key, 0, -1))
+        for text in reversed(unclaimed):  # oldest first
             event = json.loads(text)
             if event.get("received", 0) < oldest_wanted:
                 continue
@@ -558,9 +596,9 @@ class Coordinator:
                 return
             if _waiting_action_for(executor, execution, event) is None:
                 continue
-            if await self.client.lrem(key, 1, text):  # whoever removes it, owns it
-                if not await self._offer_event(scope, job, event):
-                    await self._keep_unclaimed(scope, event)
+            taken = await self.client.lrem(key, 1, text)  # whoever removes it, owns it
+            if taken and not await self._offer_event(scope, job, event):
+                await self._keep_unclaimed(scope, event)
 
 
 def _mark_ended(executor: Executor, execution: Execution, now: float) -> Effects:
@@ -572,7 +610,9 @@ def _waiting(execution: Execution) -> set[str]:
     return {run.name for run in execution.actions.values() if run.phase is Phase.WAITING}
 
 
-def _waiting_action_for(executor: Executor, execution: Execution, event: Mapping[str, Any]) -> str | None:
+def _waiting_action_for(
+    executor: Executor, execution: Execution, event: Mapping[str, Any]
+) -> str | None:
     """The waiting pull_event action this event completes, if any (type, equipment, job)."""
     if event.get("job_order_id") not in (None, execution.job):
         return None
@@ -603,7 +643,13 @@ def _event_json(event: EquipmentEvent) -> str:
 
 def _timer_json(job: str, timer: Timer) -> str:
     return json.dumps(
-        {"job": job, "kind": timer.kind, "action": timer.action, "attempt": timer.attempt, "due": timer.due},
+        {
+            "job": job,
+            "kind": timer.kind,
+            "action": timer.action,
+            "attempt": timer.attempt,
+            "due": timer.due,
+        },
         sort_keys=True,
     )
 

@@ -67,12 +67,20 @@ class Executor:
     def start(self, scope: str, job: str, now: float) -> tuple[Execution, Effects]:
         execution = Execution(scope=scope, job=job)
         effects = Effects(changed=True)
-        self._guarded(execution, effects, lambda: self._enter(execution, self.chart.initial, now, effects))
+        self._guarded(
+            execution, effects, lambda: self._enter(execution, self.chart.initial, now, effects)
+        )
         self.settle(execution, now, effects)
         return execution, effects
 
     def on_reply(
-        self, execution: Execution, action: str, attempt: int, data: Any, error: str | None, now: float
+        self,
+        execution: Execution,
+        action: str,
+        attempt: int,
+        data: Any,
+        error: str | None,
+        now: float,
     ) -> Effects:
         effects = Effects()
         run = execution.actions.get(action)
@@ -173,9 +181,9 @@ class Executor:
                 node = execution.nodes.get(name)
                 if node is not None and execution.status is Status.RUNNING:
                     moved = self._try_leave(execution, node, now, effects) or moved
-        if execution.status is Status.RUNNING and not execution.nodes:
-            if not any(run.active for run in execution.actions.values()):
-                self._finish(execution, "completed", None, effects)
+        finished = execution.status is Status.RUNNING and not execution.nodes
+        if finished and not any(run.active for run in execution.actions.values()):
+            self._finish(execution, "completed", None, effects)
 
     def _dispatch_due(self, execution: Execution, now: float, effects: Effects) -> bool:
         dispatched = False
@@ -224,7 +232,9 @@ class Executor:
         self._enter(execution, edge.target, now, effects)
         return True
 
-    def _first_enabled(self, edges: tuple[Edge, ...], scope: ConditionScope, what: str) -> Edge | None:
+    def _first_enabled(
+        self, edges: tuple[Edge, ...], scope: ConditionScope, what: str
+    ) -> Edge | None:
         for edge in edges:
             try:
                 if edge.condition.evaluate(scope):
@@ -241,7 +251,9 @@ class Executor:
             for run in execution.actions.values()
         )
 
-    def _select_path(self, execution: Execution, node: NodeRun, now: float, effects: Effects) -> bool:
+    def _select_path(
+        self, execution: Execution, node: NodeRun, now: float, effects: Effects
+    ) -> bool:
         """Selection divergence: enter the first path whose guard holds (priority order)."""
         info = self.chart.branches[node.name]
         guards = sorted(enumerate(info.guards), key=lambda pair: (pair[1].priority, pair[0]))
@@ -250,7 +262,9 @@ class Executor:
             try:
                 enabled = guard.condition.evaluate(scope)
             except ConditionError as error:
-                raise ConditionError(f"guard of {node.name} path {index + 1}", error.reason) from None
+                raise ConditionError(
+                    f"guard of {node.name} path {index + 1}", error.reason
+                ) from None
             if enabled:
                 node.selected = True
                 node.open_paths = [index]
@@ -322,7 +336,11 @@ class Executor:
         for run in execution.actions.values():
             # What the step still waits for ends with it; commands already sent (P, S) may
             # still answer and are recorded.
-            if run.step == node.name and not run.stored and run.phase in (Phase.PENDING, Phase.WAITING):
+            if (
+                run.step == node.name
+                and not run.stored
+                and run.phase in (Phase.PENDING, Phase.WAITING)
+            ):
                 run.phase = Phase.CANCELLED
         for action in self.recipe.actions_of(node.name):
             if action.qualifier is Qualifier.P0:
@@ -331,7 +349,9 @@ class Executor:
 
     # -- outcomes ---------------------------------------------------------------------------
 
-    def _action_done(self, execution: Execution, run: ActionRun, data: Any, effects: Effects) -> None:
+    def _action_done(
+        self, execution: Execution, run: ActionRun, data: Any, effects: Effects
+    ) -> None:
         run.phase = Phase.DONE
         run.error = None
         execution.results[run.name] = data
@@ -418,7 +438,6 @@ class Executor:
         execution.recheck_at = now + self.recheck_seconds
         effects.timers.append(Timer(execution.recheck_at, "recheck"))
         effects.changed = True
-
 
     def _mentions_elapsed(self, condition: Condition, seen: set[str]) -> bool:
         for reference in condition.references():

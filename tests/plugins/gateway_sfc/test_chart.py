@@ -411,7 +411,16 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     (
         "duplicate action in a step",
         recipe(actions=[action("a", "A"), action("a", "A", qualifier="P")]),
-        "action 'a' of step 'A': duplicate action name in the step",
+        "action 'a' of step 'A': duplicate action name (already used in the step)",
+    ),
+    (
+        "duplicate action across steps",
+        recipe(
+            steps=("Init*", "A", "B", "End"),
+            transitions=[("Init", "A"), ("A", "B"), ("B", "End")],
+            actions=[action("a", "A"), action("a", "B")],
+        ),
+        "action 'a' of step 'B': duplicate action name (already used in step 'A')",
     ),
     (
         "L without time",

@@ -7,6 +7,7 @@ pause/resume/stop/abort.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -37,7 +38,7 @@ def steps(*names: str) -> list[dict[str, Any]]:
 
 
 def chain(*names: str) -> list[dict[str, Any]]:
-    return [{"source": a, "target": b} for a, b in zip(names, names[1:], strict=False)]
+    return [{"source": a, "target": b} for a, b in itertools.pairwise(names)]
 
 
 class Run:
@@ -155,7 +156,12 @@ def test_a_selection_branch_takes_the_highest_priority_enabled_path() -> None:
         ],
         "transitions": [
             {"source": "Start", "target": "Route"},
-            {"source": "Route", "target": "Fast", "condition": "params.mode == 'fast'", "priority": 2},
+            {
+                "source": "Route",
+                "target": "Fast",
+                "condition": "params.mode == 'fast'",
+                "priority": 2,
+            },
             {"source": "Route", "target": "Careful", "condition": "true", "priority": 1},
             {"source": "Route", "target": "Manual", "condition": "true", "priority": 3},
             {"source": "Route", "target": "End"},
@@ -174,10 +180,21 @@ def test_a_simultaneous_branch_runs_all_paths_and_converges_when_all_finished() 
         {
             "steps": steps("Init", "Position", "Tighten", "Inspect", "Done"),
             "branches": [
-                {"name": "Fit", "type": "simultaneous", "branches": [["Position", "Tighten"], ["Inspect"]]}
+                {
+                    "name": "Fit",
+                    "type": "simultaneous",
+                    "branches": [["Position", "Tighten"], ["Inspect"]],
+                }
             ],
-            "transitions": [{"source": "Init", "target": "Fit"}, {"source": "Fit", "target": "Done"}],
-            "actions": [push("position", "Position"), push("tighten", "Tighten"), pull("qa", "Inspect")],
+            "transitions": [
+                {"source": "Init", "target": "Fit"},
+                {"source": "Fit", "target": "Done"},
+            ],
+            "actions": [
+                push("position", "Position"),
+                push("tighten", "Tighten"),
+                pull("qa", "Inspect"),
+            ],
         }
     )
     assert run.active == {"Fit", "Position", "Inspect"}
@@ -271,7 +288,13 @@ def test_s_outlives_its_step_r_resets_it_and_the_job_waits_for_what_is_still_set
         "actions": [
             push("vacuum", "Clamp", "S"),
             push("work", "Work"),
-            {"name": "vacuum", "step": "Release", "qualifier": "R", "interaction": "push_command", "type_id": "x"},
+            {
+                "name": "vacuum",
+                "step": "Release",
+                "qualifier": "R",
+                "interaction": "push_command",
+                "type_id": "x",
+            },
         ],
     }
     reset = Run(recipe)
@@ -324,7 +347,12 @@ def test_timeout_then_retry_then_success_keeps_one_correlation_per_try() -> None
             "steps": steps("Tighten", "Done"),
             "transitions": chain("Tighten", "Done"),
             "actions": [
-                push("tighten", "Tighten", timeout_seconds=5, retry={"max_attempts": 3, "backoff_seconds": 1})
+                push(
+                    "tighten",
+                    "Tighten",
+                    timeout_seconds=5,
+                    retry={"max_attempts": 3, "backoff_seconds": 1},
+                )
             ],
         }
     )
@@ -342,7 +370,14 @@ def test_a_late_reply_to_an_earlier_try_is_ignored() -> None:
         {
             "steps": steps("Tighten", "Done"),
             "transitions": chain("Tighten", "Done"),
-            "actions": [push("tighten", "Tighten", timeout_seconds=5, retry={"max_attempts": 2, "backoff_seconds": 0})],
+            "actions": [
+                push(
+                    "tighten",
+                    "Tighten",
+                    timeout_seconds=5,
+                    retry={"max_attempts": 2, "backoff_seconds": 0},
+                )
+            ],
         }
     )
     run.advance(5)
@@ -418,8 +453,12 @@ def test_pause_stops_advancing_and_resume_continues() -> None:
     assert run.sent == ["a", "b"]
 
 
-@pytest.mark.parametrize(("command", "outcome"), [(JobCommand.STOP, "stopped"), (JobCommand.ABORT, "aborted by the MES")])
-def test_stop_and_abort_end_the_chart_and_record_the_results(command: JobCommand, outcome: str) -> None:
+@pytest.mark.parametrize(
+    ("command", "outcome"), [(JobCommand.STOP, "stopped"), (JobCommand.ABORT, "aborted by the MES")]
+)
+def test_stop_and_abort_end_the_chart_and_record_the_results(
+    command: JobCommand, outcome: str
+) -> None:
     run = Run(
         {
             "steps": steps("A", "B", "Done"),
@@ -453,7 +492,9 @@ def test_a_condition_failing_at_run_time_aborts_naming_the_transition() -> None:
     run = Run(
         {
             "steps": steps("Measure", "Done"),
-            "transitions": [{"source": "Measure", "target": "Done", "condition": "measure.torque > 'high'"}],
+            "transitions": [
+                {"source": "Measure", "target": "Done", "condition": "measure.torque > 'high'"}
+            ],
             "actions": [push("measure", "Measure")],
         }
     )
