@@ -31,6 +31,7 @@ DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
     ("redis", "gateway_redis.plugin"),
     ("mqtt", "gateway_mqtt.plugin"),
     ("sfc", "gateway_sfc.plugin"),
+    ("jobs", "gateway_jobs.plugin"),
 )
 ALWAYS_LOADED = frozenset({"core"})
 

@@ -100,6 +100,14 @@ class JobControl(Protocol):
         """The job's state path, e.g. ``Running`` or ``Interrupted.Held``; ``None`` if unknown."""
         ...
 
+    async def startable(self, scope: str) -> Sequence[str]:
+        """The jobs of ``scope`` in AllowedToStart, i.e. waiting for their interpreter.
+
+        Interpreters reconcile with it: a job whose hand-off was lost (a crash between the
+        state change and ``start``) is started all the same.
+        """
+        ...
+
     async def run(self, scope: str, job_order_id: str) -> bool:
         """AllowedToStart -> Running, when execution begins."""
         ...

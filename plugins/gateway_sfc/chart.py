@@ -31,7 +31,7 @@ The chart:
   first nodes, a path's end to its branch's successors), and at least one node is *final*: a
   top-level node without outgoing transitions, whose end ends the recipe.
 
-Actions: ``step`` names a step (not a branch); names are unique in the recipe (but for R); L and D need
+Actions: ``step`` names a step (not a branch); names are unique (R aside); L and D need
 ``time_seconds`` > 0 and the other qualifiers must not have it; ``timeout_seconds`` is > 0 when
 given; a pull_event cannot be a pulse (P, P0, P1: nothing would wait for the event); an R
 association names an action that has an S association somewhere in the recipe (its own

@@ -39,6 +39,7 @@ from gateway.errors import GatewayError, ValidationError
 from gateway.recipes import JobCommand, JobOutcome, ProcessValue, RecipeJob
 from gateway_sfc.chart import Chart
 from gateway_sfc.engine import Effects, Executor, Timer
+from gateway_sfc.model import DATASCHEMA
 from gateway_sfc.settings import SfcSettings
 from gateway_sfc.state import Execution, Phase, Status, dump_execution, load_execution
 from gateway_sfc.validation import load_chart
@@ -159,13 +160,14 @@ class Coordinator:
         await self.client.xadd(self._stream(scope), dict(fields))  # type: ignore[arg-type]
 
     async def start_job(self, job: RecipeJob) -> None:
-        await self.client.hset(self._global("job-scopes"), job.job_order_id, job.scope)
-        await self.enqueue(job.scope, {"kind": "start", "job": job.job_order_id})
+        await self._enqueue_start(job.scope, job.job_order_id)
+
+    async def _enqueue_start(self, scope: str, job: str) -> None:
+        await self.client.hset(self._global("job-scopes"), job, scope)
+        await self.enqueue(scope, {"kind": "start", "job": job})
 
     async def command_job(self, job: RecipeJob, command: JobCommand) -> None:
-        await self.enqueue(
-            job.scope, {"kind": "command", "job": job.job_order_id, "command": command.value}
-        )
+        await self.command_job_id(job.scope, job.job_order_id, command)
 
     async def reply(self, reply: EquipmentReply) -> None:
         try:
@@ -217,6 +219,7 @@ class Coordinator:
         for scope in await self._members(self._global("scopes")):
             await self._adopt_scope(scope, announce=False)
         await self._recovery_scan()
+        await self._reconcile()
         task_status.started()
         # Leaving the block stops the loops first, then lets the entries in hand finish
         # (unfinished ones stay pending in the group and another instance claims them).
@@ -227,6 +230,7 @@ class Coordinator:
                 self._every, self.settings.claim_idle_seconds / 2, self._claim_orphans, handlers
             )
             loops.start_soon(self._every, self.settings.scope_poll_seconds, self._discover_scopes)
+            loops.start_soon(self._every, self.settings.reconcile_seconds, self._reconcile)
             await self.gateway.stopping.wait()
             loops.cancel_scope.cancel()
 
@@ -260,6 +264,35 @@ class Coordinator:
         for scope in self.scopes:
             for job in await self._members(self._key(scope, "active")):
                 await self.client.xadd(self._stream(scope), {"kind": "resume", "job": job})
+
+    async def _reconcile(self) -> None:
+        """Catch up with job management where a crash lost a hand-off.
+
+        Job management changes a job's state first and tells the interpreter after; an
+        instance dying in between leaves a job in AllowedToStart that nobody runs, or a chart
+        still running for a job the MES paused, stopped or aborted. Both are repaired here.
+        """
+        control = self.gateway.job_control
+        for scope in self.scopes | await self.store.known_scopes():
+            for job in await control.startable(scope):
+                if await self.client.exists(self._key(scope, "exec", job)):
+                    continue
+                recipe_job = await control.job(scope, job)
+                if recipe_job is not None and recipe_job.dataschema == DATASCHEMA:
+                    log.info("job %s/%s waits in AllowedToStart: starting it", scope, job)
+                    await self._enqueue_start(scope, job)
+            for job in await self._members(self._key(scope, "active")):
+                text = await self.client.get(self._key(scope, "exec", job))
+                if text is None:
+                    continue
+                status = load_execution(text).status
+                command = lost_command(await control.state(scope, job), status)
+                if command is not None:
+                    log.info("job %s/%s: the chart missed %s; applying it", scope, job, command)
+                    await self.command_job_id(scope, job, command)
+
+    async def command_job_id(self, scope: str, job: str, command: JobCommand) -> None:
+        await self.enqueue(scope, {"kind": "command", "job": job, "command": command.value})
 
     async def _read_loop(self, handlers: anyio.abc.TaskGroup) -> None:
         await self._read_backlog(handlers)
@@ -599,6 +632,25 @@ class Coordinator:
             taken = await self.client.lrem(key, 1, text)  # whoever removes it, owns it
             if taken and not await self._offer_event(scope, job, event):
                 await self._keep_unclaimed(scope, event)
+
+
+def lost_command(state: str | None, status: Status) -> JobCommand | None:
+    """The MES command a chart in ``status`` missed, given its job's state (``None``: none).
+
+    A chart that is finishing reports its own end, so the job's end state is then its own
+    doing. A held chart is left alone: it may not have reported the hold yet.
+    """
+    if status not in (Status.RUNNING, Status.PAUSED):
+        return None
+    if state is None or state == "EndState" or state.startswith("Aborted"):
+        return JobCommand.ABORT
+    if state.startswith("Ended"):
+        return JobCommand.STOP
+    if state.startswith("Interrupted") and status is Status.RUNNING:
+        return JobCommand.PAUSE
+    if state == "Running" and status is Status.PAUSED:
+        return JobCommand.RESUME
+    return None
 
 
 def _mark_ended(executor: Executor, execution: Execution, now: float) -> Effects:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,8 @@ from gateway_sfc.settings import SfcSettings
 if TYPE_CHECKING:
     from gateway.app import Gateway
 
+log = logging.getLogger(__name__)
+
 
 @hookimpl
 def gateway_add_settings(register: Callable[[str, type[Any]], None]) -> None:
@@ -29,6 +32,9 @@ def gateway_add_settings(register: Callable[[str, type[Any]], None]) -> None:
 def gateway_register_recipe_interpreters(
     register: Callable[[RecipeInterpreter], None], settings: Settings, gateway: Gateway
 ) -> None:
+    if gateway.store is None:
+        log.warning("SFC engine off: it keeps its state in the store, and no store is configured")
+        return
     coordinator = Coordinator(settings.get(SfcSettings), gateway)
     gateway.equipment.attach(coordinator)
     register(SfcInterpreter(coordinator))

@@ -23,6 +23,11 @@ class SfcSettings:
     recheck_seconds: float = setting(
         0.25, "How often a transition waiting on elapsed time is evaluated again", minimum=0.01
     )
+    reconcile_seconds: float = setting(
+        10.0,
+        "How often jobs are compared with their charts, to repair hand-offs a crash lost",
+        minimum=0.1,
+    )
     max_concurrent_items: int = setting(32, "Work entries handled at once", minimum=1)
     max_cas_retries: int = setting(
         50, "Tries of a state change that keeps conflicting with other instances", minimum=1

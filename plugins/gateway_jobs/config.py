@@ -1,0 +1,215 @@
+"""Station configuration the MES pushes: allowed resources, Work Masters, job acceptance.
+
+One CloudEvent type per kind, ``com.github.aschamberger.ISA95-JOBCONTROL_V2.config.<kind>.v1``,
+scoped by ``subject``; the ``method`` attribute says PUT (the default: add / store / set) or
+DELETE (remove). The payload is one resource or a list of them:
+
+    kind                payload                      identifies by          stored as
+    equipment           ISA95EquipmentDataType       ID                     set of allowed IDs
+    materialclass       ISA95MaterialDataType        MaterialClassID        set of allowed IDs
+    materialdefinition  ISA95MaterialDataType        MaterialDefinitionID   set of allowed IDs
+    personnel           ISA95PersonnelDataType       ID                     set of allowed IDs
+    physicalasset       ISA95PhysicalAssetDataType   ID                     set of allowed IDs
+    workmaster          Work Master with Data        ID                     document + ID set
+    jobacceptance       {MaxDownloadableJobOrders}   (the scope)            document
+
+Keys: ``{p}:{scope}:config:<kind>`` (sets and the job acceptance document) and
+``{p}:{scope}:workmaster:<id>``. A Work Master whose ``DataSchema`` no recipe interpreter here
+reads, or whose recipe its interpreter finds invalid, is refused with the reasons; a list is
+stored all or nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.errors import ValidationError
+from gateway.recipes import RecipeInterpreter
+from gateway.store import Store
+from gateway_jobs.model import (
+    Equipment,
+    JobAcceptance,
+    Material,
+    Outcome,
+    Personnel,
+    PhysicalAsset,
+    ReturnStatus,
+    WorkMaster,
+    from_json,
+    to_json,
+)
+
+CONFIG_TYPE_PREFIX = "com.github.aschamberger.ISA95-JOBCONTROL_V2.config."
+PUT = "PUT"
+DELETE = "DELETE"
+
+
+@dataclass(frozen=True)
+class ResourceKind:
+    """A kind of resource whose allowed IDs the MES configures and jobs are checked against."""
+
+    name: str
+    model: type[Any]
+    id_field: str  # JSON name of the identifying field
+    identify: Callable[[Any], str | None]
+    job_field: str  # where job orders name it, for messages
+
+
+RESOURCE_KINDS: Mapping[str, ResourceKind] = {
+    kind.name: kind
+    for kind in (
+        ResourceKind("equipment", Equipment, "ID", lambda r: r.id, "EquipmentRequirements"),
+        ResourceKind(
+            "materialclass",
+            Material,
+            "MaterialClassID",
+            lambda r: r.material_class_id,
+            "MaterialRequirements",
+        ),
+        ResourceKind(
+            "materialdefinition",
+            Material,
+            "MaterialDefinitionID",
+            lambda r: r.material_definition_id,
+            "MaterialRequirements",
+        ),
+        ResourceKind("personnel", Personnel, "ID", lambda r: r.id, "PersonnelRequirements"),
+        ResourceKind(
+            "physicalasset", PhysicalAsset, "ID", lambda r: r.id, "PhysicalAssetRequirements"
+        ),
+    )
+}
+WORK_MASTER = "workmaster"
+JOB_ACCEPTANCE = "jobacceptance"
+CONFIG_KINDS = (*RESOURCE_KINDS, WORK_MASTER, JOB_ACCEPTANCE)
+
+
+def config_type(kind: str) -> str:
+    return f"{CONFIG_TYPE_PREFIX}{kind}.v1"
+
+
+def recipe_problems(
+    work_master: WorkMaster, interpreters: Mapping[str, RecipeInterpreter]
+) -> list[str]:
+    """Why ``work_master``'s recipe cannot run here; empty when an interpreter accepts it."""
+    if work_master.data_schema is None:
+        return [f"Work Master {work_master.id!r} carries no recipe (DataSchema is not set)"]
+    interpreter = interpreters.get(work_master.data_schema)
+    if interpreter is None:
+        known = ", ".join(sorted(interpreters)) or "none"
+        return [
+            f"Work Master {work_master.id!r}: no recipe interpreter for DataSchema "
+            f"{work_master.data_schema!r} (known: {known})"
+        ]
+    return [
+        f"Work Master {work_master.id!r}: recipe: {problem}"
+        for problem in interpreter.validate(work_master.data)
+    ]
+
+
+class StationConfig:
+    """The configuration of each scope, as the MES pushed it."""
+
+    def __init__(self, store: Store, interpreters: Mapping[str, RecipeInterpreter]) -> None:
+        self.store = store
+        self.interpreters = interpreters
+
+    # -- keys -------------------------------------------------------------------------------
+
+    def allowed_key(self, scope: str, kind: str) -> str:
+        return self.store.keys.scoped(scope, "config", kind)
+
+    def work_master_key(self, scope: str, work_master_id: str) -> str:
+        return self.store.keys.scoped(scope, "workmaster", work_master_id)
+
+    # -- reads (job acceptance) -------------------------------------------------------------
+
+    async def not_allowed(self, scope: str, kind: str, ids: Sequence[str]) -> list[str]:
+        """The ``ids`` that are not in the scope's allowed set of ``kind``."""
+        if not ids:
+            return []
+        flags = await self.store.client.smismember(self.allowed_key(scope, kind), list(ids))
+        return [value for value, allowed in zip(ids, flags, strict=True) if not allowed]
+
+    async def work_master(self, scope: str, work_master_id: str) -> WorkMaster | None:
+        document = await self.store.get_json(self.work_master_key(scope, work_master_id))
+        return None if document is None else from_json(document, WorkMaster, element="WorkMaster")
+
+    async def max_job_orders(self, scope: str) -> int | None:
+        """The scope's MaxDownloadableJobOrders override, if the MES set one."""
+        document = await self.store.get_json(self.allowed_key(scope, JOB_ACCEPTANCE))
+        if document is None:
+            return None
+        return from_json(document, JobAcceptance).max_downloadable_job_orders
+
+    # -- configuration events ---------------------------------------------------------------
+
+    async def apply(self, scope: str, kind: str, method: str, data: Any) -> Outcome:
+        """Apply one configuration event; payload errors raise ``ValidationError``."""
+        if method not in (PUT, DELETE):
+            raise ValidationError("method", f"must be {PUT} or {DELETE}, got {method!r}")
+        if kind == JOB_ACCEPTANCE:
+            return await self._job_acceptance(scope, method, data)
+        if kind == WORK_MASTER:
+            return await self._work_masters(scope, method, _items(data, WorkMaster))
+        resource = RESOURCE_KINDS[kind]
+        return await self._resources(scope, resource, method, _items(data, resource.model))
+
+    async def _resources(
+        self, scope: str, kind: ResourceKind, method: str, items: list[Any]
+    ) -> Outcome:
+        ids = []
+        for index, item in enumerate(items):
+            identity = kind.identify(item)
+            if identity is None:
+                raise ValidationError(
+                    f"data[{index}].{kind.id_field}", f"is required by config.{kind.name}"
+                )
+            ids.append(identity)
+        if ids:
+            key = self.allowed_key(scope, kind.name)
+            if method == PUT:
+                await self.store.client.sadd(key, *ids)
+            else:
+                await self.store.client.srem(key, *ids)
+        return Outcome(ReturnStatus.NO_ERROR)
+
+    async def _work_masters(self, scope: str, method: str, items: list[WorkMaster]) -> Outcome:
+        if method == PUT:
+            # A Work Master without a recipe is a plain OPC UA Work Master and may be kept;
+            # jobs that would run it are refused at Store.
+            problems = [
+                problem
+                for item in items
+                if item.data_schema is not None
+                for problem in recipe_problems(item, self.interpreters)
+            ]
+            if problems:
+                return Outcome(ReturnStatus.INVALID_REQUEST, "workmaster: " + "; ".join(problems))
+        allowed = self.allowed_key(scope, WORK_MASTER)
+        async with self.store.transaction(scope) as transaction:
+            for item in items:
+                if method == PUT:
+                    transaction.set_json(self.work_master_key(scope, item.id), to_json(item))
+                    transaction.pipeline.sadd(allowed, item.id)
+                else:
+                    transaction.pipeline.delete(self.work_master_key(scope, item.id))
+                    transaction.pipeline.srem(allowed, item.id)
+        return Outcome(ReturnStatus.NO_ERROR)
+
+    async def _job_acceptance(self, scope: str, method: str, data: Any) -> Outcome:
+        key = self.allowed_key(scope, JOB_ACCEPTANCE)
+        if method == DELETE:  # back to the [jobs] max_job_orders setting
+            await self.store.client.delete(key)
+        else:
+            await self.store.set_json(key, to_json(from_json(data, JobAcceptance)))
+        return Outcome(ReturnStatus.NO_ERROR)
+
+
+def _items(data: Any, model: type[Any]) -> list[Any]:
+    """One resource or a list of them."""
+    if isinstance(data, list):
+        return from_json(data, list[model])  # type: ignore[valid-type]
+    return [from_json(data, model)]

@@ -1,0 +1,111 @@
+"""``gateway.recipes.JobControl``: how a recipe interpreter reports on its job.
+
+Every call is a compare-and-swap on the stored state (``JobManager.drive``): ``False``, and
+nothing changed, when the job is not where the call expects it. Results become the Job
+Response's ``JobResponseData`` (``ISA95ParameterDataType`` entries, replaced by ``ID``). A
+failure (``abort``) adds two reserved entries, ``Error`` (the error text) and ``SideEffects``
+(whether a command that may have changed product or equipment had been sent), and says the
+error in the response's ``Description``; ``hold`` says its reason there too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from gateway.recipes import JobOutcome, ProcessValue, RecipeJob
+from gateway_jobs.jobs import JobManager
+from gateway_jobs.model import EUInformation, LocalizedText, Parameter
+from gateway_jobs.repository import Edit, StoredJob
+
+ERROR_ID = "Error"
+SIDE_EFFECTS_ID = "SideEffects"
+
+
+class JobsControl:
+    """The job control of the jobs plugin (``gateway.job_control``)."""
+
+    def __init__(self, manager: JobManager) -> None:
+        self.manager = manager
+
+    async def job(self, scope: str, job_order_id: str) -> RecipeJob | None:
+        job = await self.manager.repository.load(scope, job_order_id)
+        return None if job is None else job.recipe_job(scope)
+
+    async def state(self, scope: str, job_order_id: str) -> str | None:
+        job = await self.manager.repository.load(scope, job_order_id)
+        return None if job is None else job.state
+
+    async def startable(self, scope: str) -> Sequence[str]:
+        return await self.manager.repository.in_state(scope, "AllowedToStart")
+
+    async def run(self, scope: str, job_order_id: str) -> bool:
+        return await self.manager.drive(scope, job_order_id, "Run")
+
+    async def complete(self, scope: str, job_order_id: str, outcome: JobOutcome) -> bool:
+        edit = _response_edit(outcome.results, description=None)  # no Held note remains
+        return await self.manager.drive(scope, job_order_id, "Complete", edit)
+
+    async def abort(self, scope: str, job_order_id: str, outcome: JobOutcome) -> bool:
+        error = outcome.error or "the recipe failed"
+        failure = [
+            ProcessValue(ERROR_ID, error),
+            ProcessValue(SIDE_EFFECTS_ID, outcome.side_effects),
+        ]
+        edit = _response_edit([*outcome.results, *failure], description=f"Aborted: {error}")
+        return await self.manager.drive(scope, job_order_id, "Fail", edit)
+
+    async def hold(self, scope: str, job_order_id: str, reason: str) -> bool:
+        edit = _response_edit([], description=f"Held: {reason}")
+        return await self.manager.drive(scope, job_order_id, "Hold", edit)
+
+    async def record_results(
+        self, scope: str, job_order_id: str, results: Sequence[ProcessValue]
+    ) -> bool:
+        """Allowed while the job runs or is interrupted, and after it ended or aborted (the
+        results an interpreter collects up to a Stop or Abort from the MES)."""
+        edit = _response_edit(results)
+        return await self.manager.drive(scope, job_order_id, "ResultUpdate", edit)
+
+
+def _response_edit(results: Sequence[ProcessValue], **description: str | None) -> Edit:
+    """An edit of the Job Response: ``results`` merged into its data (same ``ID``: the newer
+    wins) and, when given, its ``description`` replaced (``None`` removes it)."""
+
+    def edit(job: StoredJob) -> StoredJob:
+        merged = {entry.id: entry for entry in job.response.job_response_data or []}
+        merged.update((value.id, parameter(value)) for value in results)
+        changes: dict[str, Any] = {"job_response_data": list(merged.values()) or None}
+        if "description" in description:
+            text = description["description"]
+            changes["description"] = None if text is None else LocalizedText("en", text)
+        return dataclasses.replace(job, response=dataclasses.replace(job.response, **changes))
+
+    return edit
+
+
+def parameter(value: ProcessValue) -> Parameter:
+    """A process value as an ``ISA95ParameterDataType`` entry."""
+    return Parameter(
+        id=value.id,
+        value=_storable(value.value),
+        description=[LocalizedText("en", value.description)] if value.description else None,
+        engineering_units=(
+            EUInformation(display_name=LocalizedText("en", value.unit)) if value.unit else None
+        ),
+    )
+
+
+def _storable(value: Any) -> Any:
+    """Values JSON cannot carry (NaN, bytes, timestamps...) are kept as their text."""
+    if value is None or isinstance(value, str | bool | int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, list | tuple):
+        return [_storable(item) for item in value]
+    if isinstance(value, dict):
+        return {str(key): _storable(item) for key, item in value.items()}
+    return str(value)

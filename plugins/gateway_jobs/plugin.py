@@ -1,0 +1,94 @@
+"""Hook implementations of the job management plugin (registered as ``jobs``).
+
+Job management needs the store (its state lives there); without one the plugin contributes
+nothing. Its processor and metadata need the ``mqtt`` binding; without it jobs are still
+managed (an interpreter may drive them) but status events are only logged.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+from weakref import WeakKeyDictionary
+
+from gateway.cloudevents import CloudEvent
+from gateway.hookspecs import hookimpl
+from gateway.recipes import JobControl
+from gateway.settings import Settings
+from gateway.transport import Processor, Service
+from gateway_jobs.control import JobsControl
+from gateway_jobs.events import BindingEvents, MetadataService
+from gateway_jobs.jobs import JobManager
+from gateway_jobs.processor import JobsProcessor
+from gateway_jobs.settings import JobsSettings
+
+if TYPE_CHECKING:
+    from gateway.app import Gateway
+
+log = logging.getLogger(__name__)
+
+BINDING = "mqtt"
+# One manager per gateway object: the hooks below are called separately but share it.
+_managers: WeakKeyDictionary[Gateway, JobManager] = WeakKeyDictionary()
+
+
+class _LoggedEvents:
+    """Status events when no MQTT binding is loaded: logged, not sent."""
+
+    async def publish(self, scope: str, event: CloudEvent) -> None:
+        log.info("no %s binding: status event for %s not sent", BINDING, scope)
+
+
+def manager_for(gateway: Gateway) -> JobManager | None:
+    """The gateway's job manager; ``None`` without a store."""
+    if gateway.store is None:
+        return None
+    manager = _managers.get(gateway)
+    if manager is None:
+        settings = gateway.settings.get(JobsSettings)
+        binding = gateway.bindings.get(BINDING)
+        manager = JobManager(
+            store=gateway.store,
+            interpreters=gateway.recipe_interpreters,
+            settings=settings,
+            source=gateway.source,
+            events=_LoggedEvents()
+            if binding is None
+            else BindingEvents(binding, settings.topic_prefix),
+            observe=gateway.plugins.hook.gateway_job_state_changed,
+        )
+        _managers[gateway] = manager
+    return manager
+
+
+@hookimpl
+def gateway_add_settings(register: Callable[[str, type[Any]], None]) -> None:
+    register("jobs", JobsSettings)
+
+
+@hookimpl
+def gateway_make_job_control(gateway: Gateway) -> JobControl | None:
+    manager = manager_for(gateway)
+    if manager is None:
+        log.info("no store: job management is off")
+        return None
+    return JobsControl(manager)
+
+
+@hookimpl
+def gateway_register_processors(
+    register: Callable[[Processor], None], settings: Settings, gateway: Gateway
+) -> None:
+    manager = manager_for(gateway)
+    if manager is not None and BINDING in gateway.bindings:
+        prefix = settings.get(JobsSettings).topic_prefix
+        register(JobsProcessor(manager, source=gateway.source).processor(prefix))
+
+
+@hookimpl
+def gateway_register_services(
+    register: Callable[[Service], None], settings: Settings, gateway: Gateway
+) -> None:
+    if manager_for(gateway) is not None and BINDING in gateway.bindings:
+        register(MetadataService(settings.get(JobsSettings).topic_prefix, BINDING))

@@ -1,0 +1,92 @@
+"""The MES's commands: OPC 40001-3 method calls and station configuration, as CloudEvents.
+
+Subscribed on ``{prefix}/+/commands`` (shared across instances); the scope is the CloudEvent
+``subject``. A call carries the method's input arguments, the reply its output arguments with
+the same CloudEvent type: ``{ReturnStatus}``, plus ``JobResponse`` / ``JobResponses`` for the
+two queries. When the status is not NO_ERROR the reply's ``errormessage`` attribute says which
+check failed and why. A payload of the wrong shape or types raises ``ValidationError``: the
+dispatcher answers ``invalid-request`` naming the field, and nothing changes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.cloudevents import CloudEvent, mqtt_safe_text
+from gateway.errors import ValidationError
+from gateway.store import check_scope
+from gateway.transport import Processor, Subscription
+from gateway_jobs.config import CONFIG_KINDS, PUT, config_type
+from gateway_jobs.events import QUERY_METHODS, Cause, method_type
+from gateway_jobs.jobs import JobManager
+from gateway_jobs.model import (
+    JobOrderCall,
+    JobOrderIDCall,
+    JobResponseByIDCall,
+    JobResponseByStateCall,
+    MethodReply,
+    Outcome,
+    from_json,
+    to_json,
+)
+from gateway_jobs.states import CREATING, MES_METHODS, state_path
+
+METHOD_TYPES = {method_type(method): method for method in MES_METHODS}
+QUERY_TYPES = {method_type(method): method for method in QUERY_METHODS}
+CONFIG_TYPES = {config_type(kind): kind for kind in CONFIG_KINDS}
+_MAX_MESSAGE = 4096  # CloudEvent attribute limit of the host
+
+
+class JobsProcessor:
+    """Turns one command event into calls on the ``JobManager`` and one reply."""
+
+    def __init__(self, manager: JobManager, *, source: str) -> None:
+        self.manager = manager
+        self.source = source
+
+    def processor(self, topic_prefix: str) -> Processor:
+        return Processor(
+            name="jobs",
+            subscriptions=[Subscription(f"{topic_prefix}/+/commands")],
+            handle=self.handle,
+            event_types=frozenset({*METHOD_TYPES, *QUERY_TYPES, *CONFIG_TYPES}),
+            binding="mqtt",
+        )
+
+    async def handle(self, event: CloudEvent) -> list[CloudEvent]:
+        if event.subject is None:
+            raise ValidationError("subject", "is required: it names the station scope")
+        scope = check_scope(event.subject)
+        if event.type in METHOD_TYPES:
+            cause = Cause(correlationid=event.correlationid or event.id, causationid=event.id)
+            outcome = await self._method(scope, METHOD_TYPES[event.type], event.data, cause)
+            return [self._reply(event, MethodReply(outcome.status), outcome.message)]
+        if event.type in QUERY_TYPES:
+            return [self._reply(event, await self._query(scope, QUERY_TYPES[event.type], event))]
+        kind = CONFIG_TYPES[event.type]
+        outcome = await self.manager.config.apply(scope, kind, event.method or PUT, event.data)
+        return [self._reply(event, MethodReply(outcome.status), outcome.message)]
+
+    async def _method(self, scope: str, method: str, data: Any, cause: Cause) -> Outcome:
+        if method in CREATING:
+            return await self.manager.store(scope, method, from_json(data, JobOrderCall), cause)
+        if method == "Update":
+            return await self.manager.update(scope, from_json(data, JobOrderCall), cause)
+        return await self.manager.act(scope, method, from_json(data, JobOrderIDCall), cause)
+
+    async def _query(self, scope: str, method: str, event: CloudEvent) -> Any:
+        if method == "RequestJobResponseByJobOrderID":
+            call = from_json(event.data, JobResponseByIDCall)
+            return await self.manager.job_response(scope, call.job_order_id)
+        by_state = from_json(event.data, JobResponseByStateCall)
+        try:
+            wanted = state_path(by_state.job_order_state)
+        except ValueError as error:  # names no state of the machine
+            raise ValidationError("data.JobOrderState", str(error)) from None
+        return await self.manager.job_responses(scope, wanted)
+
+    def _reply(self, event: CloudEvent, output: Any, message: str | None = None) -> CloudEvent:
+        reply = event.reply(source=self.source, data=to_json(output))
+        if message:
+            reply = reply.replace(errormessage=mqtt_safe_text(message)[:_MAX_MESSAGE])
+        return reply

@@ -1,0 +1,332 @@
+"""Jobs in the store: documents, indexes, and the compare-and-swap every state change goes through.
+
+Keys, all in the scope's hash slot (``store.keys.scoped``)::
+
+    {p}:{scope}:job:{id}               JSON    ISA95JobOrderAndStateDataType + Work Master snapshot
+    {p}:{scope}:jobresponse:{id}       JSON    ISA95JobResponseDataType (JobState kept current)
+    {p}:{scope}:jobs:by-priority       ZSET    every job the scope holds, score -Priority
+    {p}:{scope}:jobs:state:{top}       SET     the jobs in each top-level state
+    {p}:{scope}:changes                STREAM  the store's change stream (read by the publisher)
+
+A state change is optimistic: WATCH the job's two documents, read them, decide with the state
+table, then write documents, indexes and one change record in one MULTI/EXEC. If another
+instance changed the job meanwhile, EXEC fails, and the change is decided again on what is
+stored now, so two instances never apply conflicting transitions and a state never goes without
+its change record. Store also watches the priority index when the scope has a job limit, so
+concurrent Stores cannot overshoot it.
+
+Cancelled and cleared jobs (EndState) are deleted, documents and index entries, in the
+transaction that records the Cancel / Clear: they no longer count against the limit, and their
+JobOrderID may be used again. The change stream keeps the record of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import anyio
+from redis.exceptions import WatchError
+
+from gateway.cloudevents import format_time, utc_now
+from gateway.errors import GatewayError
+from gateway.recipes import RecipeJob
+from gateway.store import ScopeTransaction, Store
+from gateway_jobs.model import JobOrder, JobResponse, State, WorkMaster, from_json, to_json
+from gateway_jobs.states import (
+    END,
+    INITIAL,
+    has_result,
+    next_state,
+    state_list,
+    state_number,
+    state_path,
+    top_state,
+)
+
+
+@dataclass(frozen=True)
+class StoredJob:
+    """A job as stored: its order, state path, the Work Master it runs, and its response."""
+
+    job_order: JobOrder
+    state: str
+    work_master: WorkMaster
+    response: JobResponse
+
+    @property
+    def job_order_id(self) -> str:
+        return self.job_order.job_order_id
+
+    @property
+    def priority(self) -> int:
+        return self.job_order.priority or 0  # unspecified: the middle of the range
+
+    def document(self) -> dict[str, Any]:
+        return {
+            "JobOrder": to_json(self.job_order),
+            "State": to_json(state_list(self.state)),
+            "WorkMaster": to_json(self.work_master),
+        }
+
+    @classmethod
+    def from_documents(cls, job: Any, response: Any) -> StoredJob:
+        order = from_json(job["JobOrder"], JobOrder, element="JobOrder")
+        state = state_path(from_json(job["State"], list[State], element="State"))
+        work_master = from_json(job["WorkMaster"], WorkMaster, element="WorkMaster")
+        if response is None:  # both are always written together; if one was lost, start anew
+            return new_job(order, state, work_master)
+        return cls(order, state, work_master, from_json(response, JobResponse))
+
+    def moved_to(self, state: str) -> StoredJob:
+        """This job in ``state``; its Job Response follows: JobState, and the actual start
+        (first time Running) and end (reaching Ended or Aborted) times."""
+        response = dataclasses.replace(self.response, job_state=state_list(state))
+        now = format_time(utc_now())
+        if state == "Running" and response.start_time is None:
+            response.start_time = now
+        if has_result(state) and response.end_time is None:
+            response.end_time = now
+        return dataclasses.replace(self, state=state, response=response)
+
+    def recipe_job(self, scope: str) -> RecipeJob:
+        return RecipeJob(
+            scope=scope,
+            job_order_id=self.job_order_id,
+            job_order=to_json(self.job_order),
+            work_master=to_json(self.work_master),
+        )
+
+
+def new_job(order: JobOrder, state: str, work_master: WorkMaster) -> StoredJob:
+    """A job entering the station, with the (empty) Job Response it will fill."""
+    # One response per job, named like it.
+    response = JobResponse(job_response_id=order.job_order_id, job_order_id=order.job_order_id)
+    return StoredJob(order, INITIAL, work_master, response).moved_to(state)
+
+
+@dataclass(frozen=True)
+class Change:
+    """A state change that was stored: the job before (``None`` when new) and after."""
+
+    trigger: str
+    before: StoredJob | None
+    after: StoredJob
+
+    @property
+    def previous_state(self) -> str:
+        return self.before.state if self.before is not None else INITIAL
+
+
+RefusalKind = Literal["unknown", "invalid-state", "duplicate", "full"]
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a change was not made (nothing was written)."""
+
+    kind: RefusalKind
+    state: str | None = None  # invalid-state: the state the job is in
+    limit: int | None = None  # full: the scope's limit
+
+
+class _Refused(Exception):
+    """Leaves a transaction block without committing anything."""
+
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal.kind)
+        self.refusal = refusal
+
+
+Edit = Callable[[StoredJob], StoredJob]
+"""Adjusts a job already moved to its new state (its order, its response's data)."""
+
+
+class JobRepository:
+    """Reads and compare-and-swap writes of one store's jobs."""
+
+    def __init__(self, store: Store, *, retry_limit: int = 200) -> None:
+        self.store = store
+        self.retry_limit = retry_limit
+
+    # -- keys -------------------------------------------------------------------------------
+
+    def job_key(self, scope: str, job_order_id: str) -> str:
+        return self.store.keys.scoped(scope, "job", job_order_id)
+
+    def response_key(self, scope: str, job_order_id: str) -> str:
+        return self.store.keys.scoped(scope, "jobresponse", job_order_id)
+
+    def priority_key(self, scope: str) -> str:
+        return self.store.keys.scoped(scope, "jobs", "by-priority")
+
+    def state_key(self, scope: str, top: str) -> str:
+        return self.store.keys.scoped(scope, "jobs", "state", top)
+
+    # -- reads ------------------------------------------------------------------------------
+
+    async def in_state(self, scope: str, top: str) -> list[str]:
+        """The ids of the scope's jobs in the top-level state ``top``, sorted."""
+        members = await self.store.client.smembers(self.state_key(scope, top))
+        return sorted(str(member) for member in members)
+
+    async def load(self, scope: str, job_order_id: str) -> StoredJob | None:
+        job, response = await self._documents(
+            [self.job_key(scope, job_order_id), self.response_key(scope, job_order_id)]
+        )
+        return None if job is None else StoredJob.from_documents(job, response)
+
+    async def exists(self, scope: str, job_order_id: str) -> bool:
+        return bool(await self.store.client.exists(self.job_key(scope, job_order_id)))
+
+    async def count(self, scope: str) -> int:
+        """Jobs the scope holds (everything but EndState, which is deleted)."""
+        return int(await self.store.client.zcard(self.priority_key(scope)))
+
+    async def job_order_ids(self, scope: str) -> list[str]:
+        """The scope's jobs, highest Priority first (equal priorities by JobOrderID)."""
+        ids = await self.store.client.zrange(self.priority_key(scope), 0, -1)
+        return [str(job_id) for job_id in ids]  # decode_responses: already str
+
+    async def responses_in_state(self, scope: str, top: str) -> list[JobResponse]:
+        """Job Responses of the jobs in top-level state ``top``, highest Priority first."""
+        members = set(await self.store.client.smembers(self.state_key(scope, top)))
+        ids = [job_id for job_id in await self.job_order_ids(scope) if job_id in members]
+        documents = await self._documents([self.response_key(scope, job_id) for job_id in ids])
+        return [
+            from_json(document, JobResponse, element="JobResponse")
+            for document in documents
+            if document is not None  # cleared between the two reads
+        ]
+
+    async def _documents(self, keys: list[str]) -> list[Any]:
+        if not keys:
+            return []
+        texts = await self.store.client.mget(keys)
+        return [None if text is None else json.loads(text) for text in texts]
+
+    # -- compare-and-swap writes ------------------------------------------------------------
+
+    async def create(
+        self, scope: str, job: StoredJob, trigger: str, *, limit: int | None
+    ) -> Change | Refusal:
+        """Store a new job unless its id is taken or the scope holds ``limit`` jobs already."""
+        job_key = self.job_key(scope, job.job_order_id)
+        watch = [job_key, self.response_key(scope, job.job_order_id)]
+        if limit is not None:
+            watch.append(self.priority_key(scope))
+
+        async def attempt(transaction: ScopeTransaction) -> Change:
+            if await transaction.get_json(job_key) is not None:
+                raise _Refused(Refusal("duplicate"))
+            # Read on another connection, after the WATCH: a Store or Clear committed from
+            # now on makes this transaction fail, and the count is taken again.
+            if limit is not None and await self.count(scope) >= limit:
+                raise _Refused(Refusal("full", limit=limit))
+            return self._queue(transaction, Change(trigger, None, job))
+
+        return await self._swap(scope, watch, attempt)
+
+    async def transition(
+        self, scope: str, job_order_id: str, trigger: str, edit: Edit | None = None
+    ) -> Change | Refusal:
+        """Move the job by ``trigger`` if its stored state allows it; ``edit`` adjusts the job."""
+        job_key = self.job_key(scope, job_order_id)
+        response_key = self.response_key(scope, job_order_id)
+
+        async def attempt(transaction: ScopeTransaction) -> Change:
+            document = await transaction.get_json(job_key)
+            if document is None:
+                raise _Refused(Refusal("unknown"))
+            before = StoredJob.from_documents(document, await transaction.get_json(response_key))
+            destination = next_state(before.state, trigger)
+            if destination is None:
+                raise _Refused(Refusal("invalid-state", state=before.state))
+            after = before.moved_to(destination)
+            if edit is not None:
+                after = edit(after)
+            return self._queue(transaction, Change(trigger, before, after))
+
+        return await self._swap(scope, [job_key, response_key], attempt)
+
+    async def _swap(
+        self,
+        scope: str,
+        watch: list[str],
+        attempt: Callable[[ScopeTransaction], Awaitable[Change]],
+    ) -> Change | Refusal:
+        for tries in range(self.retry_limit):
+            try:
+                async with self.store.transaction(scope, watch=watch) as transaction:
+                    change = await attempt(transaction)
+            except _Refused as refused:
+                return refused.refusal
+            except WatchError:
+                # Another instance changed the job (or the scope's job count): decide again.
+                # Random, growing pauses keep many contenders from colliding in lockstep.
+                await anyio.sleep(random.uniform(0, min(0.0005 * 2**tries, 0.05)))
+                continue
+            return change
+        raise GatewayError(
+            f"jobs of scope {scope!r} kept changing: gave up after {self.retry_limit} attempts"
+        )
+
+    def _queue(self, transaction: ScopeTransaction, change: Change) -> Change:
+        """Queue the documents, index updates and change record of ``change``."""
+        scope, after, before = transaction.scope, change.after, change.before
+        job_order_id = after.job_order_id
+        pipeline = transaction.pipeline
+        job_key = self.job_key(scope, job_order_id)
+        response_key = self.response_key(scope, job_order_id)
+        if after.state == END:
+            pipeline.delete(job_key, response_key)
+            pipeline.zrem(self.priority_key(scope), job_order_id)
+            _move(pipeline, job_order_id, self._state_keys(scope, before), [])
+        else:
+            transaction.set_json(job_key, after.document())
+            transaction.set_json(response_key, to_json(after.response))
+            if before is None or top_state(before.state) != top_state(after.state):
+                _move(
+                    pipeline,
+                    job_order_id,
+                    self._state_keys(scope, before),
+                    [self.state_key(scope, top_state(after.state))],
+                )
+            if before is None or before.priority != after.priority:
+                pipeline.zadd(self.priority_key(scope), {job_order_id: -after.priority})
+        transaction.append_change(change_record(scope, change))
+        return change
+
+    def _state_keys(self, scope: str, job: StoredJob | None) -> list[str]:
+        return [] if job is None else [self.state_key(scope, top_state(job.state))]
+
+
+def _move(pipeline: Any, member: str, sources: Iterable[str], targets: Iterable[str]) -> None:
+    for key in sources:
+        pipeline.srem(key, member)
+    for key in targets:
+        pipeline.sadd(key, member)
+
+
+def change_record(scope: str, change: Change) -> dict[str, str]:
+    """The change-stream entry of ``change``: what the MES publisher needs, as text.
+
+    ``change_type`` is the trigger (``Store``, ``Run``, ``ResultUpdate``, ``Clear``...);
+    ``has_result`` says the Job Response is final (Ended / Aborted), so it may be published;
+    ``priority`` lets the publisher order its index without reading the job.
+    """
+    after = change.after
+    return {
+        "change_type": change.trigger,
+        "job_order_id": after.job_order_id,
+        "scope": scope,
+        "state": after.state,
+        "state_number": str(state_number(after.state)),
+        "previous": change.previous_state,
+        "priority": str(after.priority),
+        "has_result": "true" if has_result(after.state) else "false",
+    }

@@ -1,0 +1,38 @@
+"""The ``[jobs]`` settings section."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.settings import setting
+
+NO_LIMIT = 0xFFFF  # OPC UA: MaxDownloadableJobOrders = max UInt16 means "no limit"
+
+
+@dataclass(frozen=True)
+class JobsSettings:
+    topic_prefix: str = setting(
+        "jobs",
+        "MES topics: <prefix>/<scope>/commands, <prefix>/<scope>/events, <prefix>/metadata",
+    )
+    max_job_orders: int = setting(
+        NO_LIMIT,
+        "Job orders a scope may hold at once (cleared ones do not count; 65535: no limit); "
+        "the MES overrides it per scope with config.jobacceptance",
+        minimum=0,
+    )
+    retry_limit: int = setting(
+        200,
+        "Attempts of one state change when other instances keep changing the same job",
+        minimum=1,
+    )
+
+    def __post_init__(self) -> None:
+        # ValueError here becomes a SettingsError naming the section (see gateway.settings).
+        if self.max_job_orders > NO_LIMIT:
+            raise ValueError(f"max_job_orders: expected 0..{NO_LIMIT}, got {self.max_job_orders}")
+        prefix = self.topic_prefix
+        if not prefix or prefix.startswith("/") or prefix.endswith("/") or set("+#") & set(prefix):
+            raise ValueError(
+                f"topic_prefix: expected topic levels without wildcards, got {prefix!r}"
+            )

@@ -1,0 +1,257 @@
+"""Test support for job management: an MES that speaks only MQTT, and a scripted interpreter.
+
+For this plugin's tests and for integrators who want to exercise the MES interface without the
+SFC engine:
+
+- ``JobsMes`` sends method calls and configuration events the way an MES does (CloudEvents
+  over MQTT, through ``gateway.testing.mqtt``) and reads the replies' ``ReturnStatus``;
+- ``ScriptedInterpreter`` is a real recipe interpreter whose "recipe" says what to do when
+  started (run, then complete with results), and which records what it was told;
+- ``job_order`` / ``work_master`` build payloads in their OPC UA JSON form;
+- ``Station`` builds gateway instances of one station on given brokers (MQTT, Redis), and
+  ``local_jobs`` job management on a store without MQTT (status events kept in a list).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
+
+from anyio.abc import ObjectReceiveStream
+
+from gateway.app import Gateway
+from gateway.cloudevents import CloudEvent
+from gateway.codecs.mqtt import MqttMessage
+from gateway.hookspecs import hookimpl
+from gateway.recipes import JobCommand, JobControl, JobOutcome, ProcessValue, RecipeInterpreter
+from gateway.settings import Settings
+from gateway.store import Store
+from gateway.testing.mqtt import MqttTestClient, connect_test_client
+from gateway_jobs.config import config_type
+from gateway_jobs.control import JobsControl
+from gateway_jobs.events import method_type
+from gateway_jobs.jobs import JobManager
+from gateway_jobs.settings import JobsSettings
+
+if TYPE_CHECKING:
+    from gateway.recipes import RecipeJob
+
+TEST_DATASCHEMA = "urn:station-gateway:test-recipe:v1"
+
+
+def work_master(
+    work_master_id: str = "wm", recipe: Any = None, *, dataschema: str | None = TEST_DATASCHEMA
+) -> dict[str, Any]:
+    """A Work Master carrying ``recipe`` (default: run when started, then wait)."""
+    recipe = {"run": True} if recipe is None else recipe
+    document: dict[str, Any] = {"ID": work_master_id, "Data": recipe}
+    if dataschema is not None:
+        document["DataSchema"] = dataschema
+    return document
+
+
+def job_order(
+    job_order_id: str,
+    *,
+    work_masters: Sequence[str] = ("wm",),
+    priority: int | None = None,
+    **fields: Any,
+) -> dict[str, Any]:
+    """A job order in OPC UA JSON; ``fields`` adds e.g. ``EquipmentRequirements=[...]``."""
+    order: dict[str, Any] = {
+        "JobOrderID": job_order_id,
+        "WorkMasterID": [{"ID": name} for name in work_masters],
+        **fields,
+    }
+    if priority is not None:
+        order["Priority"] = priority
+    return order
+
+
+@dataclass
+class ScriptedInterpreter:
+    """A recipe interpreter whose recipe is a script: ``{"run": true, "complete": {...}}``.
+
+    On ``start`` it reports Run when the recipe says ``run``, then Complete with the results in
+    ``complete`` (ID -> value) when there are any. ``{"invalid": "why"}`` fails validation.
+    """
+
+    control: Callable[[], JobControl]
+    dataschema: str = TEST_DATASCHEMA
+    started: list[str] = field(default_factory=list)
+    commands: list[tuple[str, JobCommand]] = field(default_factory=list)
+
+    def validate(self, recipe: Any) -> Sequence[str]:
+        if not isinstance(recipe, Mapping):
+            return ["recipe: must be an object"]
+        if "invalid" in recipe:
+            return [f"recipe.invalid: {recipe['invalid']}"]
+        return []
+
+    async def start(self, job: RecipeJob) -> None:
+        self.started.append(job.job_order_id)
+        script = job.recipe if isinstance(job.recipe, Mapping) else {}
+        control = self.control()
+        if script.get("run") and await control.run(job.scope, job.job_order_id):
+            results = script.get("complete")
+            if isinstance(results, Mapping):
+                outcome = JobOutcome(results=[ProcessValue(k, v) for k, v in results.items()])
+                await control.complete(job.scope, job.job_order_id, outcome)
+
+    async def command(self, job: RecipeJob, command: JobCommand) -> None:
+        self.commands.append((job.job_order_id, command))
+
+
+@dataclass
+class ScriptedInterpreterPlugin:
+    """Registers a ``ScriptedInterpreter`` on every gateway built with it (an extra plugin)."""
+
+    interpreters: list[ScriptedInterpreter] = field(default_factory=list)
+
+    @hookimpl
+    def gateway_register_recipe_interpreters(
+        self, register: Callable[[RecipeInterpreter], None], settings: Settings, gateway: Gateway
+    ) -> None:
+        interpreter = ScriptedInterpreter(lambda: gateway.job_control)
+        self.interpreters.append(interpreter)
+        register(interpreter)
+
+
+@dataclass
+class JobsMes:
+    """The MES side of the job interface of one scope, speaking only MQTT."""
+
+    client: MqttTestClient
+    topic_prefix: str
+    scope: str
+    source: str = "urn:test:mes"
+
+    @property
+    def commands_topic(self) -> str:
+        return f"{self.topic_prefix}/{self.scope}/commands"
+
+    def event(self, event_type: str, data: Any, **attributes: Any) -> CloudEvent:
+        return CloudEvent(
+            type=event_type, source=self.source, subject=self.scope, data=data, **attributes
+        )
+
+    async def call(self, method: str, data: Any, **attributes: Any) -> CloudEvent:
+        """Call a job method (``Store``, ``Start``, ``RequestJobResponseByJobOrderID``...)."""
+        event = self.event(method_type(method), data, **attributes)
+        return await self.client.request(self.commands_topic, event)
+
+    async def store(self, order: Mapping[str, Any], method: str = "Store") -> CloudEvent:
+        return await self.call(method, {"JobOrder": dict(order)})
+
+    async def act(self, method: str, job_order_id: str) -> CloudEvent:
+        return await self.call(method, {"JobOrderID": job_order_id})
+
+    async def configure(self, kind: str, data: Any, *, method: str = "PUT") -> CloudEvent:
+        event = self.event(config_type(kind), data, method=method)
+        return await self.client.request(self.commands_topic, event)
+
+    async def job_response(self, job_order_id: str) -> CloudEvent:
+        return await self.call("RequestJobResponseByJobOrderID", {"JobOrderID": job_order_id})
+
+    @asynccontextmanager
+    async def events(self) -> AsyncIterator[ObjectReceiveStream[MqttMessage]]:
+        """The scope's status events, as they arrive."""
+        async with self.client.watch(f"{self.topic_prefix}/{self.scope}/events") as stream:
+            yield stream
+
+
+async def change_records(store: Store, scope: str) -> list[dict[str, str]]:
+    """The scope's change-stream records, oldest first."""
+    entries = await store.client.xrange(store.keys.changes(scope))
+    return [fields for _, fields in cast(list[tuple[str, dict[str, str]]], entries)]
+
+
+def return_status(reply: CloudEvent) -> int:
+    """The ``ReturnStatus`` of a reply (``KeyError`` for an error reply, which has none)."""
+    status = reply.data["ReturnStatus"]
+    assert isinstance(status, int)
+    return status
+
+
+@dataclass
+class Station:
+    """Gateway instances of one station (shared key prefix, topic prefix and share group).
+
+    The SFC plugin is blocked: jobs run the ``ScriptedInterpreter`` that ``plugin`` registers.
+    """
+
+    mqtt_url: str
+    redis_url: str
+    name: str  # unique per test: key prefix, topic prefix, share group
+    plugin: ScriptedInterpreterPlugin = field(default_factory=ScriptedInterpreterPlugin)
+
+    @property
+    def topic_prefix(self) -> str:
+        return self.name
+
+    def gateway(self, instance: str = "a", **jobs: str) -> Gateway:
+        """An instance; ``jobs`` sets [jobs] settings (``max_job_orders="2"``)."""
+        environ = {
+            "GATEWAY_PLUGINS_BLOCK": "sfc",
+            "GATEWAY_MQTT_URL": self.mqtt_url,
+            "GATEWAY_MQTT_SHARE_GROUP": self.name,
+            "GATEWAY_MQTT_RECONNECT_MAX_SECONDS": "1",
+            "GATEWAY_REDIS_URL": self.redis_url,
+            "GATEWAY_REDIS_KEY_PREFIX": self.name,
+            "GATEWAY_GATEWAY_INSTANCE_ID": f"{self.name}-{instance}",
+            "GATEWAY_GATEWAY_SHUTDOWN_GRACE_SECONDS": "5",
+            "GATEWAY_JOBS_TOPIC_PREFIX": self.topic_prefix,
+            **{f"GATEWAY_JOBS_{key.upper()}": value for key, value in jobs.items()},
+        }
+        return Gateway.from_environment(None, environ, extra_plugins={"recipes": self.plugin})
+
+    def mes(self, scope: str = "cell1") -> AbstractAsyncContextManager[JobsMes]:
+        """An MES client for ``scope``."""
+        return _mes(self.mqtt_url, self.topic_prefix, scope)
+
+
+@asynccontextmanager
+async def _mes(url: str, prefix: str, scope: str) -> AsyncIterator[JobsMes]:
+    async with connect_test_client(url) as client:
+        yield JobsMes(client, prefix, scope)
+
+
+@dataclass
+class CollectedEvents:
+    """Status events kept in a list instead of published."""
+
+    events: list[tuple[str, CloudEvent]] = field(default_factory=list)
+
+    async def publish(self, scope: str, event: CloudEvent) -> None:
+        self.events.append((scope, event))
+
+
+@dataclass
+class LocalJobs:
+    """Job management on a store, without MQTT: manager, control, interpreter, what it said."""
+
+    manager: JobManager
+    control: JobsControl
+    interpreter: ScriptedInterpreter
+    events: CollectedEvents
+    observed: list[dict[str, Any]]
+
+
+def local_jobs(store: Store, **settings: Any) -> LocalJobs:
+    """``LocalJobs`` on an entered ``store``; ``settings`` are ``JobsSettings`` fields."""
+    controls: list[JobsControl] = []
+    interpreter = ScriptedInterpreter(lambda: controls[0])
+    events = CollectedEvents()
+    observed: list[dict[str, Any]] = []
+    manager = JobManager(
+        store=store,
+        interpreters={TEST_DATASCHEMA: interpreter},
+        settings=JobsSettings(**settings),
+        source="urn:test:gateway",
+        events=events,
+        observe=lambda **change: observed.append(change),
+    )
+    controls.append(JobsControl(manager))
+    return LocalJobs(manager, controls[0], interpreter, events, observed)

@@ -1,0 +1,188 @@
+"""``JobControl``, the recipe interpreter's side: compare-and-swap calls and the Job Response."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import anyio
+import pytest
+
+from gateway.recipes import JobCommand, JobOutcome, ProcessValue
+from gateway.store import Store
+from gateway_jobs.events import Cause
+from gateway_jobs.model import JobOrder, JobOrderCall, JobOrderIDCall, WorkMaster, to_json
+from gateway_jobs.testing import LocalJobs, change_records, local_jobs, work_master
+
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+
+SCOPE = "cell1"
+CAUSE = Cause(correlationid=None, causationid="test")
+
+
+async def prepared(jobs: LocalJobs, job: str = "j1", *, method: str = "StoreAndStart") -> None:
+    """Work Master ``wm`` (parameters, a recipe the test drives) and a job in AllowedToStart."""
+    wm = work_master("wm", {"run": False}) | {"Parameters": [{"ID": "speed", "Value": 2}]}
+    assert (await jobs.manager.config.apply(SCOPE, "workmaster", "PUT", wm)).ok
+    order = JobOrder(job, work_master_id=[WorkMaster("wm")])
+    assert (await jobs.manager.store(SCOPE, method, JobOrderCall(order), CAUSE)).ok
+
+
+async def response(jobs: LocalJobs, job: str = "j1") -> dict[str, object]:
+    reply = await jobs.manager.job_response(SCOPE, job)
+    assert reply.job_response is not None
+    document: dict[str, object] = to_json(reply.job_response)
+    return document
+
+
+async def test_calls_return_false_and_change_nothing_when_the_state_does_not_match(
+    jobs: LocalJobs,
+) -> None:
+    await prepared(jobs, method="Store")  # NotAllowedToStart: not handed over yet
+    control = jobs.control
+    assert await control.run(SCOPE, "j1") is False
+    assert await control.complete(SCOPE, "j1", JobOutcome()) is False
+    assert await control.hold(SCOPE, "j1", "why") is False
+    assert await control.abort(SCOPE, "j1", JobOutcome(error="x")) is False
+    assert await control.record_results(SCOPE, "j1", [ProcessValue("a", 1)]) is False
+    assert await control.run(SCOPE, "unknown") is False
+    assert await control.state(SCOPE, "j1") == "NotAllowedToStart.Ready"
+    assert await control.state(SCOPE, "unknown") is None
+    assert await control.job(SCOPE, "unknown") is None
+
+
+async def test_job_gives_the_order_and_the_work_master_it_was_accepted_with(
+    jobs: LocalJobs,
+) -> None:
+    await prepared(jobs)
+    assert jobs.interpreter.started == ["j1"]
+    await jobs.manager.config.apply(SCOPE, "workmaster", "DELETE", {"ID": "wm"})
+    job = await jobs.control.job(SCOPE, "j1")
+    assert job is not None
+    assert job.job_order["JobOrderID"] == "j1"
+    assert job.dataschema == work_master()["DataSchema"]
+    assert job.recipe == {"run": False}
+    assert job.parameters() == {"speed": 2}
+
+
+async def test_run_then_complete_writes_the_results_as_job_response_data(jobs: LocalJobs) -> None:
+    await prepared(jobs)
+    control = jobs.control
+    assert await control.run(SCOPE, "j1") is True
+    assert await control.run(SCOPE, "j1") is False  # already running
+    assert await control.record_results(SCOPE, "j1", [ProcessValue("count", 1)])
+    results = [
+        ProcessValue("torque", 41.5, unit="N.m", description="final torque"),
+        ProcessValue("count", 2),
+        ProcessValue("reading", math.nan),
+    ]
+    assert await control.complete(SCOPE, "j1", JobOutcome(results=results)) is True
+    assert await control.state(SCOPE, "j1") == "Ended.Completed"
+    document = await response(jobs)
+    assert document["JobResponseData"] == [
+        {"ID": "count", "Value": 2},  # the later value replaced the earlier one
+        {
+            "ID": "torque",
+            "Value": 41.5,
+            "Description": [{"Locale": "en", "Text": "final torque"}],
+            "EngineeringUnits": {"DisplayName": {"Locale": "en", "Text": "N.m"}},
+        },
+        {"ID": "reading", "Value": "nan"},  # JSON has no NaN: kept as text
+    ]
+    assert document["StartTime"] is not None
+    assert document["EndTime"] is not None
+    _, event = jobs.events.events[-1]
+    assert event.data["JobResponse"]["JobResponseData"] == document["JobResponseData"]
+
+
+async def test_abort_records_the_error_and_the_side_effects(jobs: LocalJobs) -> None:
+    await prepared(jobs)
+    assert await jobs.control.run(SCOPE, "j1")
+    outcome = JobOutcome(
+        results=[ProcessValue("step", "Tighten")], error="no reply", side_effects=True
+    )
+    assert await jobs.control.abort(SCOPE, "j1", outcome) is True
+    document = await response(jobs)
+    assert document["Description"] == {"Locale": "en", "Text": "Aborted: no reply"}
+    assert document["JobResponseData"] == [
+        {"ID": "step", "Value": "Tighten"},
+        {"ID": "Error", "Value": "no reply"},
+        {"ID": "SideEffects", "Value": True},
+    ]
+    assert await jobs.control.state(SCOPE, "j1") == "Aborted"
+
+
+async def test_hold_then_the_mes_resumes_or_aborts(jobs: LocalJobs) -> None:
+    await prepared(jobs)
+    await prepared(jobs, "j2")
+    for job in ("j1", "j2"):
+        assert await jobs.control.run(SCOPE, job)
+        assert await jobs.control.hold(SCOPE, job, "torque out of range") is True
+    assert (await response(jobs))["Description"] == {
+        "Locale": "en",
+        "Text": "Held: torque out of range",
+    }
+    assert (await jobs.manager.act(SCOPE, "Resume", JobOrderIDCall("j1"), CAUSE)).ok
+    assert (await jobs.manager.act(SCOPE, "Abort", JobOrderIDCall("j2"), CAUSE)).ok
+    assert jobs.interpreter.commands == [("j1", JobCommand.RESUME), ("j2", JobCommand.ABORT)]
+    assert await jobs.control.state(SCOPE, "j1") == "Running"
+    assert await jobs.control.complete(SCOPE, "j1", JobOutcome())
+    assert "Description" not in await response(jobs)  # the hold is over
+
+
+async def test_results_after_the_mes_stopped_the_job_are_kept(jobs: LocalJobs) -> None:
+    await prepared(jobs)
+    assert await jobs.control.run(SCOPE, "j1")
+    assert (await jobs.manager.act(SCOPE, "Stop", JobOrderIDCall("j1"), CAUSE)).ok
+    assert await jobs.control.record_results(SCOPE, "j1", [ProcessValue("parts", 7)]) is True
+    assert (await response(jobs))["JobResponseData"] == [{"ID": "parts", "Value": 7}]
+    assert (await jobs.manager.act(SCOPE, "Clear", JobOrderIDCall("j1"), CAUSE)).ok
+    assert await jobs.control.record_results(SCOPE, "j1", [ProcessValue("parts", 8)]) is False
+
+
+async def test_aborting_a_job_never_started_does_not_bother_the_interpreter(
+    jobs: LocalJobs,
+) -> None:
+    await prepared(jobs, method="Store")
+    assert (await jobs.manager.act(SCOPE, "Abort", JobOrderIDCall("j1"), CAUSE)).ok
+    assert jobs.interpreter.started == []
+    assert jobs.interpreter.commands == []
+
+
+async def test_concurrent_runs_from_two_instances_have_one_winner(
+    jobs: LocalJobs, store_factory: Callable[[], Store]
+) -> None:
+    await prepared(jobs)
+    async with store_factory() as other_store:
+        other = local_jobs(other_store)
+        results: list[bool] = []
+
+        async def run(control: LocalJobs) -> None:
+            results.append(await control.control.run(SCOPE, "j1"))
+
+        async with anyio.create_task_group() as tasks:
+            for index in range(20):
+                tasks.start_soon(run, jobs if index % 2 else other)
+    assert sorted(results) == [False] * 19 + [True]
+    records = await change_records(jobs.manager.repository.store, SCOPE)
+    assert [record["change_type"] for record in records] == ["StoreAndStart", "Run"]
+
+
+async def test_change_records_carry_what_the_publisher_needs(jobs: LocalJobs, store: Store) -> None:
+    await prepared(jobs)
+    assert await jobs.control.run(SCOPE, "j1")
+    assert await jobs.control.complete(SCOPE, "j1", JobOutcome())
+    assert (await jobs.manager.act(SCOPE, "Clear", JobOrderIDCall("j1"), CAUSE)).ok
+    records = await change_records(store, SCOPE)
+    assert [(r["change_type"], r["previous"], r["state"], r["has_result"]) for r in records] == [
+        ("StoreAndStart", "InitialState", "AllowedToStart.Ready", "false"),
+        ("Run", "AllowedToStart.Ready", "Running", "false"),
+        ("Complete", "Running", "Ended.Completed", "true"),
+        ("Clear", "Ended.Completed", "EndState", "false"),
+    ]
+    assert {r["job_order_id"] for r in records} == {"j1"}
+    assert [r["state_number"] for r in records] == ["2", "3", "5", "7"]
+    assert all(r["priority"] == "0" and r["scope"] == SCOPE and r["ts"] for r in records)
+    # Cleared: gone from documents and indexes, so it no longer counts.
+    assert await jobs.manager.repository.count(SCOPE) == 0
+    assert await store.client.get(store.keys.scoped(SCOPE, "job", "j1")) is None

@@ -1,0 +1,256 @@
+"""Chaos: two gateway processes share 200 jobs while one or the other is SIGKILLed and restarted.
+
+Every job must end exactly once, Completed, with every action's result; every action must have
+been dispatched with attempt 1 only (a re-dispatch after a crash repeats the same correlation id,
+which is what the at-least-once contract with the equipment allows).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+import anyio
+import pytest
+from redis.asyncio import Redis
+
+from gateway.cloudevents import CloudEvent
+from gateway.testing import wait_until
+from gateway.testing.mqtt import connect_test_client
+from gateway_jobs.testing import JobsMes, job_order, work_master
+from gateway_sfc.model import DATASCHEMA
+
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+
+JOBS = 200
+ACTIONS = ("position", "tighten", "scan", "verify")
+NODE = Path(__file__).with_name("chaos_node.py")
+T = TypeVar("T")
+
+
+def push(name: str, step: str) -> dict[str, Any]:
+    return {"name": name, "step": step, "interaction": "push_command", "type_id": f"chaos.{name}"}
+
+
+RECIPE = {
+    "steps": [
+        {"name": "Init", "initial": True},
+        {"name": "Position"},
+        {"name": "Tighten"},
+        {"name": "Scan"},
+        {"name": "Verify"},
+        {"name": "Done"},
+    ],
+    "branches": [
+        {"name": "Work", "type": "simultaneous", "branches": [["Position", "Tighten"], ["Scan"]]}
+    ],
+    "transitions": [
+        {"source": "Init", "target": "Work"},
+        {"source": "Work", "target": "Verify"},
+        {"source": "Verify", "target": "Done", "condition": "verify.ok"},
+    ],
+    "actions": [
+        push("position", "Position"),
+        push("tighten", "Tighten"),
+        push("scan", "Scan"),
+        push("verify", "Verify"),
+    ],
+}
+
+
+@dataclass
+class Node:
+    """One gateway process, restartable under the same instance id (same MQTT session)."""
+
+    name: str
+    environ: dict[str, str]
+    log: Path
+    process: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+
+    def start(self) -> None:
+        self.starts += 1
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, str(NODE)], env=self.environ, stdout=log, stderr=subprocess.STDOUT
+            )
+
+    def started(self) -> bool:
+        return self.log.read_text(errors="replace").count(" started (role all)") >= self.starts
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+@dataclass
+class Chaos:
+    nodes: list[Node]
+    kills: int = 0
+    log: list[str] = field(default_factory=list)
+
+    async def run(self, done: anyio.Event) -> None:
+        """Kill a random node at random moments, and bring it back, until ``done``."""
+        rng = random.Random(os.environ.get("CHAOS_SEED", "1"))
+        while not done.is_set() or self.kills < 3:
+            await anyio.sleep(rng.uniform(0.2, 0.7))
+            node = rng.choice(self.nodes)
+            node.kill()
+            self.kills += 1
+            self.log.append(f"killed {node.name}")
+            await anyio.sleep(rng.uniform(0.05, 0.3))
+            node.start()
+            await wait_until(node.started, timeout=20)
+
+
+@pytest.fixture
+def nodes(redis_url: str, mqtt_url: str, unique: str, tmp_path: Path) -> Iterator[list[Node]]:
+    base = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")},
+        "GATEWAY_REDIS_URL": redis_url,
+        "GATEWAY_REDIS_KEY_PREFIX": unique,
+        "GATEWAY_REDIS_DEDUPE_LEASE_SECONDS": "2",
+        "GATEWAY_MQTT_URL": mqtt_url,
+        "GATEWAY_MQTT_SHARE_GROUP": unique,
+        "GATEWAY_MQTT_RECONNECT_MAX_SECONDS": "1",
+        "GATEWAY_JOBS_TOPIC_PREFIX": unique,
+        "GATEWAY_SFC_CLAIM_IDLE_SECONDS": "1",
+        "GATEWAY_SFC_TIMER_POLL_SECONDS": "0.02",
+        "GATEWAY_SFC_SCOPE_POLL_SECONDS": "0.2",
+        "GATEWAY_SFC_RECONCILE_SECONDS": "1",
+        "GATEWAY_GATEWAY_DATA_DIR": str(tmp_path),
+        "CHAOS_RECORD_KEY": f"{unique}:chaos:dispatched",
+    }
+    made = [
+        Node(
+            name,
+            {**base, "GATEWAY_GATEWAY_INSTANCE_ID": f"{unique}-{name}"},
+            tmp_path / f"{name}.log",
+        )
+        for name in ("a", "b")
+    ]
+    try:
+        yield made
+    finally:
+        for node in made:
+            node.stop()
+
+
+async def patiently(request: Callable[[], Awaitable[T]], tries: int = 20) -> T:
+    """An MES request that survives the gateway instance answering it being killed."""
+    for _ in range(tries - 1):
+        try:
+            return await request()
+        except TimeoutError:
+            continue
+    return await request()
+
+
+async def test_every_job_ends_exactly_once_while_instances_are_killed(
+    nodes: list[Node], redis_url: str, mqtt_url: str, unique: str
+) -> None:
+    for node in nodes:
+        node.start()
+    for node in nodes:
+        await wait_until(node.started, timeout=20)
+    chaos = Chaos(nodes)
+    async with connect_test_client(mqtt_url) as client:
+        mes = JobsMes(client, unique, "cell")
+
+        async def send(event: CloudEvent) -> CloudEvent:
+            return await patiently(lambda: client.request(mes.commands_topic, event, timeout=3))
+
+        wm = work_master("WM", RECIPE, dataschema=DATASCHEMA)
+        await send(
+            mes.event("com.github.aschamberger.ISA95-JOBCONTROL_V2.config.workmaster.v1", wm)
+        )
+        done = anyio.Event()
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(chaos.run, done)
+            limiter = anyio.CapacityLimiter(10)
+
+            async def store(number: int) -> None:
+                async with limiter:
+                    order = job_order(f"J{number}", work_masters=["WM"])
+                    await send(mes.event(_method("StoreAndStart"), {"JobOrder": order}))
+
+            async with anyio.create_task_group() as stores:
+                for number in range(JOBS):
+                    stores.start_soon(store, number)
+            responses = await wait_for_all_ended(mes, send)
+            done.set()
+    for node in nodes:
+        node.stop()
+
+    assert chaos.kills >= 3, chaos.log
+    assert len(responses) == JOBS
+    for job, response in responses.items():
+        assert [s["StateText"]["Text"] for s in response["JobState"]][:2] == [
+            "Ended",
+            "Completed",
+        ], job
+        results = {entry["ID"] for entry in response.get("JobResponseData", [])}
+        assert set(ACTIONS) <= results, job
+
+    async with Redis.from_url(redis_url, decode_responses=True) as redis:
+        dispatched = Counter(
+            cast(list[str], await redis.lrange(f"{unique}:chaos:dispatched", 0, -1))
+        )
+        changes = cast(
+            list[tuple[str, dict[str, str]]], await redis.xrange(f"{unique}:{{cell}}:changes")
+        )
+    expected = {f"J{n}:{action}:1" for n in range(JOBS) for action in ACTIONS}
+    assert set(dispatched) == expected  # all dispatched; never a second attempt number
+    endings = Counter(
+        fields["job_order_id"] for _, fields in changes if fields["state"].startswith("Ended")
+    )
+    assert endings == Counter({f"J{n}": 1 for n in range(JOBS)})  # each job ended exactly once
+    repeats = sum(count - 1 for count in dispatched.values())
+    print(f"chaos: {chaos.kills} kills, {repeats} re-dispatched commands (same correlation id)")
+
+
+def _method(name: str) -> str:
+    return f"org.opcfoundation.ISA95-JOBCONTROL_V2.{name}.v2"
+
+
+async def wait_for_all_ended(
+    mes: JobsMes, send: Callable[[CloudEvent], Awaitable[CloudEvent]]
+) -> dict[str, dict[str, Any]]:
+    """Ask for every job's response until all have ended; returns them."""
+    pending = {f"J{number}" for number in range(JOBS)}
+    ended: dict[str, dict[str, Any]] = {}
+    last: dict[str, list[str]] = {}
+    with anyio.move_on_after(120):
+        while pending:
+            for job in sorted(pending):
+                event = mes.event(
+                    "org.opcfoundation.Machinery.Jobs.RequestJobResponseByJobOrderID.v1",
+                    {"JobOrderID": job},
+                )
+                response = (await send(event)).data.get("JobResponse") or {}
+                states = [state["StateText"]["Text"] for state in response.get("JobState", [])]
+                last[job] = states
+                if states and states[0] in ("Ended", "Aborted"):
+                    ended[job] = response
+                    pending.discard(job)
+            await anyio.sleep(0.2)
+    assert not pending, {job: last.get(job) for job in sorted(pending)}
+    return ended

@@ -1,0 +1,288 @@
+"""The SFC engine end to end: MES over real MQTT, job management and the engine on real Redis,
+equipment through the driver API (in-process test equipment)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from gateway.app import Gateway
+from gateway.equipment import EquipmentCommand
+from gateway.testing import running, wait_until
+from gateway.testing.equipment import EquipmentFailure, NoAnswer, TestEquipment
+from gateway.testing.mqtt import connect_test_client
+from gateway_jobs.model import ReturnStatus
+from gateway_jobs.testing import JobsMes, job_order, return_status, work_master
+from gateway_sfc.model import DATASCHEMA
+
+OK = ReturnStatus.NO_ERROR
+
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+
+EXAMPLES = Path(__file__).parents[3] / "examples" / "recipes"
+QA_RESULT = "com.example.station.qa_result.v1"
+TORQUE_RESULT = "com.example.station.torque_result.v1"
+
+
+@dataclass
+class SfcStation:
+    mqtt_url: str
+    redis_url: str
+    name: str
+    equipment: TestEquipment = field(default_factory=TestEquipment)
+
+    def gateway(self, instance: str = "a") -> Gateway:
+        environ = {
+            "GATEWAY_MQTT_URL": self.mqtt_url,
+            "GATEWAY_MQTT_SHARE_GROUP": self.name,
+            "GATEWAY_REDIS_URL": self.redis_url,
+            "GATEWAY_REDIS_KEY_PREFIX": self.name,
+            "GATEWAY_GATEWAY_INSTANCE_ID": f"{self.name}-{instance}",
+            "GATEWAY_GATEWAY_SHUTDOWN_GRACE_SECONDS": "5",
+            "GATEWAY_JOBS_TOPIC_PREFIX": self.name,
+            "GATEWAY_SFC_TIMER_POLL_SECONDS": "0.01",
+            "GATEWAY_SFC_CLAIM_IDLE_SECONDS": "1",
+        }
+        return Gateway.from_environment(None, environ, extra_plugins={"equipment": self.equipment})
+
+    @asynccontextmanager
+    async def mes(self, scope: str = "cell1") -> AsyncIterator[JobsMes]:
+        async with connect_test_client(self.mqtt_url) as client:
+            yield JobsMes(client, self.name, scope)
+
+
+@pytest.fixture
+def station(mqtt_url: str, redis_url: str, unique: str) -> SfcStation:
+    return SfcStation(mqtt_url, redis_url, unique)
+
+
+def recipe(name: str) -> Any:
+    return json.loads((EXAMPLES / name).read_text())
+
+
+async def run_job(
+    mes: JobsMes, recipe_data: Any, job: str = "J1", parameters: dict[str, Any] | None = None
+) -> None:
+    wm = work_master(f"WM-{job}", recipe_data, dataschema=DATASCHEMA)
+    configured = await mes.configure("workmaster", wm)
+    assert return_status(configured) == OK, configured.data
+    order = job_order(job, work_masters=[f"WM-{job}"])
+    if parameters:
+        order["JobOrderParameters"] = [{"ID": k, "Value": v} for k, v in parameters.items()]
+    assert return_status(await mes.store(order, method="StoreAndStart")) == OK
+
+
+async def final_response(mes: JobsMes, job: str, timeout: float = 10) -> dict[str, Any]:
+    """Poll the job response until the job has ended (Ended or Aborted)."""
+    response: dict[str, Any] = {}
+
+    async def ended() -> bool:
+        nonlocal response
+        response = (await mes.job_response(job)).data["JobResponse"]
+        states = [state["StateText"]["Text"] for state in response.get("JobState", [])]
+        return bool({"Ended", "Aborted"} & set(states))
+
+    await poll_until(ended, timeout)
+    return response
+
+
+async def poll_until(condition: Callable[[], Awaitable[bool]], timeout: float = 10) -> None:
+    """Ask the MES interface until ``condition`` holds (there is no event to wait on)."""
+    with anyio.fail_after(timeout):
+        while not await condition():  # noqa: ASYNC110
+            await anyio.sleep(0.05)
+
+
+def state_of(response: dict[str, Any]) -> list[str]:
+    return [state["StateText"]["Text"] for state in response["JobState"]]
+
+
+def data_of(response: dict[str, Any]) -> dict[str, Any]:
+    return {entry["ID"]: entry.get("Value") for entry in response.get("JobResponseData", [])}
+
+
+def tightener(equipment: TestEquipment, torque: float = 85.2) -> dict[str, Any]:
+    """Tightening controller: answers the command, then reports the torque result."""
+
+    async def tighten(command: EquipmentCommand) -> Any:
+        result = {"torque": torque, "torque_ok": True}
+        await equipment.emit(TORQUE_RESULT, result, equipment="tightener", scope=command.scope)
+        return {"torque": torque, "unit": "Nm"}
+
+    return {"com.example.station.tighten.v1": tighten}
+
+
+async def test_the_rear_axle_recipe_runs_to_completed_with_torque_and_qa_results(
+    station: SfcStation,
+) -> None:
+    station.equipment.behaviours = tightener(station.equipment)
+    async with running(station.gateway()), station.mes() as mes:
+        await run_job(mes, recipe("rear_axle.json"))
+        await station.equipment.emit(
+            QA_RESULT, {"passed": True, "defects": 0}, equipment="camera", scope="cell1"
+        )
+        response = await final_response(mes, "J1")
+    assert state_of(response)[:2] == ["Ended", "Completed"]
+    data = data_of(response)
+    assert data["tighten"] == {"torque": 85.2, "unit": "Nm"}
+    assert data["camera_qa"] == {"passed": True, "defects": 0}
+    assert data["verify"] == {"torque": 85.2, "torque_ok": True}
+    sent = [command.correlation_id for command in station.equipment.received]
+    assert sent == ["J1:position_axle:1", "J1:tighten:1"]
+
+
+async def test_a_loop_ends_on_its_counter_condition(station: SfcStation) -> None:
+    count = 0
+
+    def tighten(command: EquipmentCommand) -> Any:
+        nonlocal count
+        count += 1
+        return {"count": count}
+
+    loop = recipe("loop_until_count.json")
+    station.equipment.behaviours = {action["type_id"]: tighten for action in loop["actions"]}
+    async with running(station.gateway()), station.mes() as mes:
+        await run_job(mes, loop, parameters={"bolts": 4})
+        response = await final_response(mes, "J1")
+    assert state_of(response)[:2] == ["Ended", "Completed"]
+    correlations = [command.correlation_id for command in station.equipment.received]
+    assert len(correlations) == len(set(correlations))  # every pass its own correlation id
+
+
+SIMPLE_ACTION = {
+    "name": "tighten",
+    "step": "Tighten",
+    "interaction": "push_command",
+    "type_id": "com.example.tighten.v1",
+    "timeout_seconds": 0.3,
+    "retry": {"max_attempts": 2, "backoff_seconds": 0.05},
+}
+SIMPLE = {
+    "steps": [{"name": "Tighten", "initial": True}, {"name": "Done"}],
+    "transitions": [{"source": "Tighten", "target": "Done"}],
+    "actions": [SIMPLE_ACTION],
+}
+
+
+async def test_timeout_retry_success_with_a_durable_timer(station: SfcStation) -> None:
+    tries = 0
+
+    def silent_once(command: EquipmentCommand) -> Any:
+        nonlocal tries
+        tries += 1
+        if tries == 1:
+            raise NoAnswer
+        return {"torque": 80}
+
+    station.equipment.behaviours = {"com.example.tighten.v1": silent_once}
+    async with running(station.gateway()), station.mes() as mes:
+        await run_job(mes, SIMPLE)
+        response = await final_response(mes, "J1")
+    assert state_of(response)[:2] == ["Ended", "Completed"]
+    assert [c.correlation_id for c in station.equipment.received] == [
+        "J1:tighten:1",
+        "J1:tighten:2",
+    ]
+
+
+async def test_an_equipment_error_aborts_with_the_error_and_side_effects(
+    station: SfcStation,
+) -> None:
+    def broken(command: EquipmentCommand) -> Any:
+        raise EquipmentFailure("spindle jammed")
+
+    station.equipment.behaviours = {"com.example.tighten.v1": broken}
+    async with running(station.gateway()), station.mes() as mes:
+        await run_job(mes, SIMPLE)
+        response = await final_response(mes, "J1")
+    assert state_of(response)[0] == "Aborted"
+    data = data_of(response)
+    assert "spindle jammed" in data["Error"]
+    assert data["SideEffects"] is True
+
+
+async def test_hold_then_mes_resume_retries_the_failed_action(station: SfcStation) -> None:
+    tries = 0
+
+    def fails_first(command: EquipmentCommand) -> Any:
+        nonlocal tries
+        tries += 1
+        if tries <= 2:
+            raise EquipmentFailure("torque out of range")
+        return {"torque": 85}
+
+    station.equipment.behaviours = {"com.example.tighten.v1": fails_first}
+    async with running(station.gateway()), station.mes() as mes:
+        await run_job(mes, {**SIMPLE, "on_error": "hold"})
+
+        async def held() -> bool:
+            response = (await mes.job_response("J1")).data["JobResponse"]
+            return state_of(response)[:2] == ["Interrupted", "Held"]
+
+        await poll_until(held, 5)
+        assert return_status(await mes.act("Resume", "J1")) == OK
+        response = await final_response(mes, "J1")
+    assert state_of(response)[:2] == ["Ended", "Completed"]
+    assert tries == 3
+
+
+async def test_mes_pause_resume_and_stop_act_on_the_running_chart(station: SfcStation) -> None:
+    release = anyio.Event()
+
+    async def slow(command: EquipmentCommand) -> Any:
+        await release.wait()
+        return {"ok": True}
+
+    two_steps = {
+        "steps": [{"name": "A", "initial": True}, {"name": "B"}, {"name": "Done"}],
+        "transitions": [{"source": "A", "target": "B"}, {"source": "B", "target": "Done"}],
+        "actions": [
+            {
+                "name": "a",
+                "step": "A",
+                "interaction": "push_command",
+                "type_id": "com.example.a.v1",
+            },
+            {
+                "name": "b",
+                "step": "B",
+                "interaction": "push_command",
+                "type_id": "com.example.b.v1",
+            },
+        ],
+    }
+    station.equipment.behaviours = {"com.example.a.v1": slow}
+    async with running(station.gateway()), station.mes() as mes:
+        await run_job(mes, two_steps)
+        await wait_until(lambda: station.equipment.sent("com.example.a.v1"))
+        assert return_status(await mes.act("Pause", "J1")) == OK
+        release.set()
+        await anyio.sleep(0.3)
+        assert station.equipment.sent("com.example.b.v1") == []  # paused: B not started
+        assert return_status(await mes.act("Resume", "J1")) == OK
+        await wait_until(lambda: station.equipment.sent("com.example.b.v1"))
+        response = await final_response(mes, "J1")
+    assert state_of(response)[:2] == ["Ended", "Completed"]
+
+
+async def test_mes_abort_mid_chart_stops_dispatching(station: SfcStation) -> None:
+    def silent(command: EquipmentCommand) -> Any:
+        raise NoAnswer
+
+    station.equipment.behaviours = {"com.example.tighten.v1": silent}
+    slow = {**SIMPLE, "actions": [{**SIMPLE_ACTION, "timeout_seconds": 30}]}
+    async with running(station.gateway()), station.mes() as mes:
+        await run_job(mes, slow)
+        await wait_until(lambda: station.equipment.received)
+        assert return_status(await mes.act("Abort", "J1")) == OK
+        response = await final_response(mes, "J1")
+        await anyio.sleep(0.3)
+    assert state_of(response)[0] == "Aborted"
+    assert len(station.equipment.received) == 1
