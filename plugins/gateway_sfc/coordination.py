@@ -235,12 +235,13 @@ class Coordinator:
             loops.cancel_scope.cancel()
 
     async def _every(self, seconds: float, work: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        """Run ``work`` every ``seconds`` (first after one interval), surviving its failures."""
         while True:
+            await anyio.sleep(seconds)
             try:
                 await work(*args)
             except Exception:
                 log.exception("SFC engine background task %s failed; retrying", work.__name__)
-            await anyio.sleep(seconds)
 
     async def _adopt_scope(self, scope: str, *, announce: bool) -> None:
         try:

@@ -15,12 +15,15 @@ import pytest
 
 from gateway.app import Gateway
 from gateway.equipment import EquipmentCommand
+from gateway.recipes import JobCommand
 from gateway.testing import running, wait_until
 from gateway.testing.equipment import EquipmentFailure, NoAnswer, TestEquipment
 from gateway.testing.mqtt import connect_test_client
 from gateway_jobs.model import ReturnStatus
 from gateway_jobs.testing import JobsMes, job_order, return_status, work_master
+from gateway_sfc.coordination import lost_command
 from gateway_sfc.model import DATASCHEMA
+from gateway_sfc.state import Status
 
 OK = ReturnStatus.NO_ERROR
 
@@ -286,3 +289,45 @@ async def test_mes_abort_mid_chart_stops_dispatching(station: SfcStation) -> Non
         await anyio.sleep(0.3)
     assert state_of(response)[0] == "Aborted"
     assert len(station.equipment.received) == 1
+
+
+@pytest.mark.parametrize(
+    ("state", "status", "command"),
+    [
+        ("Running", Status.RUNNING, None),
+        ("Running", Status.PAUSED, JobCommand.RESUME),
+        ("Running", Status.HELD, None),  # the hold may not be reported yet
+        ("Interrupted.Suspended", Status.RUNNING, JobCommand.PAUSE),
+        ("Interrupted.Suspended", Status.PAUSED, None),
+        ("Interrupted.Held", Status.HELD, None),
+        ("Ended.Closed", Status.RUNNING, JobCommand.STOP),
+        ("Ended.Completed", Status.FINISHING, None),  # the chart's own end
+        ("Aborted", Status.PAUSED, JobCommand.ABORT),
+        ("Aborted", Status.FINISHING, None),
+        ("EndState", Status.RUNNING, JobCommand.ABORT),
+        (None, Status.RUNNING, JobCommand.ABORT),
+    ],
+)
+def test_the_command_a_chart_missed_follows_from_its_jobs_state(
+    state: str | None, status: Status, command: JobCommand | None
+) -> None:
+    assert lost_command(state, status) is command
+
+
+async def test_a_job_whose_hand_off_was_lost_is_started_by_reconciliation(
+    station: SfcStation,
+) -> None:
+    """A crash between storing StoreAndStart and the start entry: the job still runs."""
+    without_engine = station.gateway("a")
+    without_engine.role = "none"  # bindings and processors, but no engine service
+    async with running(without_engine), station.mes() as mes:
+        await run_job(mes, SIMPLE)
+        store = without_engine.store
+        assert store is not None
+        stream = store.keys.scoped("cell1", "sfc", "work")
+        assert await store.client.xlen(stream) == 1  # the start entry...
+        await store.client.xtrim(stream, maxlen=0)  # ...lost with the instance that wrote it
+    # The instance comes back (same id, so the broker's session and its commands are its own).
+    async with running(station.gateway("a")), station.mes() as mes:
+        response = await final_response(mes, "J1")
+    assert state_of(response)[:2] == ["Ended", "Completed"]
