@@ -79,6 +79,7 @@ class Gateway:
         self.stop_reason: str | None = None
         self.failed = False
         self._stopping: anyio.Event | None = None
+        self._closing: anyio.Event | None = None
 
     @classmethod
     def from_environment(
@@ -146,6 +147,13 @@ class Gateway:
             self._stopping = anyio.Event()
         return self._stopping
 
+    @property
+    def closing(self) -> anyio.Event:
+        """Set once the services have stopped: bindings then finish and disconnect."""
+        if self._closing is None:
+            self._closing = anyio.Event()
+        return self._closing
+
     def request_stop(self, reason: str, *, failed: bool = False) -> None:
         if self.stop_reason is None:
             self.stop_reason = reason
@@ -160,10 +168,10 @@ class Gateway:
         task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         """Start the store, bindings and services; return once all have stopped."""
-        self._stopping = anyio.Event()
+        self._stopping, self._closing = anyio.Event(), anyio.Event()
         self.stop_reason, self.failed = None, False
         self._log_settings()
-        running = _RunningSet()
+        bindings, services = _RunningSet(), _RunningSet()
         async with AsyncExitStack() as stack:
             if self.store is not None:
                 await stack.enter_async_context(self.store)
@@ -172,7 +180,7 @@ class Gateway:
                 if handle_signals:
                     await tasks.start(self._watch_signals, tasks.cancel_scope)
                 try:
-                    await self._start_all(tasks, running)
+                    await self._start_all(tasks, bindings, services)
                 except Exception as error:
                     log.error("start-up failed: %s", error)
                     self.request_stop(f"start-up failed: {error}", failed=True)
@@ -188,24 +196,33 @@ class Gateway:
                     task_status.started()
                 await self.stopping.wait()
                 self.plugins.hook.gateway_shutdown(gateway=self, reason=self.stop_reason or "")
-                with anyio.move_on_after(self.grace_seconds) as grace:
-                    await running.wait_empty()
-                if grace.cancelled_caught:
-                    log.warning(
-                        "still running after %.1f s: %s; cancelling",
-                        self.grace_seconds,
-                        ", ".join(running.names),
-                    )
+                await self._drain(bindings, services)
                 tasks.cancel_scope.cancel()
         log.info("gateway %s stopped: %s", self.instance_id, self.stop_reason)
         if self.failed:
             raise GatewayError(f"gateway stopped: {self.stop_reason}")
 
-    async def _start_all(self, tasks: anyio.abc.TaskGroup, running: _RunningSet) -> None:
+    async def _start_all(
+        self, tasks: anyio.abc.TaskGroup, bindings: _RunningSet, services: _RunningSet
+    ) -> None:
         for binding in self.bindings.values():
-            await tasks.start(self._supervise, f"binding {binding.name}", binding.run, running)
+            await tasks.start(self._supervise, f"binding {binding.name}", binding.run, bindings)
         for service in self.services_for_role():
-            await tasks.start(self._supervise, f"service {service.name}", service.run, running)
+            await tasks.start(self._supervise, f"service {service.name}", service.run, services)
+
+    async def _drain(self, bindings: _RunningSet, services: _RunningSet) -> None:
+        """Stop in order within the grace period: services first, then the bindings.
+
+        Services finishing their work may still publish (a status event, a command), so the
+        transports close only once the services are done.
+        """
+        with anyio.move_on_after(self.grace_seconds) as grace:
+            await services.wait_empty()
+            self.closing.set()
+            await bindings.wait_empty()
+        if grace.cancelled_caught:
+            still = ", ".join(sorted(services.names | bindings.names))
+            log.warning("still running after %.1f s: %s; cancelling", self.grace_seconds, still)
 
     async def _supervise(
         self,

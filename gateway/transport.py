@@ -92,8 +92,8 @@ class Binding(Protocol):
     async def run(self, gateway: Gateway, *, task_status: TaskStatus[None]) -> None:
         """Connect, subscribe, call ``task_status.started()``, then serve.
 
-        When ``gateway.stopping`` is set, stop taking new messages, let in-flight handlers finish
-        and their replies go out, disconnect cleanly and return.
+        When ``gateway.closing`` is set (after the services stopped), stop taking new messages,
+        let in-flight handlers finish and their replies go out, disconnect cleanly and return.
         """
         ...
 

@@ -110,6 +110,7 @@ async def connect_test_client(
         protocol=aiomqtt.ProtocolVersion.V5,
         socket_options=[_NODELAY],
     )
+    client.pending_calls_threshold = 1000  # tests send many requests at once on purpose
     async with client, anyio.create_task_group() as tasks:
         tester = MqttTestClient(client, client_id)
         await client.subscribe(tester.reply_topic, qos=1)

@@ -62,6 +62,7 @@ class MqttBinding:
         self.reply_topic = f"{settings.reply_topic_prefix}/{instance_id}"
         self._client: aiomqtt.Client | None = None
         self._pending: dict[str, MemoryObjectSendStream[CloudEvent]] = {}
+        self._closed = False
         self.reconnects = 0
 
     def _prepare(self) -> None:
@@ -73,9 +74,10 @@ class MqttBinding:
 
     async def run(self, gateway: Gateway, *, task_status: TaskStatus[None]) -> None:
         self._prepare()
+        self._closed = False
         delay = self.settings.reconnect_min_seconds
         started = False
-        while not gateway.stopping.is_set():
+        while not gateway.closing.is_set():
             try:
                 async with self._client_for_session() as client:
                     await self._subscribe(client, gateway)
@@ -108,10 +110,11 @@ class MqttBinding:
                     delay,
                 )
                 with anyio.move_on_after(delay):
-                    await gateway.stopping.wait()
+                    await gateway.closing.wait()
                 delay = min(delay * 2 or 0.1, self.settings.reconnect_max_seconds)
             else:
                 self._disconnected()
+        self._closed = True
         log.info("MQTT binding stopped; session %s kept by the broker", self.client_id)
 
     def _disconnected(self) -> None:
@@ -138,6 +141,8 @@ class MqttBinding:
         # aiomqtt does not expose manual acknowledgement; paho (its engine) does. We ack
         # after handling so an unprocessed message is redelivered instead of lost.
         client._client.manual_ack_set(True)
+        # Many handlers publish at once by design; aiomqtt would warn from 10 pending calls on.
+        client.pending_calls_threshold = 10 * self.settings.max_concurrent_handlers
         return client
 
     def _tls_context(self) -> ssl.SSLContext | None:
@@ -178,7 +183,7 @@ class MqttBinding:
                 reading.cancel_scope.cancel()
 
             reading.start_soon(read)
-            await gateway.stopping.wait()
+            await gateway.closing.wait()
             reading.cancel_scope.cancel()
         if lost is not None:
             raise lost
@@ -257,6 +262,8 @@ class MqttBinding:
     # -- sending ---------------------------------------------------------------------------
 
     async def _connected_client(self, timeout: float = 10.0) -> aiomqtt.Client:
+        if self._closed:
+            raise GatewayError("the MQTT binding is stopped")
         with anyio.move_on_after(timeout):
             while self._client is None:
                 await self._connected.wait()
