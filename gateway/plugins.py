@@ -30,8 +30,12 @@ DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
     ("core", "gateway.core"),
     ("redis", "gateway_redis.plugin"),
     ("mqtt", "gateway_mqtt.plugin"),
-    ("sfc", "gateway_sfc.plugin"),
+    ("msgpack-rpc", "gateway_msgpack_rpc.plugin"),
     ("jobs", "gateway_jobs.plugin"),
+    ("sfc", "gateway_sfc.plugin"),
+    ("mqtt-equipment", "gateway_mqtt_equipment.plugin"),
+    ("simulator", "gateway_simulator.plugin"),
+    ("publisher", "gateway_publisher.plugin"),
 )
 ALWAYS_LOADED = frozenset({"core"})
 

@@ -1,0 +1,1 @@
+"""gateway_mqtt_equipment plugin (being written)."""

@@ -1,0 +1,1 @@
+"""Hook implementations of the gateway_mqtt_equipment plugin (none yet)."""

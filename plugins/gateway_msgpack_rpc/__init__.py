@@ -1,0 +1,1 @@
+"""gateway_msgpack_rpc plugin (being written)."""

@@ -1,0 +1,1 @@
+"""Hook implementations of the gateway_msgpack_rpc plugin (none yet)."""

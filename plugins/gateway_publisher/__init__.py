@@ -1,0 +1,1 @@
+"""gateway_publisher plugin (being written)."""

@@ -1,0 +1,1 @@
+"""Hook implementations of the gateway_publisher plugin (none yet)."""

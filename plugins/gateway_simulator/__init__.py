@@ -1,0 +1,1 @@
+"""gateway_simulator plugin (being written)."""
