@@ -189,10 +189,10 @@ async def test_timeout_retry_success_with_a_durable_timer(station: SfcStation) -
         await run_job(mes, SIMPLE)
         response = await final_response(mes, "J1")
     assert state_of(response)[:2] == ["Ended", "Completed"]
-    assert [c.correlation_id for c in station.equipment.received] == [
-        "J1:tighten:1",
-        "J1:tighten:2",
-    ]
+    # The restart's recovery scan may re-send try 1 (same correlation id); the timer made try 2.
+    sent = [c.correlation_id for c in station.equipment.received]
+    assert sorted(set(sent)) == ["J1:tighten:1", "J1:tighten:2"]
+    assert sent[-1] == "J1:tighten:2"
 
 
 async def test_an_equipment_error_aborts_with_the_error_and_side_effects(
@@ -353,7 +353,7 @@ async def test_a_timeout_set_before_a_restart_fires_after_it(station: SfcStation
     async with running(station.gateway()), station.mes() as mes:
         response = await final_response(mes, "J1")
     assert state_of(response)[:2] == ["Ended", "Completed"]
-    assert [c.correlation_id for c in station.equipment.received] == [
-        "J1:tighten:1",
-        "J1:tighten:2",
-    ]
+    # The restart's recovery scan may re-send try 1 (same correlation id); the timer made try 2.
+    sent = [c.correlation_id for c in station.equipment.received]
+    assert sorted(set(sent)) == ["J1:tighten:1", "J1:tighten:2"]
+    assert sent[-1] == "J1:tighten:2"
