@@ -137,6 +137,16 @@ def gateway_job_state_changed(
 
 
 @hookspec
+def gateway_step_changed(scope: str, job_order_id: str, step: str, active: bool) -> None:
+    """Observer: a recipe step (or branch) of a running job became active or inactive.
+
+    Fires after the change is stored, on the instance that made it; a step entered and left
+    within one change (no actions) is not reported. For progress displays, metrics and audit;
+    must not raise or block.
+    """
+
+
+@hookspec
 def gateway_message_failed(binding: str, topic: str, code: str, reason: str) -> None:
     """Observer: a message could not be processed (malformed, unknown type, handler failed).
 

@@ -438,6 +438,7 @@ class Coordinator:
         execution, effects = executor.start(scope, job, time.time())
         if await self._write(execution, -1, effects):
             log.info("job %s/%s: chart started at %s", scope, job, chart.initial)
+            self._announce_steps(execution, set())
             if _waiting(execution):
                 await self._claim_unclaimed_events(scope, job)
 
@@ -454,17 +455,27 @@ class Coordinator:
                 return
             snapshot = await self._snapshot(scope, job)
             executor = Executor(snapshot.chart, snapshot.parameters, self.settings.recheck_seconds)
-            was_waiting = _waiting(execution)
+            was_waiting, was_active = _waiting(execution), set(execution.nodes)
             effects = apply(executor, execution, time.time())
             if not (effects.changed or effects.sends or effects.timers or effects.report):
                 return
             if await self._write(execution, execution.version, effects):
+                self._announce_steps(execution, was_active)
                 if _waiting(execution) - was_waiting:
                     await self._claim_unclaimed_events(scope, job)
                 return
         raise GatewayError(
             f"job {scope}/{job}: state kept changing under {self.settings.max_cas_retries} tries"
         )
+
+    def _announce_steps(self, execution: Execution, was_active: set[str]) -> None:
+        """Tell observers which steps and branches became active or inactive (after a write)."""
+        hook = self.gateway.plugins.hook.gateway_step_changed
+        now_active = set(execution.nodes)
+        for node in sorted(was_active - now_active):
+            hook(scope=execution.scope, job_order_id=execution.job, step=node, active=False)
+        for node in sorted(now_active - was_active):
+            hook(scope=execution.scope, job_order_id=execution.job, step=node, active=True)
 
     async def _write(self, execution: Execution, expected: int, effects: Effects) -> bool:
         scope, job = execution.scope, execution.job

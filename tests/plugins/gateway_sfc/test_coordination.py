@@ -15,6 +15,7 @@ import pytest
 
 from gateway.app import Gateway
 from gateway.equipment import EquipmentCommand
+from gateway.hookspecs import hookimpl
 from gateway.recipes import JobCommand
 from gateway.testing import running, wait_until
 from gateway.testing.equipment import EquipmentFailure, NoAnswer, TestEquipment
@@ -40,6 +41,7 @@ class SfcStation:
     redis_url: str
     name: str
     equipment: TestEquipment = field(default_factory=TestEquipment)
+    observers: dict[str, object] = field(default_factory=dict)
 
     def gateway(self, instance: str = "a") -> Gateway:
         environ = {
@@ -53,7 +55,8 @@ class SfcStation:
             "GATEWAY_SFC_TIMER_POLL_SECONDS": "0.01",
             "GATEWAY_SFC_CLAIM_IDLE_SECONDS": "1",
         }
-        return Gateway.from_environment(None, environ, extra_plugins={"equipment": self.equipment})
+        plugins = {"equipment": self.equipment, **self.observers}
+        return Gateway.from_environment(None, environ, extra_plugins=plugins)
 
     @asynccontextmanager
     async def mes(self, scope: str = "cell1") -> AsyncIterator[JobsMes]:
@@ -357,3 +360,22 @@ async def test_a_timeout_set_before_a_restart_fires_after_it(station: SfcStation
     sent = [c.correlation_id for c in station.equipment.received]
     assert sorted(set(sent)) == ["J1:tighten:1", "J1:tighten:2"]
     assert sent[-1] == "J1:tighten:2"
+
+
+@dataclass
+class StepLog:
+    changes: list[tuple[str, bool]] = field(default_factory=list)
+
+    @hookimpl
+    def gateway_step_changed(self, scope: str, job_order_id: str, step: str, active: bool) -> None:
+        self.changes.append((step, active))
+
+
+async def test_observers_see_every_step_become_active_and_inactive(station: SfcStation) -> None:
+    steps = StepLog()
+    station.observers["steps"] = steps
+    async with running(station.gateway()), station.mes() as mes:
+        await run_job(mes, SIMPLE)
+        await final_response(mes, "J1")
+    # Done has no actions: entered and left within one state change, it is not reported.
+    assert steps.changes == [("Tighten", True), ("Tighten", False)]
