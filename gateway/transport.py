@@ -20,6 +20,7 @@ from anyio.abc import TaskStatus
 
 from gateway.cloudevents import CloudEvent
 from gateway.errors import ValidationError
+from gateway.logs import log_context
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
@@ -178,7 +179,11 @@ class Dispatcher:
         """Handle ``event`` (already validated) that arrived on ``topic``; return replies."""
         self._enter()
         try:
-            return await self._dispatch(event, binding=binding, topic=topic)
+            context = log_context(
+                scope=event.subject, correlationid=event.correlationid or event.id, topic=topic
+            )
+            with context:
+                return await self._dispatch(event, binding=binding, topic=topic)
         finally:
             self._leave()
 

@@ -36,6 +36,7 @@ from redis.exceptions import ResponseError
 
 from gateway.equipment import EquipmentCommand, EquipmentEvent, EquipmentReply
 from gateway.errors import GatewayError, ValidationError
+from gateway.logs import log_context
 from gateway.recipes import JobCommand, JobOutcome, ProcessValue, RecipeJob
 from gateway_sfc.chart import Chart
 from gateway_sfc.engine import Effects, Executor, Timer
@@ -355,8 +356,13 @@ class Coordinator:
     async def _handle_entry(self, stream: str, entry_id: str, fields: dict[str, str]) -> None:
         assert self._slots is not None
         scope = _scope_of_stream(stream)
+        job = fields.get("job")
+        correlation = (
+            f"{job}:{fields['action']}:{fields['attempt']}" if "attempt" in fields else None
+        )
         try:
-            await self.handle(scope, fields)
+            with log_context(scope=scope, job=job, correlationid=correlation):
+                await self.handle(scope, fields)
         except (ValidationError, KeyError, ValueError) as error:
             # The entry itself is wrong: retrying cannot help, so say so and drop it.
             log.error("SFC work entry %s of %s dropped: %s (%s)", entry_id, scope, error, fields)
