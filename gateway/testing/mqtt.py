@@ -1,7 +1,9 @@
 """An MQTT v5 client playing the MES (or equipment) side in tests and integration checks.
 
 It speaks only MQTT: it sends CloudEvents (or raw, deliberately malformed messages) with its own
-Response Topic and waits for the reply carrying the same Correlation Data.
+Response Topic and waits for the reply carrying the same Correlation Data. It connects to a real
+broker (``mqtt://host:port``) or to the in-process broker (``memory://<name>``,
+``gateway.inprocess``) with the same API, so a test runs unchanged on either.
 """
 
 from __future__ import annotations
@@ -9,13 +11,15 @@ from __future__ import annotations
 import socket
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Protocol
 from urllib.parse import urlsplit
 
 import aiomqtt
 import anyio
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 
+from gateway import inprocess
 from gateway.cloudevents import CloudEvent
 from gateway.codecs.mqtt import MqttMessage, from_client_message, from_mqtt, publish, to_mqtt
 from gateway.transport import topic_matches
@@ -23,19 +27,28 @@ from gateway.transport import topic_matches
 _NODELAY = (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
+class _Connection(Protocol):
+    """What the test client needs of a broker connection (acknowledging is automatic)."""
+
+    async def subscribe(self, topic_filter: str) -> None: ...
+
+    async def publish(self, message: MqttMessage) -> None: ...
+
+    def messages(self) -> AsyncIterator[MqttMessage]: ...
+
+
 class MqttTestClient:
     """Use through ``connect_test_client``; every reply topic and client id is unique."""
 
-    def __init__(self, client: aiomqtt.Client, client_id: str) -> None:
-        self._client = client
+    def __init__(self, connection: _Connection, client_id: str) -> None:
+        self._connection = connection
         self.client_id = client_id
         self.reply_topic = f"test-replies/{client_id}"
         self._pending: dict[bytes, ObjectSendStream[MqttMessage]] = {}
         self._watchers: list[tuple[str, ObjectSendStream[MqttMessage]]] = []
 
     async def _route(self) -> None:
-        async for message in self._client.messages:
-            incoming = from_client_message(message)
+        async for incoming in self._connection.messages():
             if incoming.topic == self.reply_topic and incoming.correlation_data in self._pending:
                 await self._pending[incoming.correlation_data].send(incoming)
                 continue
@@ -44,7 +57,7 @@ class MqttTestClient:
                     await stream.send(incoming)
 
     async def publish(self, message: MqttMessage) -> None:
-        await publish(self._client, message)
+        await self._connection.publish(message)
 
     async def send(self, topic: str, event: CloudEvent) -> None:
         await self.publish(to_mqtt(event, topic))
@@ -85,7 +98,7 @@ class MqttTestClient:
         send, receive = anyio.create_memory_object_stream[MqttMessage](1000)
         entry = (topic_filter, send)
         self._watchers.append(entry)
-        await self._client.subscribe(topic_filter, qos=1)
+        await self._connection.subscribe(topic_filter)
         try:
             yield receive
         finally:
@@ -98,22 +111,77 @@ class MqttTestClient:
 async def connect_test_client(
     url: str, client_id: str | None = None
 ) -> AsyncIterator[MqttTestClient]:
-    """Connect a ``MqttTestClient`` to the broker at ``url`` (mqtt://host:port)."""
-    parts = urlsplit(url)
+    """Connect a ``MqttTestClient`` to ``url``: mqtt://host:port or memory://<broker name>."""
     client_id = client_id or f"test-{uuid.uuid4().hex[:10]}"
-    client = aiomqtt.Client(
-        parts.hostname or "localhost",
-        parts.port or 1883,
-        identifier=client_id,
-        username=parts.username,
-        password=parts.password,
-        protocol=aiomqtt.ProtocolVersion.V5,
-        socket_options=[_NODELAY],
-    )
-    client.pending_calls_threshold = 1000  # tests send many requests at once on purpose
-    async with client, anyio.create_task_group() as tasks:
-        tester = MqttTestClient(client, client_id)
-        await client.subscribe(tester.reply_topic, qos=1)
+    async with _connect(url, client_id) as connection, anyio.create_task_group() as tasks:
+        tester = MqttTestClient(connection, client_id)
+        await connection.subscribe(tester.reply_topic)
         tasks.start_soon(tester._route)
         yield tester
         tasks.cancel_scope.cancel()
+
+
+def _connect(url: str, client_id: str) -> AbstractAsyncContextManager[_Connection]:
+    name = inprocess.broker_name(url)
+    if name is not None:
+        return _InProcessConnection.connect(name, client_id)
+    return _AiomqttConnection.connect(url, client_id)
+
+
+class _AiomqttConnection:
+    """A clean session over TCP; paho acknowledges on receipt."""
+
+    def __init__(self, client: aiomqtt.Client) -> None:
+        self._client = client
+
+    @classmethod
+    @asynccontextmanager
+    async def connect(cls, url: str, client_id: str) -> AsyncIterator[_Connection]:
+        parts = urlsplit(url)
+        client = aiomqtt.Client(
+            parts.hostname or "localhost",
+            parts.port or 1883,
+            identifier=client_id,
+            username=parts.username,
+            password=parts.password,
+            protocol=aiomqtt.ProtocolVersion.V5,
+            socket_options=[_NODELAY],
+        )
+        client.pending_calls_threshold = 1000  # tests send many requests at once on purpose
+        async with client:
+            yield cls(client)
+
+    async def subscribe(self, topic_filter: str) -> None:
+        await self._client.subscribe(topic_filter, qos=1)
+
+    async def publish(self, message: MqttMessage) -> None:
+        await publish(self._client, message)
+
+    async def messages(self) -> AsyncIterator[MqttMessage]:
+        async for message in self._client.messages:
+            yield from_client_message(message)
+
+
+class _InProcessConnection:
+    """A clean session on the in-process broker, acknowledging each message as it is read."""
+
+    def __init__(self, connection: inprocess.Connection) -> None:
+        self._connection = connection
+
+    @classmethod
+    @asynccontextmanager
+    async def connect(cls, name: str, client_id: str) -> AsyncIterator[_Connection]:
+        async with inprocess.get_broker(name).connect(client_id) as connection:
+            yield cls(connection)
+
+    async def subscribe(self, topic_filter: str) -> None:
+        await self._connection.subscribe([(topic_filter, 1)])
+
+    async def publish(self, message: MqttMessage) -> None:
+        await self._connection.publish(message)
+
+    async def messages(self) -> AsyncIterator[MqttMessage]:
+        async for delivery in self._connection:
+            if delivery.packet_id is not None:
+                self._connection.ack(delivery.packet_id)
+            yield delivery.message

@@ -10,44 +10,32 @@ Delivery guarantees, and why the code looks the way it does:
 - Each message is handled in its own task, so a handler awaiting a PUBACK never holds up the
   read loop; a semaphore bounds how many run at once.
 - Every socket has TCP_NODELAY: with Nagle's algorithm a QoS 1 round trip costs 40-80 ms.
+
+The broker is reached through ``gateway_mqtt.client``: aiomqtt for ``mqtt://``/``mqtts://``, the
+in-process broker (``gateway.inprocess``) for ``memory://<name>``, with the same behaviour.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import socket
-import ssl
 from typing import TYPE_CHECKING
 
-import aiomqtt
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 from anyio.streams.memory import MemoryObjectSendStream
-from paho.mqtt.packettypes import PacketTypes
-from paho.mqtt.properties import Properties
 
 from gateway.cloudevents import CloudEvent
-from gateway.codecs.mqtt import (
-    MqttMessage,
-    correlation_of,
-    from_client_message,
-    from_mqtt,
-    publish,
-    to_mqtt,
-)
+from gateway.codecs.mqtt import MqttMessage, correlation_of, from_mqtt, to_mqtt
 from gateway.errors import CloudEventError, GatewayError
 from gateway.transport import INVALID_REQUEST, error_event
-from gateway_mqtt.settings import BrokerAddress, MqttSettings, broker_address
+from gateway_mqtt.client import ConnectionLost, Connector, MqttClient, Received, connector_for
+from gateway_mqtt.settings import MqttSettings
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
 
 log = logging.getLogger(__name__)
-
-NODELAY = (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-# CONNACK reason codes that no amount of retrying will fix.
-_REFUSED_FOR_GOOD = {"Bad user name or password", "Not authorized", "Client identifier not valid"}
 
 
 class MqttBinding:
@@ -55,12 +43,12 @@ class MqttBinding:
 
     def __init__(self, settings: MqttSettings, *, instance_id: str, source: str) -> None:
         self.settings = settings
-        self.address: BrokerAddress = broker_address(settings)
         self.instance_id = instance_id
         self.client_id = settings.client_id or f"gw-{instance_id}"
+        self.connector: Connector = connector_for(settings, self.client_id)
         self.source = source
         self.reply_topic = f"{settings.reply_topic_prefix}/{instance_id}"
-        self._client: aiomqtt.Client | None = None
+        self._client: MqttClient | None = None
         self._pending: dict[str, MemoryObjectSendStream[CloudEvent]] = {}
         self._closed = False
         self.reconnects = 0
@@ -79,33 +67,27 @@ class MqttBinding:
         started = False
         while not gateway.closing.is_set():
             try:
-                async with self._client_for_session() as client:
+                async with self.connector.connect() as client:
                     await self._subscribe(client, gateway)
                     self._client = client
                     self._connected.set()
-                    log.info(
-                        "MQTT connected to %s:%d as %s",
-                        self.address.host,
-                        self.address.port,
-                        self.client_id,
-                    )
+                    log.info("MQTT connected to %s as %s", self.connector.where, self.client_id)
                     if not started:
                         started = True
                         task_status.started()
                     delay = self.settings.reconnect_min_seconds
                     await self._serve(client, gateway)
-            except aiomqtt.MqttError as error:
+            except ConnectionLost as error:
                 self._disconnected()
-                if not started and _refused_for_good(error):
+                if not started and error.refused_for_good:
                     raise GatewayError(
-                        f"MQTT broker {self.address.host}:{self.address.port} refused "
+                        f"MQTT broker {self.connector.where} refused "
                         f"client {self.client_id!r}: {error}"
                     ) from None
                 self.reconnects += 1
                 log.warning(
-                    "MQTT connection to %s:%d lost or refused (%s); retrying in %.1f s",
-                    self.address.host,
-                    self.address.port,
+                    "MQTT connection to %s lost or refused (%s); retrying in %.1f s",
+                    self.connector.where,
                     error,
                     delay,
                 )
@@ -122,41 +104,7 @@ class MqttBinding:
         if self._connected.is_set():
             self._connected = anyio.Event()
 
-    def _client_for_session(self) -> aiomqtt.Client:
-        connect_properties = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
-        connect_properties.SessionExpiryInterval = self.settings.session_expiry_seconds
-        client = aiomqtt.Client(
-            self.address.host,
-            self.address.port,
-            identifier=self.client_id,
-            username=self.address.username,
-            password=self.address.password,
-            protocol=aiomqtt.ProtocolVersion.V5,
-            clean_start=False,
-            properties=connect_properties,
-            keepalive=self.settings.keepalive_seconds,
-            tls_context=self._tls_context(),
-            socket_options=[NODELAY],
-        )
-        # aiomqtt does not expose manual acknowledgement; paho (its engine) does. We ack
-        # after handling so an unprocessed message is redelivered instead of lost.
-        client._client.manual_ack_set(True)
-        # Many handlers publish at once by design; aiomqtt would warn from 10 pending calls on.
-        client.pending_calls_threshold = 10 * self.settings.max_concurrent_handlers
-        return client
-
-    def _tls_context(self) -> ssl.SSLContext | None:
-        if not self.address.tls:
-            return None
-        context = ssl.create_default_context(cafile=self.settings.tls_ca_file or None)
-        if self.settings.tls_cert_file:
-            context.load_cert_chain(self.settings.tls_cert_file, self.settings.tls_key_file or None)
-        if not self.settings.tls_verify:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        return context
-
-    async def _subscribe(self, client: aiomqtt.Client, gateway: Gateway) -> None:
+    async def _subscribe(self, client: MqttClient, gateway: Gateway) -> None:
         """(Re)subscribe every processor's topics and this instance's reply topic."""
         filters = {self.reply_topic: 1}
         for processor in gateway.dispatcher.processors_for(self.name):
@@ -165,12 +113,12 @@ class MqttBinding:
                 if subscription.shared:
                     topic = f"$share/{self.settings.share_group}/{topic}"
                 filters[topic] = max(filters.get(topic, 0), subscription.qos)
-        await client.subscribe(list(filters.items()))
+        await client.subscribe(filters)
         log.info("MQTT subscribed: %s", ", ".join(filters))
 
-    async def _serve(self, client: aiomqtt.Client, gateway: Gateway) -> None:
+    async def _serve(self, client: MqttClient, gateway: Gateway) -> None:
         """Read messages until the gateway stops or the connection drops."""
-        lost: aiomqtt.MqttError | None = None
+        lost: ConnectionLost | None = None
         # Leaving the block cancels the reader first, then waits for handlers in flight.
         async with anyio.create_task_group() as handlers, anyio.create_task_group() as reading:
 
@@ -178,7 +126,7 @@ class MqttBinding:
                 nonlocal lost
                 try:
                     await self._read(client, gateway, handlers)
-                except aiomqtt.MqttError as error:
+                except ConnectionLost as error:
                     lost = error
                 reading.cancel_scope.cancel()
 
@@ -188,33 +136,31 @@ class MqttBinding:
         if lost is not None:
             raise lost
 
-    async def _read(self, client: aiomqtt.Client, gateway: Gateway, handlers: TaskGroup) -> None:
-        async for message in client.messages:
+    async def _read(self, client: MqttClient, gateway: Gateway, handlers: TaskGroup) -> None:
+        async for received in client.messages():
             await self._handler_slots.acquire()
-            handlers.start_soon(self._handle, client, gateway, message)
+            handlers.start_soon(self._handle, client, gateway, received)
 
-    async def _handle(
-        self, client: aiomqtt.Client, gateway: Gateway, message: aiomqtt.Message
-    ) -> None:
+    async def _handle(self, client: MqttClient, gateway: Gateway, received: Received) -> None:
+        incoming = received.message
         try:
-            incoming = from_client_message(message)
             if incoming.topic == self.reply_topic:
                 self._deliver_reply(incoming)
             else:
                 for reply in await self._process(gateway, incoming):
                     await self._send_reply(client, incoming, reply)
-        except aiomqtt.MqttError as error:
+        except ConnectionLost as error:
             log.warning(
                 "reply to %s not sent (%s); the broker redelivers the message",
-                message.topic.value,
+                incoming.topic,
                 error,
             )
             return  # no ack on a dead connection: the broker redelivers it
         except Exception:
-            log.exception("unexpected failure handling a message on %s", message.topic.value)
+            log.exception("unexpected failure handling a message on %s", incoming.topic)
         finally:
             self._handler_slots.release()
-        client._client.ack(message.mid, message.qos)
+        received.ack()
 
     async def _process(self, gateway: Gateway, incoming: MqttMessage) -> list[CloudEvent]:
         dispatcher = gateway.dispatcher
@@ -249,7 +195,7 @@ class MqttBinding:
         return await dispatcher.dispatch(event, binding=self.name, topic=incoming.topic)
 
     async def _send_reply(
-        self, client: aiomqtt.Client, request: MqttMessage, reply: CloudEvent
+        self, client: MqttClient, request: MqttMessage, reply: CloudEvent
     ) -> None:
         if request.response_topic is None:
             log.debug("no Response Topic on %s: reply %s not sent", request.topic, reply.type)
@@ -257,25 +203,37 @@ class MqttBinding:
         outgoing = to_mqtt(reply, request.response_topic)
         # Echo the request's Correlation Data byte for byte, as MQTT request/response expects.
         outgoing = dataclasses.replace(outgoing, correlation_data=correlation_of(request))
-        await publish(client, outgoing)
+        await client.publish(outgoing)
 
     # -- sending ---------------------------------------------------------------------------
 
-    async def _connected_client(self, timeout: float = 10.0) -> aiomqtt.Client:
+    async def _connected_client(self, timeout: float = 10.0) -> MqttClient:
         if self._closed:
             raise GatewayError("the MQTT binding is stopped")
         with anyio.move_on_after(timeout):
             while self._client is None:
                 await self._connected.wait()
         if self._client is None:
-            raise GatewayError(f"MQTT not connected to {self.address.host}:{self.address.port}")
+            raise GatewayError(f"MQTT not connected to {self.connector.where}")
         return self._client
 
     async def publish(
-        self, topic: str, event: CloudEvent, *, retain: bool = False, qos: int = 1
+        self,
+        topic: str,
+        event: CloudEvent,
+        *,
+        retain: bool = False,
+        qos: int = 1,
+        response_topic: str | None = None,
     ) -> None:
+        """Send one event; ``response_topic`` asks the receiver to reply there (MQTT v5).
+
+        A command whose reply any instance may handle (the equipment drivers' shared reply
+        topic) is sent this way rather than through ``request``, which waits on this instance.
+        """
         client = await self._connected_client()
-        await publish(client, to_mqtt(event, topic, retain=retain, qos=qos))
+        message = to_mqtt(event, topic, retain=retain, qos=qos, response_topic=response_topic)
+        await client.publish(message)
 
     async def request(self, topic: str, event: CloudEvent, *, timeout: float) -> CloudEvent:
         """Send ``event`` with this instance's reply topic and wait for the matching reply."""
@@ -287,7 +245,7 @@ class MqttBinding:
         self._pending[correlation] = send
         try:
             client = await self._connected_client()
-            await publish(client, to_mqtt(event, topic, response_topic=self.reply_topic))
+            await client.publish(to_mqtt(event, topic, response_topic=self.reply_topic))
             with anyio.fail_after(timeout):
                 return await receive.receive()
         except TimeoutError:
@@ -315,7 +273,3 @@ class MqttBinding:
             waiting.send_nowait(reply)
         except anyio.WouldBlock:
             log.info("second reply for correlation %s ignored", reply.correlationid)
-
-
-def _refused_for_good(error: aiomqtt.MqttError) -> bool:
-    return isinstance(error, aiomqtt.MqttCodeError) and str(error.rc) in _REFUSED_FOR_GOOD

@@ -11,7 +11,11 @@ from gateway.settings import Secret, setting
 
 @dataclass(frozen=True)
 class MqttSettings:
-    url: str = setting("mqtt://localhost:1883", "Broker URL: mqtt://host:port, or mqtts:// for TLS")
+    url: str = setting(
+        "mqtt://localhost:1883",
+        "Broker URL: mqtt://host:port, mqtts:// for TLS, or memory://<name> for the broker "
+        "in this process (no broker installed)",
+    )
     username: str = setting("", "User name (overrides one given in the URL)")
     password: Secret | None = setting(None, "Password", secret=True)
     client_id: str = setting(
@@ -57,7 +61,8 @@ def broker_address(settings: MqttSettings) -> BrokerAddress:
     if parts.scheme not in ("mqtt", "mqtts", "tcp", "ssl") or not parts.hostname:
         raise SettingsError(
             "mqtt.url",
-            f"expected mqtt://host:port or mqtts://host:port, got scheme {parts.scheme!r}",
+            "expected mqtt://host:port, mqtts://host:port or memory://<name>, "
+            f"got scheme {parts.scheme!r}",
         )
     tls = parts.scheme in ("mqtts", "ssl")
     try:

@@ -1,13 +1,14 @@
 """The transport contract: what every binding guarantees, shown against real servers.
 
 Each case runs the gateway with the real Redis store (de-duplication on) and talks to it the way
-an MES does, over the transport only. ``harness`` is parametrized per transport; today that is
-MQTT over a private mosquitto.
+an MES does, over the transport only. ``harness`` is parametrized per transport: ``mqtt`` is a
+private mosquitto, ``inprocess`` the in-process broker (``memory://``, ``gateway.inprocess``)
+that ``gateway demo`` uses. Every case runs on both and must pass identically.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -15,6 +16,7 @@ from typing import Any, Protocol
 import anyio
 import pytest
 
+from gateway import inprocess
 from gateway.app import Gateway
 from gateway.cloudevents import CloudEvent
 from gateway.codecs.mqtt import MqttMessage, from_mqtt
@@ -77,6 +79,8 @@ class Harness(Protocol):
 
 @dataclass
 class MqttHarness:
+    """Gateways and an MES on one MQTT v5 broker: mosquitto or the in-process one."""
+
     mqtt_url: str
     redis_url: str
     unique: str
@@ -99,9 +103,14 @@ class MqttHarness:
         return connect_test_client(self.mqtt_url)
 
 
-@pytest.fixture(params=["mqtt"])
-def harness(request: Any, mqtt_url: str, redis_url: str, unique: str) -> Harness:
-    return MqttHarness(mqtt_url, redis_url, unique, EchoPlugin(topic_root=unique))
+@pytest.fixture(params=["mqtt", "inprocess"])
+def harness(request: Any, redis_url: str, unique: str) -> Iterator[Harness]:
+    plugin = EchoPlugin(topic_root=unique)
+    if request.param == "mqtt":
+        yield MqttHarness(request.getfixturevalue("mqtt_url"), redis_url, unique, plugin)
+        return
+    yield MqttHarness(f"memory://{unique}", redis_url, unique, plugin)
+    inprocess.drop_broker(unique)
 
 
 def command(type_: str = ECHO, data: Any = None, scope: str = "s1") -> CloudEvent:

@@ -1,16 +1,21 @@
-"""The MQTT binding beyond the shared contract: commands it sends, reconnects, start-up errors."""
+"""The MQTT binding beyond the shared contract: commands it sends, reconnects, start-up errors.
+
+Tests taking ``broker_url`` run on mosquitto and on the in-process broker (``memory://``).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import anyio
 import pytest
 
+from gateway import inprocess
 from gateway.app import Gateway
 from gateway.cloudevents import CloudEvent
 from gateway.codecs.mqtt import from_mqtt, to_mqtt
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, SettingsError
 from gateway.hookspecs import hookimpl
 from gateway.settings import Settings
 from gateway.testing import running, wait_until
@@ -34,14 +39,23 @@ def make_gateway(mqtt_url: str, unique: str, *extra: object) -> Gateway:
     return Gateway.from_environment(None, environ, extra_plugins=plugins)
 
 
+@pytest.fixture(params=["mqtt", "inprocess"])
+def broker_url(request: Any, unique: str) -> Iterator[str]:
+    if request.param == "mqtt":
+        yield request.getfixturevalue("mqtt_url")
+        return
+    yield f"memory://{unique}"
+    inprocess.drop_broker(unique)
+
+
 async def test_request_waits_for_the_reply_on_the_instance_reply_topic(
-    mqtt_url: str, unique: str
+    broker_url: str, unique: str
 ) -> None:
     """The gateway commands a device; the device answers on the gateway's own reply topic."""
-    gateway = make_gateway(mqtt_url, unique)
+    gateway = make_gateway(broker_url, unique)
     async with (
         running(gateway),
-        connect_test_client(mqtt_url) as device,
+        connect_test_client(broker_url) as device,
         device.watch(f"{unique}/tool/commands") as commands,
         anyio.create_task_group() as tasks,
     ):
@@ -62,13 +76,33 @@ async def test_request_waits_for_the_reply_on_the_instance_reply_topic(
 
 
 async def test_request_without_reply_times_out_with_a_clear_error(
-    mqtt_url: str, unique: str
+    broker_url: str, unique: str
 ) -> None:
-    gateway = make_gateway(mqtt_url, unique)
+    gateway = make_gateway(broker_url, unique)
     async with running(gateway):
         command = CloudEvent(type="com.example.tighten.v1", source=gateway.source)
         with pytest.raises(GatewayError, match=r"no reply to com\.example\.tighten\.v1"):
             await gateway.binding("mqtt").request(f"{unique}/nobody", command, timeout=0.3)
+
+
+async def test_publish_with_a_response_topic(broker_url: str, unique: str) -> None:
+    """What equipment drivers use: the reply goes to a topic every instance shares."""
+    gateway = make_gateway(broker_url, unique)
+    async with (
+        running(gateway),
+        connect_test_client(broker_url) as device,
+        device.watch(f"{unique}/tool/commands") as commands,
+    ):
+        command = CloudEvent(
+            type="com.example.tighten.v1", source=gateway.source, correlationid="job:act:1"
+        )
+        await gateway.binding("mqtt").publish(  # type: ignore[call-arg]
+            f"{unique}/tool/commands", command, response_topic=f"{unique}/replies"
+        )
+        with anyio.fail_after(5):
+            incoming = await commands.receive()
+    assert incoming.response_topic == f"{unique}/replies"
+    assert incoming.correlation_data == b"job:act:1"
 
 
 @pytest.fixture
@@ -122,6 +156,33 @@ async def test_reconnects_and_resubscribes_after_the_broker_restarts(
                         continue
     assert first.data == {"count": 1}
     assert second.data["count"] >= 2
+
+
+async def test_reconnects_and_resubscribes_after_the_in_process_broker_restarts(
+    unique: str,
+) -> None:
+    url = f"memory://{unique}"
+    counter = Counter(unique)
+    gateway = make_gateway(url, unique, counter)
+    command = CloudEvent(type="com.example.count.v1", source="urn:mes", subject="s1")
+    try:
+        async with running(gateway):
+            async with connect_test_client(url) as mes:
+                first = await mes.request(f"{unique}/s1/commands", command)
+            inprocess.get_broker(unique).restart()  # forgets sessions, like mosquitto's restart
+            await wait_until(lambda: gateway.binding("mqtt").reconnects > 0)  # type: ignore[attr-defined]
+            await wait_until(lambda: inprocess.get_broker(unique).has_session(f"gw-{unique}"))
+            async with connect_test_client(url) as mes:
+                second = await mes.request(f"{unique}/s1/commands", command.replace(id="second"))
+    finally:
+        inprocess.drop_broker(unique)
+    assert first.data == {"count": 1}
+    assert second.data == {"count": 2}
+
+
+def test_a_memory_url_needs_a_broker_name(unique: str) -> None:
+    with pytest.raises(SettingsError, match="memory://<broker name>"):
+        make_gateway("memory://", unique)
 
 
 async def test_refused_credentials_stop_start_up_with_a_clear_message(unique: str) -> None:

@@ -1,0 +1,247 @@
+"""The few MQTT client operations the binding needs, over aiomqtt or the in-process broker.
+
+``MqttBinding`` is written once against ``MqttClient``; ``connector_for`` picks the
+implementation from the URL: aiomqtt (paho) for ``mqtt://`` and ``mqtts://``, the in-process
+broker of ``gateway.inprocess`` for ``memory://<name>``. Both give the binding the same
+guarantees: a message is acknowledged only when the binding calls ``Received.ack`` (after it was
+handled), and a dropped connection surfaces as ``ConnectionLost`` wherever it is noticed.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from typing import Protocol
+
+import aiomqtt
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from gateway import inprocess
+from gateway.codecs.mqtt import MqttMessage, from_client_message, publish
+from gateway.errors import GatewayError, SettingsError, ValidationError
+from gateway_mqtt.settings import MqttSettings, broker_address
+
+NODELAY = (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+# CONNACK reason codes that no amount of retrying will fix.
+_REFUSED_FOR_GOOD = {"Bad user name or password", "Not authorized", "Client identifier not valid"}
+
+
+class ConnectionLost(GatewayError):
+    """The broker connection failed or dropped; ``refused_for_good`` when retrying is futile."""
+
+    def __init__(self, reason: str, *, refused_for_good: bool = False) -> None:
+        super().__init__(reason)
+        self.refused_for_good = refused_for_good
+
+
+@dataclass(frozen=True)
+class Received:
+    """An incoming message; ``ack`` sends its PUBACK (a no-op at QoS 0)."""
+
+    message: MqttMessage
+    ack: Callable[[], None]
+
+
+class MqttClient(Protocol):
+    """One connected MQTT v5 session."""
+
+    async def subscribe(self, filters: Mapping[str, int]) -> None: ...
+
+    async def publish(self, message: MqttMessage) -> None:
+        """Publish; at QoS 1 returns once the broker acknowledged."""
+        ...
+
+    def messages(self) -> AsyncIterator[Received]:
+        """Incoming messages until the connection drops (then ``ConnectionLost``)."""
+        ...
+
+
+class Connector(Protocol):
+    """Opens sessions to one broker."""
+
+    where: str  # the broker, for logs and errors (no credentials)
+
+    def connect(self) -> AbstractAsyncContextManager[MqttClient]:
+        """A persistent session (clean start off, session expiry), closed on exit."""
+        ...
+
+
+def connector_for(settings: MqttSettings, client_id: str) -> Connector:
+    """The connector for ``settings.url``'s scheme."""
+    try:
+        name = inprocess.broker_name(settings.url)
+    except ValidationError:
+        raise SettingsError("mqtt.url", "expected memory://<broker name>") from None
+    if name is not None:
+        return InProcessConnector(settings, client_id, name)
+    return AiomqttConnector(settings, client_id)
+
+
+# -- aiomqtt (mqtt://, mqtts://) ------------------------------------------------------------
+
+
+class AiomqttConnector:
+    """Sessions over TCP (TLS for mqtts://) with TCP_NODELAY and manual acknowledgement."""
+
+    def __init__(self, settings: MqttSettings, client_id: str) -> None:
+        self.settings = settings
+        self.client_id = client_id
+        self.address = broker_address(settings)
+        self.where = f"{self.address.host}:{self.address.port}"
+
+    @asynccontextmanager
+    async def connect(self) -> AsyncIterator[MqttClient]:
+        try:
+            async with self._client() as client:
+                yield AiomqttClient(client)
+        except aiomqtt.MqttError as error:
+            raise ConnectionLost(str(error), refused_for_good=_refused_for_good(error)) from None
+
+    def _client(self) -> aiomqtt.Client:
+        connect_properties = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
+        connect_properties.SessionExpiryInterval = self.settings.session_expiry_seconds
+        client = aiomqtt.Client(
+            self.address.host,
+            self.address.port,
+            identifier=self.client_id,
+            username=self.address.username,
+            password=self.address.password,
+            protocol=aiomqtt.ProtocolVersion.V5,
+            clean_start=False,
+            properties=connect_properties,
+            keepalive=self.settings.keepalive_seconds,
+            tls_context=self._tls_context(),
+            socket_options=[NODELAY],
+        )
+        # aiomqtt does not expose manual acknowledgement; paho (its engine) does. We ack
+        # after handling so an unprocessed message is redelivered instead of lost.
+        client._client.manual_ack_set(True)
+        # Many handlers publish at once by design; aiomqtt would warn from 10 pending calls on.
+        client.pending_calls_threshold = 10 * self.settings.max_concurrent_handlers
+        return client
+
+    def _tls_context(self) -> ssl.SSLContext | None:
+        if not self.address.tls:
+            return None
+        settings = self.settings
+        context = ssl.create_default_context(cafile=settings.tls_ca_file or None)
+        if settings.tls_cert_file:
+            context.load_cert_chain(settings.tls_cert_file, settings.tls_key_file or None)
+        if not settings.tls_verify:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        return context
+
+
+class AiomqttClient:
+    def __init__(self, client: aiomqtt.Client) -> None:
+        self._client = client
+
+    async def subscribe(self, filters: Mapping[str, int]) -> None:
+        try:
+            await self._client.subscribe(list(filters.items()))
+        except aiomqtt.MqttError as error:
+            raise ConnectionLost(str(error)) from None
+
+    async def publish(self, message: MqttMessage) -> None:
+        try:
+            await publish(self._client, message)
+        except aiomqtt.MqttError as error:
+            raise ConnectionLost(str(error)) from None
+
+    def messages(self) -> AsyncIterator[Received]:
+        return _AiomqttMessages(self._client)
+
+
+class _AiomqttMessages:
+    def __init__(self, client: aiomqtt.Client) -> None:
+        self._client = client
+        self._messages = client.messages
+
+    def __aiter__(self) -> _AiomqttMessages:
+        return self
+
+    async def __anext__(self) -> Received:
+        try:
+            message = await anext(self._messages)
+        except aiomqtt.MqttError as error:
+            raise ConnectionLost(str(error)) from None
+        return Received(from_client_message(message), lambda: self._ack(message))
+
+    def _ack(self, message: aiomqtt.Message) -> None:
+        self._client._client.ack(message.mid, message.qos)
+
+
+def _refused_for_good(error: aiomqtt.MqttError) -> bool:
+    return isinstance(error, aiomqtt.MqttCodeError) and str(error.rc) in _REFUSED_FOR_GOOD
+
+
+# -- the in-process broker (memory://) ----------------------------------------------------------
+
+
+class InProcessConnector:
+    """Sessions on the in-process broker registered under ``name``.
+
+    The binding's ``max_concurrent_handlers`` becomes the session's Receive Maximum, so
+    messages beyond it wait unacknowledged at the broker, as the setting promises.
+    """
+
+    def __init__(self, settings: MqttSettings, client_id: str, name: str) -> None:
+        self.settings = settings
+        self.client_id = client_id
+        self.name = name
+        self.where = f"{inprocess.SCHEME}://{name}"
+
+    @asynccontextmanager
+    async def connect(self) -> AsyncIterator[MqttClient]:
+        connection = inprocess.get_broker(self.name).connect(
+            self.client_id,
+            clean_start=False,
+            session_expiry_interval=self.settings.session_expiry_seconds,
+            receive_maximum=self.settings.max_concurrent_handlers,
+        )
+        async with connection:
+            yield InProcessClient(connection)
+
+
+class InProcessClient:
+    def __init__(self, connection: inprocess.Connection) -> None:
+        self._connection = connection
+
+    async def subscribe(self, filters: Mapping[str, int]) -> None:
+        try:
+            await self._connection.subscribe(list(filters.items()))
+        except inprocess.ConnectionClosed as error:
+            raise ConnectionLost(str(error)) from None
+
+    async def publish(self, message: MqttMessage) -> None:
+        try:
+            await self._connection.publish(message)
+        except inprocess.ConnectionClosed as error:
+            raise ConnectionLost(str(error)) from None
+
+    def messages(self) -> AsyncIterator[Received]:
+        return _InProcessMessages(self._connection)
+
+
+class _InProcessMessages:
+    def __init__(self, connection: inprocess.Connection) -> None:
+        self._connection = connection
+
+    def __aiter__(self) -> _InProcessMessages:
+        return self
+
+    async def __anext__(self) -> Received:
+        try:
+            delivery = await self._connection.receive()
+        except inprocess.ConnectionClosed as error:
+            raise ConnectionLost(str(error)) from None
+        return Received(delivery.message, lambda: self._ack(delivery))
+
+    def _ack(self, delivery: inprocess.Delivery) -> None:
+        if delivery.packet_id is not None:
+            self._connection.ack(delivery.packet_id)
