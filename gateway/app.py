@@ -15,6 +15,8 @@ from anyio.abc import TaskStatus
 from gateway.core import CoreSettings
 from gateway.equipment import EquipmentHub
 from gateway.errors import GatewayError, PluginError
+from gateway.instances import InstanceRegistry
+from gateway.metrics import Metrics
 from gateway.plugins import GatewayPluginManager, build_plugin_manager
 from gateway.recipes import JobControl, RecipeInterpreter
 from gateway.settings import Settings, SettingsRegistry, load_settings
@@ -51,6 +53,8 @@ class Gateway:
         self.role = core.role
         self.grace_seconds = core.shutdown_grace_seconds
         self.store: Store | None = plugins.hook.gateway_make_store(settings=settings)
+        self.instances = InstanceRegistry(self.store, self.instance_id) if self.store else None
+        self.metrics = Metrics()
         self.bindings: dict[str, Binding] = {}
         plugins.hook.gateway_register_bindings(register=self._add_binding, settings=settings)
         self.equipment = EquipmentHub()
@@ -78,6 +82,7 @@ class Gateway:
         )
         self.stop_reason: str | None = None
         self.failed = False
+        self.started = False  # every binding and service is up (readiness)
         self._stopping: anyio.Event | None = None
         self._closing: anyio.Event | None = None
 
@@ -136,7 +141,11 @@ class Gateway:
     def services_for_role(self) -> list[Service]:
         if self.role == "all":
             return list(self.services)
-        return [service for service in self.services if self.role in service.roles]
+        return [
+            service
+            for service in self.services
+            if self.role in service.roles or "*" in service.roles
+        ]
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -179,6 +188,9 @@ class Gateway:
             async with anyio.create_task_group() as tasks:
                 if handle_signals:
                     await tasks.start(self._watch_signals, tasks.cancel_scope)
+                if self.instances is not None:
+                    await self.instances.beat()
+                    tasks.start_soon(self.instances.run, self.stopping)
                 try:
                     await self._start_all(tasks, bindings, services)
                 except Exception as error:
@@ -192,12 +204,17 @@ class Gateway:
                         ", ".join(self.bindings) or "none",
                         ", ".join(s.name for s in self.services_for_role()) or "none",
                     )
+                    self.started = True
                     self.plugins.hook.gateway_startup(gateway=self)
                     task_status.started()
                 await self.stopping.wait()
+                self.started = False
                 self.plugins.hook.gateway_shutdown(gateway=self, reason=self.stop_reason or "")
                 await self._drain(bindings, services)
                 tasks.cancel_scope.cancel()
+            if self.instances is not None:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+                    await self.instances.leave()
         log.info("gateway %s stopped: %s", self.instance_id, self.stop_reason)
         if self.failed:
             raise GatewayError(f"gateway stopped: {self.stop_reason}")

@@ -90,6 +90,11 @@ class Binding(Protocol):
 
     name: str
 
+    @property
+    def ready(self) -> bool:
+        """Connected and serving (readiness probes ask)."""
+        ...
+
     async def run(self, gateway: Gateway, *, task_status: TaskStatus[None]) -> None:
         """Connect, subscribe, call ``task_status.started()``, then serve.
 
@@ -110,7 +115,11 @@ class Binding(Protocol):
 
 
 class Service(Protocol):
-    """A long-running task a plugin contributes (a publisher, an engine, a scanner)."""
+    """A long-running task a plugin contributes (a publisher, an engine, a scanner).
+
+    ``roles``: the ``gateway.role`` values it runs in (``*``: every role); all services run
+    with the role ``all``.
+    """
 
     name: str
     roles: frozenset[str]

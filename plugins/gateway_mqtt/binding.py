@@ -38,6 +38,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+# Leaving a share group: how long no message must arrive before the connection closes.
+DRAIN_QUIET_SECONDS = 0.2
+
+
 class MqttBinding:
     name = "mqtt"
 
@@ -51,12 +55,18 @@ class MqttBinding:
         self._client: MqttClient | None = None
         self._pending: dict[str, MemoryObjectSendStream[CloudEvent]] = {}
         self._closed = False
+        self._subscribed: list[str] = []
+        self.received = 0  # messages taken from the broker (for draining and metrics)
         self.reconnects = 0
 
     def _prepare(self) -> None:
         # anyio primitives belong to the event loop, which does not exist yet in __init__.
         self._connected = anyio.Event()
         self._handler_slots = anyio.Semaphore(self.settings.max_concurrent_handlers)
+
+    @property
+    def ready(self) -> bool:
+        return self._client is not None
 
     # -- serving ---------------------------------------------------------------------------
 
@@ -114,6 +124,7 @@ class MqttBinding:
                     topic = f"$share/{self.settings.share_group}/{topic}"
                 filters[topic] = max(filters.get(topic, 0), subscription.qos)
         await client.subscribe(filters)
+        self._subscribed = list(filters)
         log.info("MQTT subscribed: %s", ", ".join(filters))
 
     async def _serve(self, client: MqttClient, gateway: Gateway) -> None:
@@ -132,12 +143,45 @@ class MqttBinding:
 
             reading.start_soon(read)
             await gateway.closing.wait()
+            if lost is None and await self._others_take_over(gateway):
+                await self._leave_share_group(client)
             reading.cancel_scope.cancel()
         if lost is not None:
             raise lost
 
+    async def _others_take_over(self, gateway: Gateway) -> bool:
+        """Whether another live instance serves the share group after this one stops."""
+        if gateway.instances is None:
+            return False
+        try:
+            return await gateway.instances.others_alive()
+        except Exception as error:  # without the store, keep the session (the safe side)
+            log.warning("cannot tell whether other instances are alive: %s", error)
+            return False
+
+    async def _leave_share_group(self, client: MqttClient) -> None:
+        """Unsubscribe the shared topics, then take what the broker had already sent.
+
+        The broker hands a shared subscription's messages to every member session in turn,
+        even to a disconnected one, which keeps them until it comes back. An instance that
+        stops while others run leaves the group, so no command waits for it in vain.
+        """
+        shared = [topic for topic in self._subscribed if topic.startswith("$share/")]
+        if not shared:
+            return
+        await client.unsubscribe(shared)
+        log.info(
+            "left the share group %s: other instances take the commands", self.settings.share_group
+        )
+        quiet = 0.0
+        while quiet < DRAIN_QUIET_SECONDS:  # until nothing arrives for a moment
+            received = self.received
+            await anyio.sleep(0.05)
+            quiet = quiet + 0.05 if self.received == received else 0.0
+
     async def _read(self, client: MqttClient, gateway: Gateway, handlers: TaskGroup) -> None:
         async for received in client.messages():
+            self.received += 1
             await self._handler_slots.acquire()
             handlers.start_soon(self._handle, client, gateway, received)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import socket
 import ssl
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Protocol
@@ -50,6 +50,8 @@ class MqttClient(Protocol):
     """One connected MQTT v5 session."""
 
     async def subscribe(self, filters: Mapping[str, int]) -> None: ...
+
+    async def unsubscribe(self, filters: Sequence[str]) -> None: ...
 
     async def publish(self, message: MqttMessage) -> None:
         """Publish; at QoS 1 returns once the broker acknowledged."""
@@ -147,6 +149,12 @@ class AiomqttClient:
         except aiomqtt.MqttError as error:
             raise ConnectionLost(str(error)) from None
 
+    async def unsubscribe(self, filters: Sequence[str]) -> None:
+        try:
+            await self._client.unsubscribe(list(filters))
+        except aiomqtt.MqttError as error:
+            raise ConnectionLost(str(error)) from None
+
     async def publish(self, message: MqttMessage) -> None:
         try:
             await publish(self._client, message)
@@ -215,6 +223,12 @@ class InProcessClient:
     async def subscribe(self, filters: Mapping[str, int]) -> None:
         try:
             await self._connection.subscribe(list(filters.items()))
+        except inprocess.ConnectionClosed as error:
+            raise ConnectionLost(str(error)) from None
+
+    async def unsubscribe(self, filters: Sequence[str]) -> None:
+        try:
+            await self._connection.unsubscribe(filters)
         except inprocess.ConnectionClosed as error:
             raise ConnectionLost(str(error)) from None
 

@@ -286,3 +286,38 @@ async def test_command_whose_handler_was_cut_off_is_redelivered_and_handled(
                 await wait_until(lambda: replies, timeout=15)
     assert replies[0].errorcode is None
     assert harness.plugin.handled == [(f"{harness.plugin.topic_root}-a", request.id)]
+
+
+async def test_an_instance_stopping_while_another_runs_leaves_the_share_group(
+    harness: Harness,
+) -> None:
+    """Otherwise the broker keeps handing the stopped instance's session its share of commands."""
+    async with running(harness.gateway("b")):
+        async with running(harness.gateway("a")):
+            pass  # a stops cleanly while b runs
+        async with harness.mes() as mes:
+            for number in range(6):
+                reply = await mes.request(commands_topic(harness), command(data={"n": number}))
+                assert reply.errorcode is None
+    assert {instance for instance, _ in harness.plugin.handled} == {
+        f"{harness.plugin.topic_root}-b"
+    }
+
+
+async def test_the_last_instance_stopping_keeps_its_place_in_the_share_group(
+    harness: Harness,
+) -> None:
+    async with running(harness.gateway("a")):
+        pass
+    assert harness.gateway("a").instances is not None
+    async with harness.mes() as mes, anyio.create_task_group() as tasks:
+        replies: list[CloudEvent] = []
+
+        async def ask() -> None:
+            replies.append(await mes.request(commands_topic(harness), command(), timeout=10))
+
+        tasks.start_soon(ask)
+        await anyio.sleep(0.3)
+        async with running(harness.gateway("a")):
+            await wait_until(lambda: replies)
+    assert replies[0].errorcode is None

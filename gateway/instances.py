@@ -1,0 +1,60 @@
+"""Which gateway instances are alive, as seen through the store.
+
+Each running instance refreshes its entry in a hash every few seconds and removes it when it
+stops. A transport asks ``others_alive()`` when it shuts down: an MQTT session whose instance is
+gone for good would otherwise keep receiving its share of the commands of a shared subscription
+until the broker expires it, so an instance that knows others will take over leaves the share
+group; the last one keeps its session so commands wait for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import anyio
+
+if TYPE_CHECKING:
+    from gateway.store import Store
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_SECONDS = 5.0
+# An instance that has not refreshed its entry for this long counts as gone.
+ALIVE_WITHIN_SECONDS = 3 * HEARTBEAT_SECONDS
+
+
+class InstanceRegistry:
+    def __init__(self, store: Store, instance_id: str) -> None:
+        self.store = store
+        self.instance_id = instance_id
+
+    @property
+    def _key(self) -> str:
+        return self.store.keys.global_key("instances")
+
+    async def beat(self) -> None:
+        await self.store.client.hset(self._key, self.instance_id, str(time.time()))
+
+    async def leave(self) -> None:
+        await self.store.client.hdel(self._key, self.instance_id)
+
+    async def alive(self) -> set[str]:
+        """Instances that refreshed their entry recently (this one included, if running)."""
+        entries = await self.store.client.hgetall(self._key)
+        horizon = time.time() - ALIVE_WITHIN_SECONDS
+        return {str(name) for name, seen in entries.items() if float(seen) >= horizon}
+
+    async def others_alive(self) -> bool:
+        return bool(await self.alive() - {self.instance_id})
+
+    async def run(self, stopping: anyio.Event) -> None:
+        """Refresh the entry until ``stopping`` is set (the entry is removed by ``leave``)."""
+        while not stopping.is_set():
+            try:
+                await self.beat()
+            except Exception as error:  # the store may be briefly away; try again next beat
+                log.warning("instance heartbeat not stored: %s", error)
+            with anyio.move_on_after(HEARTBEAT_SECONDS):
+                await stopping.wait()

@@ -1,0 +1,78 @@
+"""Metrics any plugin records, exposed in the Prometheus text format (``/metrics``).
+
+Each gateway owns one ``Metrics`` (``gateway.metrics``) with a registry of its own, so several
+gateways in one process (tests, the demo) never mix their figures. Plugins ask for a family by
+name; asking twice returns the same one, so plugins can share a family without importing each
+other. Figures that are read rather than counted (jobs by state, stream lag) come from samplers:
+async functions that set gauges just before a scrape.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+log = logging.getLogger(__name__)
+
+PREFIX = "gateway_"
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600)
+
+Sampler = Callable[[], Awaitable[None]]
+Family = TypeVar("Family", Counter, Gauge, Histogram)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self._families: dict[str, Any] = {}
+        self._samplers: list[Sampler] = []
+
+    def counter(self, name: str, help: str, labels: Sequence[str] = ()) -> Counter:
+        return self._family(Counter, name, help, labels)
+
+    def gauge(self, name: str, help: str, labels: Sequence[str] = ()) -> Gauge:
+        return self._family(Gauge, name, help, labels)
+
+    def histogram(
+        self,
+        name: str,
+        help: str,
+        labels: Sequence[str] = (),
+        buckets: Sequence[float] = LATENCY_BUCKETS,
+    ) -> Histogram:
+        return self._family(Histogram, name, help, labels, buckets=tuple(buckets))
+
+    def _family(
+        self, kind: type[Family], name: str, help: str, labels: Sequence[str], **options: Any
+    ) -> Family:
+        full = name if name.startswith(PREFIX) else PREFIX + name
+        existing = self._families.get(full)
+        if existing is not None:
+            if not isinstance(existing, kind):
+                raise TypeError(
+                    f"metric {full} is a {type(existing).__name__}, not a {kind.__name__}"
+                )
+            return existing
+        family = kind(full, help, list(labels), registry=self.registry, **options)
+        self._families[full] = family
+        return family
+
+    def sample_with(self, sampler: Sampler) -> None:
+        """Run ``sampler`` before every scrape (it sets gauges from the store, say)."""
+        self._samplers.append(sampler)
+
+    async def render(self) -> bytes:
+        """The Prometheus text exposition, samplers run first (a failing one is logged)."""
+        failures = self.counter("metric_sampler_failures_total", "Samplers that failed")
+        for sampler in self._samplers:
+            try:
+                await sampler()
+            except Exception:
+                log.exception("metrics sampler %s failed", getattr(sampler, "__name__", sampler))
+                failures.inc()
+        text: bytes = generate_latest(self.registry)
+        return text
