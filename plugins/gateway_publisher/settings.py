@@ -1,0 +1,57 @@
+"""The ``[publisher]`` settings section."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.settings import Settings, setting
+
+DEFAULT_TOPIC_PREFIX = "jobs"  # the job management plugin's default, used when it is not loaded
+
+
+@dataclass(frozen=True)
+class PublisherSettings:
+    topic_prefix: str = setting(
+        "",
+        "Prefix of the retained MES topics (<prefix>/<scope>/state-index, .../order/<id>, "
+        ".../result/<id>); empty: the [jobs] topic_prefix, so the MES finds everything under one",
+    )
+    retained_ttl_seconds: int = setting(
+        172_800,
+        "MQTT message expiry of the retained topics (48 h): removes the topics of jobs that are "
+        "never cleared; 0: they never expire",
+        minimum=0,
+    )
+    read_count: int = setting(
+        200,
+        "Change records read from one scope at once; each batch publishes one state index",
+        minimum=1,
+    )
+    lease_seconds: float = setting(
+        10.0,
+        "Lease that keeps one publisher active among replicas (e.g. during a rolling update); "
+        "a standby takes over this long after the active one died without releasing it",
+        minimum=1.0,
+    )
+    binding: str = setting("mqtt", "Binding the retained topics are published on")
+
+    def __post_init__(self) -> None:
+        # ValueError here becomes a SettingsError naming the section (see gateway.settings).
+        prefix = self.topic_prefix
+        if prefix and (prefix.startswith("/") or prefix.endswith("/") or set("+#") & set(prefix)):
+            raise ValueError(
+                f"topic_prefix: expected topic levels without wildcards, got {prefix!r}"
+            )
+
+
+def effective_topic_prefix(publisher: PublisherSettings, settings: Settings) -> str:
+    """The configured prefix, else the job management plugin's (read by section name, so this
+    plugin imports nothing of it), else that plugin's default."""
+    if publisher.topic_prefix:
+        return publisher.topic_prefix
+    try:
+        jobs = settings.section("jobs")
+    except KeyError:
+        return DEFAULT_TOPIC_PREFIX
+    prefix = getattr(jobs, "topic_prefix", None)
+    return prefix if isinstance(prefix, str) and prefix else DEFAULT_TOPIC_PREFIX
