@@ -75,7 +75,7 @@ class Gateway:
             register=self._add_service, settings=settings, gateway=self
         )
         self.dispatcher = Dispatcher(
-            self.processors,
+            [processor for processor in self.processors if self.runs(processor.roles)],
             source=self.source,
             dedupe=self.store.dedupe if self.store is not None else None,
             on_failure=plugins.hook.gateway_message_failed,
@@ -139,13 +139,11 @@ class Gateway:
             raise PluginError(f"no binding named {name!r}") from None
 
     def services_for_role(self) -> list[Service]:
-        if self.role == "all":
-            return list(self.services)
-        return [
-            service
-            for service in self.services
-            if self.role in service.roles or "*" in service.roles
-        ]
+        return [service for service in self.services if self.runs(service.roles)]
+
+    def runs(self, roles: frozenset[str]) -> bool:
+        """Whether something declared for ``roles`` runs in this instance's role."""
+        return self.role == "all" or self.role in roles or "*" in roles
 
     # -- lifecycle --------------------------------------------------------------------------
 

@@ -80,6 +80,8 @@ class Processor:
     handle: Handler
     event_types: frozenset[str] | None = None
     binding: str = "mqtt"
+    # The ``gateway.role`` values it serves in (``*``: every role; role ``all`` runs all).
+    roles: frozenset[str] = frozenset({"gateway"})
 
     def accepts(self, event_type: str) -> bool:
         return self.event_types is None or event_type in self.event_types

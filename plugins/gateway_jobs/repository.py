@@ -317,10 +317,13 @@ def change_record(scope: str, change: Change) -> dict[str, str]:
 
     ``change_type`` is the trigger (``Store``, ``Run``, ``ResultUpdate``, ``Clear``...);
     ``has_result`` says the Job Response is final (Ended / Aborted), so it may be published;
-    ``priority`` lets the publisher order its index without reading the job.
+    ``priority`` lets the publisher order its index without reading the job. The record also
+    carries the documents the publisher makes retained (``job_order`` when the order is new or
+    changed, ``job_response`` once it is final), so publishing costs no reads and a replayed
+    record publishes the same bytes.
     """
     after = change.after
-    return {
+    record = {
         "change_type": change.trigger,
         "job_order_id": after.job_order_id,
         "scope": scope,
@@ -330,3 +333,12 @@ def change_record(scope: str, change: Change) -> dict[str, str]:
         "priority": str(after.priority),
         "has_result": "true" if has_result(after.state) else "false",
     }
+    if change.trigger in ORDER_TRIGGERS:
+        record["job_order"] = json.dumps(to_json(after.job_order), separators=(",", ":"))
+    if has_result(after.state):
+        record["job_response"] = json.dumps(to_json(after.response), separators=(",", ":"))
+    return record
+
+
+# The transitions that create or change a job order (and so its retained order topic).
+ORDER_TRIGGERS = frozenset({"Store", "StoreAndStart", "Update"})

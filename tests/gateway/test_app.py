@@ -615,3 +615,25 @@ def test_a_signal_right_after_start_up_still_stops_gracefully(
     assert child.returncode == 0, stderr
     assert "stopping: received SIGTERM" in stderr
     assert "run returned" in stdout
+
+
+@pytest.mark.parametrize(
+    ("role", "expected"),
+    [("all", {"commands", "mirror"}), ("gateway", {"commands"}), ("publisher", {"mirror"})],
+)
+def test_processors_serve_only_in_their_roles(role: str, expected: set[str]) -> None:
+    plugin = RuntimePlugin(
+        bindings=["inproc"],
+        processors=[
+            Processor("commands", [Subscription(COMMANDS)], echo, binding="inproc"),
+            Processor(
+                "mirror",
+                [Subscription("mirror/#")],
+                echo,
+                binding="inproc",
+                roles=frozenset({"publisher"}),
+            ),
+        ],
+    )
+    gateway = build(plugin, GATEWAY_GATEWAY_ROLE=role)
+    assert {p.name for p in gateway.dispatcher.processors_for("inproc")} == expected
