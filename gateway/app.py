@@ -57,7 +57,7 @@ class Gateway:
         self.metrics = Metrics()
         self.bindings: dict[str, Binding] = {}
         plugins.hook.gateway_register_bindings(register=self._add_binding, settings=settings)
-        self.equipment = EquipmentHub()
+        self.equipment = EquipmentHub(lambda: self.store)
         plugins.hook.gateway_register_equipment_drivers(
             register=self.equipment.add_driver, settings=settings, gateway=self
         )
@@ -79,6 +79,7 @@ class Gateway:
             source=self.source,
             dedupe=self.store.dedupe if self.store is not None else None,
             on_failure=plugins.hook.gateway_message_failed,
+            metrics=self.metrics,
         )
         self.stop_reason: str | None = None
         self.failed = False

@@ -7,18 +7,37 @@ hands an ``EquipmentReply`` (matched by the command's correlation id) or an ``Eq
 (a ``pull_event`` the equipment publishes on its own) back to the hub, which passes it to the
 sink the engine attached. Replies and events may arrive at any gateway instance: the sink must
 route them through shared state, never through memory of the instance that sent the command.
+
+The hub also keeps **liveness**: drivers report ``heartbeat(equipment)`` when the equipment
+signals it is alive and ``gone(equipment)`` when it says goodbye (or its connection drops).
+Equipment is online while its last heartbeat is younger than its heartbeat timeout. The state
+lives in the gateway's store (keys with that timeout as TTL), so every instance sees the same.
+
+A command to equipment known to be offline is still delivered: the equipment may come back (a
+broker keeps the command for it), and a command is never dropped silently. The engine's timeout
+fails the action, and ``offline_reason`` tells it to say "equipment offline" instead of
+"no reply".
 """
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from gateway.errors import GatewayError
 
+if TYPE_CHECKING:
+    from gateway.store import Store
+
 log = logging.getLogger(__name__)
+
+DEFAULT_HEARTBEAT_TIMEOUT = 10.0
+"""Seconds without a heartbeat after which equipment counts as offline, unless the driver
+reporting the heartbeat says otherwise."""
 
 
 @dataclass(frozen=True)
@@ -91,12 +110,49 @@ class EquipmentDriver(Protocol):
         ...
 
 
-class EquipmentHub:
-    """Routes commands to drivers and replies/events from drivers to the attached sink."""
+@runtime_checkable
+class LivenessTracking(Protocol):
+    """Implemented by drivers whose equipment sends heartbeats (optional for a driver).
 
-    def __init__(self) -> None:
+    Equipment a tracking driver expects heartbeats from and that never sent one is reported
+    as "never seen"; equipment nobody tracks has no liveness to report.
+    """
+
+    def expects_heartbeats(self, equipment_id: str) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """What the gateway knows about one piece of equipment being reachable.
+
+    Times are Unix timestamps (``time.time()``) of the instance that recorded them.
+    """
+
+    online: bool
+    last_seen: float | None  # the last heartbeat; None: never seen
+    gone_at: float | None = None  # when it went away, if it did after its last heartbeat
+    gone_reason: str | None = None  # how it went away ("disconnected", "heartbeat timeout"...)
+
+
+class EquipmentHub:
+    """Routes commands to drivers and replies/events from drivers to the attached sink.
+
+    ``store`` returns the gateway's store (``None``: no store plugin), asked each time it is
+    needed because the store connects only when the gateway runs. Without a store, liveness is
+    kept in this process only (fine for one instance, not shared).
+    """
+
+    def __init__(
+        self,
+        store: Callable[[], Store | None] = lambda: None,
+        *,
+        heartbeat_timeout_seconds: float = DEFAULT_HEARTBEAT_TIMEOUT,
+    ) -> None:
         self.drivers: list[EquipmentDriver] = []
+        self.heartbeat_timeout_seconds = heartbeat_timeout_seconds
+        self._store = store
         self._sink: EquipmentSink | None = None
+        self._local: dict[str, _LocalLiveness] = {}
 
     def add_driver(self, driver: EquipmentDriver) -> None:
         if any(existing.name == driver.name for existing in self.drivers):
@@ -110,7 +166,13 @@ class EquipmentHub:
         self._sink = sink
 
     def driver_for(self, command: EquipmentCommand) -> EquipmentDriver:
-        for driver in self.drivers:
+        """The first driver that serves ``command``; catch-all drivers are asked last.
+
+        A driver with a true ``catch_all`` attribute (one serving "every equipment", such as
+        the MQTT driver configured with ``*``) only gets what no specific driver serves,
+        whatever order the plugins registered their drivers in.
+        """
+        for driver in sorted(self.drivers, key=_is_catch_all):
             if driver.serves(command):
                 return driver
         names = ", ".join(driver.name for driver in self.drivers) or "none"
@@ -134,3 +196,122 @@ class EquipmentHub:
         if self._sink is None:
             raise GatewayError("equipment reported something, but no recipe engine is attached")
         return self._sink
+
+    # -- liveness -----------------------------------------------------------------------------
+
+    async def heartbeat(self, equipment_id: str, *, timeout_seconds: float | None = None) -> None:
+        """Called by drivers: ``equipment_id`` is alive now, and for ``timeout_seconds`` more.
+
+        ``timeout_seconds`` is the driver's heartbeat timeout (a few heartbeat intervals);
+        ``None`` takes the hub's ``heartbeat_timeout_seconds``.
+        """
+        now = time.time()
+        timeout = self.heartbeat_timeout_seconds if timeout_seconds is None else timeout_seconds
+        store = self._store()
+        if store is None:
+            self._local[equipment_id] = _LocalLiveness(now, now + timeout)
+            return
+        keys = _LivenessKeys(store, equipment_id)
+        async with store.client.pipeline(transaction=True) as pipe:
+            pipe.set(keys.online, repr(now), px=max(1, round(timeout * 1000)))
+            pipe.hset(keys.last_seen, equipment_id, repr(now))
+            pipe.hdel(keys.gone, equipment_id)
+            await pipe.execute()
+
+    async def gone(self, equipment_id: str, reason: str = "disconnected") -> None:
+        """Called by drivers: ``equipment_id`` is offline now (it said goodbye, its connection
+        dropped...); ``reason`` says how, for ``offline_reason``."""
+        now = time.time()
+        store = self._store()
+        if store is None:
+            known = self._local.get(equipment_id)
+            last_seen = known.last_seen if known else None
+            self._local[equipment_id] = _LocalLiveness(last_seen, 0, now, reason)
+            return
+        keys = _LivenessKeys(store, equipment_id)
+        async with store.client.pipeline(transaction=True) as pipe:
+            pipe.delete(keys.online)
+            pipe.hset(keys.gone, equipment_id, json.dumps({"at": now, "reason": reason}))
+            await pipe.execute()
+
+    async def liveness(self, equipment_id: str) -> Liveness:
+        """Whether ``equipment_id`` is online, and when it was last heard of."""
+        store = self._store()
+        if store is None:
+            known = self._local.get(equipment_id)
+            if known is None:
+                return Liveness(online=False, last_seen=None)
+            online = known.expires > time.time()
+            return Liveness(online, known.last_seen, known.gone_at, known.gone_reason)
+        keys = _LivenessKeys(store, equipment_id)
+        async with store.client.pipeline(transaction=False) as pipe:
+            pipe.exists(keys.online)
+            pipe.hget(keys.last_seen, equipment_id)
+            pipe.hget(keys.gone, equipment_id)
+            online, last_seen, gone = await pipe.execute()
+        goodbye = json.loads(gone) if gone is not None else {}
+        return Liveness(
+            online=bool(online),
+            last_seen=float(last_seen) if last_seen is not None else None,
+            gone_at=goodbye.get("at"),
+            gone_reason=goodbye.get("reason"),
+        )
+
+    def tracks(self, equipment_id: str) -> bool:
+        """Whether a driver expects heartbeats from ``equipment_id``."""
+        return any(
+            isinstance(driver, LivenessTracking) and driver.expects_heartbeats(equipment_id)
+            for driver in self.drivers
+        )
+
+    async def offline_reason(self, equipment_id: str) -> str | None:
+        """Why ``equipment_id`` cannot answer, or ``None`` when it is online or not tracked.
+
+        For the engine, to explain a timeout: "equipment X offline: last heartbeat 12.3 s ago",
+        "... disconnected 2.0 s ago (last heartbeat 3.1 s ago)" (the driver's reason) or
+        "... never seen". Equipment that sends no heartbeats (no driver tracks it and it never
+        sent one) gives ``None``.
+        """
+        state = await self.liveness(equipment_id)
+        if state.online:
+            return None
+        now = time.time()
+        if state.last_seen is None and state.gone_at is None:
+            if not self.tracks(equipment_id):
+                return None
+            return f"equipment {equipment_id} offline: never seen (no heartbeat yet)"
+        last = (
+            f"last heartbeat {now - state.last_seen:.1f} s ago"
+            if state.last_seen is not None
+            else "no heartbeat yet"
+        )
+        if state.gone_at is not None:
+            last = f"{state.gone_reason or 'disconnected'} {now - state.gone_at:.1f} s ago ({last})"
+        return f"equipment {equipment_id} offline: {last}"
+
+
+@dataclass(frozen=True)
+class _LocalLiveness:
+    last_seen: float | None
+    expires: float
+    gone_at: float | None = None
+    gone_reason: str | None = None
+
+
+class _LivenessKeys:
+    """Liveness keys (global: equipment belongs to no scope).
+
+    ``equipment:online:<id>`` exists while the equipment is online (TTL = heartbeat timeout, so
+    Redis's clock decides, the same for every instance); the ``equipment:last-seen`` hash keeps
+    the time of the last heartbeat, ``equipment:gone`` the time and reason of a departure since
+    (JSON), for the explanation after the key is gone.
+    """
+
+    def __init__(self, store: Store, equipment_id: str) -> None:
+        self.online = store.keys.global_key("equipment", "online", equipment_id)
+        self.last_seen = store.keys.global_key("equipment", "last-seen")
+        self.gone = store.keys.global_key("equipment", "gone")
+
+
+def _is_catch_all(driver: EquipmentDriver) -> bool:
+    return bool(getattr(driver, "catch_all", False))

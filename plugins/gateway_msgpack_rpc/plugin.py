@@ -1,1 +1,55 @@
-"""Hook implementations of the gateway_msgpack_rpc plugin (none yet)."""
+"""Hook implementations of the MessagePack-RPC plugin: settings, binding, driver, processor."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from gateway.core import CoreSettings
+from gateway.errors import PluginError
+from gateway.hookspecs import hookimpl
+from gateway_msgpack_rpc.binding import BINDING, MsgpackRpcBinding
+from gateway_msgpack_rpc.driver import MsgpackRpcDriver, equipment_processor
+from gateway_msgpack_rpc.settings import SECTION, MsgpackRpcSettings
+
+if TYPE_CHECKING:
+    from gateway.app import Gateway
+    from gateway.equipment import EquipmentDriver
+    from gateway.settings import Settings
+    from gateway.transport import Binding, Processor
+
+
+@hookimpl
+def gateway_add_settings(register: Callable[[str, type[Any]], None]) -> None:
+    register(SECTION, MsgpackRpcSettings)
+
+
+@hookimpl
+def gateway_register_bindings(register: Callable[[Binding], None], settings: Settings) -> None:
+    source = settings.get(CoreSettings).effective_source
+    register(MsgpackRpcBinding(settings.get(MsgpackRpcSettings), source=source))
+
+
+@hookimpl
+def gateway_register_equipment_drivers(
+    register: Callable[[EquipmentDriver], None], settings: Settings, gateway: Gateway
+) -> None:
+    register(MsgpackRpcDriver(_binding(gateway), source=gateway.source))
+
+
+# Last, so that processors other plugins register for this binding (for particular event
+# types) come first in the dispatcher and this catch-all only takes the rest.
+@hookimpl(trylast=True)
+def gateway_register_processors(
+    register: Callable[[Processor], None], settings: Settings, gateway: Gateway
+) -> None:
+    rpc = settings.get(MsgpackRpcSettings)
+    if rpc.port or rpc.equipment:  # otherwise nothing can arrive over RPC
+        register(equipment_processor(gateway.equipment, rpc.topic_prefix))
+
+
+def _binding(gateway: Gateway) -> MsgpackRpcBinding:
+    binding = gateway.binding(BINDING)
+    if not isinstance(binding, MsgpackRpcBinding):
+        raise PluginError(f"binding {BINDING!r} is not the MessagePack-RPC binding")
+    return binding

@@ -1,1 +1,2 @@
-"""gateway_simulator plugin (being written)."""
+"""Simulated station equipment (positioning unit, tightening controller, camera QA station)
+speaking real MQTT, for the demo, for trying recipes and for the tests."""

@@ -1,0 +1,70 @@
+"""How equipment talks MQTT with the gateway: topics, CloudEvent types and attributes.
+
+Everything is a CloudEvent in MQTT v5 binary mode (``gateway.codecs.mqtt``). With ``<prefix>``
+the driver's topic prefix and ``<equipment>`` the equipment name used in recipes:
+
+- ``<prefix>/<equipment>/commands`` (gateway -> equipment, QoS 1): one ``push_command``.
+  Type = the action's ``type_id``; ``subject`` = the job's scope; ``correlationid`` (also the
+  Correlation Data) = ``{job}:{action}:{attempt}``; Response Topic = ``<prefix>/replies``;
+  Message Expiry = the action's timeout; extension attributes ``equipment``, ``joborderid``,
+  ``action``; data = what the driver's ``payload_for`` makes of the command.
+- ``<prefix>/replies`` (equipment -> gateway, QoS 1): the answer, sent to the command's Response
+  Topic with its Correlation Data (``correlationid``). A failed command is answered with the
+  ``errorcode`` and ``errormessage`` attributes set. Every gateway instance subscribes through a
+  shared subscription, so the reply is handled even if the instance that sent the command died.
+- ``<prefix>/<equipment>/events`` (equipment -> gateway, QoS 1): what the equipment reports on its
+  own, for ``pull_event`` actions. Type = the action's ``type_id``; ``subject`` = the scope and
+  ``joborderid`` = the job when the equipment knows them; ``equipment`` = its name.
+- ``<prefix>/<equipment>/heartbeat`` (equipment -> gateway, QoS 0): ``HEARTBEAT_TYPE`` every few
+  seconds while the equipment is up, ``OFFLINE_TYPE`` (QoS 1) when it goes away, with data
+  ``{"reason": "..."}`` if it wants to say why. The offline event also makes a good MQTT Will,
+  so a device whose connection breaks is noticed at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+HEARTBEAT_TYPE = "io.github.station-gateway.equipment.heartbeat.v1"
+OFFLINE_TYPE = "io.github.station-gateway.equipment.offline.v1"
+
+# CloudEvent extension attributes of equipment messages.
+EQUIPMENT = "equipment"  # the equipment's name (events, heartbeats, commands)
+JOB_ORDER = "joborderid"  # the job a command, reply or event belongs to
+ACTION = "action"  # the recipe action a command carries out
+
+WILDCARD = "*"
+
+
+def check_topic_level(what: str, value: str) -> str:
+    """``value`` as one MQTT topic level (no ``/``, ``+``, ``#``, not empty)."""
+    if not value or set(value) & {"/", "+", "#"} or "\x00" in value:
+        raise ValueError(f"{what}: expected a name usable as one MQTT topic level, got {value!r}")
+    return value
+
+
+def check_topic_prefix(what: str, value: str) -> str:
+    """``value`` as topic levels without wildcards (``a`` or ``a/b``)."""
+    if not value or value.startswith("/") or value.endswith("/") or set(value) & {"+", "#"}:
+        raise ValueError(f"{what}: expected topic levels without wildcards, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class EquipmentTopics:
+    """The topics of equipment under one prefix (the same on the gateway and equipment side)."""
+
+    prefix: str
+
+    @property
+    def replies(self) -> str:
+        return f"{self.prefix}/replies"
+
+    def commands(self, equipment: str) -> str:
+        return f"{self.prefix}/{equipment}/commands"
+
+    def events(self, equipment: str) -> str:
+        return f"{self.prefix}/{equipment}/events"
+
+    def heartbeat(self, equipment: str) -> str:
+        return f"{self.prefix}/{equipment}/heartbeat"

@@ -1,0 +1,261 @@
+"""The MQTT equipment driver: the base an integrator's driver plugin shapes payloads on.
+
+The driver publishes each ``push_command`` to the equipment's command topic and receives
+replies, events and heartbeats through processors on the gateway's MQTT binding (shared
+subscriptions, de-duplication, acknowledgement after handling), so whichever instance receives
+a reply hands it to the engine. Topic and attribute conventions: ``gateway_mqtt_equipment.
+conventions``. A subclass changes what travels, not how:
+
+- ``payload_for(command)``: the command event's ``data``;
+- ``read_reply(event)``: ``(data, error)`` from a reply event;
+- ``read_event(event)``: the ``EquipmentEvent`` for a ``pull_event`` (``None``: ignore it).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Self
+
+import aiomqtt
+
+from gateway.cloudevents import JSON, CloudEvent, utc_now
+from gateway.codecs.mqtt import publish, to_mqtt
+from gateway.equipment import EquipmentCommand, EquipmentEvent, EquipmentReply
+from gateway.errors import GatewayError, ValidationError
+from gateway.transport import Binding, Processor, Subscription
+from gateway_mqtt_equipment.conventions import (
+    ACTION,
+    EQUIPMENT,
+    HEARTBEAT_TYPE,
+    JOB_ORDER,
+    OFFLINE_TYPE,
+    WILDCARD,
+    EquipmentTopics,
+    check_topic_level,
+    check_topic_prefix,
+)
+from gateway_mqtt_equipment.settings import MqttEquipmentSettings
+
+if TYPE_CHECKING:
+    from gateway.app import Gateway
+
+log = logging.getLogger(__name__)
+
+
+class MqttEquipmentDriver:
+    """Delivers commands to equipment over MQTT; ``gateway.equipment.EquipmentDriver``.
+
+    ``equipment`` lists the equipment names served; ``*`` serves any equipment no specific
+    driver serves (``catch_all``). ``heartbeat_timeout_seconds`` 0: the equipment sends no
+    heartbeats (liveness is not tracked).
+    """
+
+    def __init__(
+        self,
+        gateway: Gateway,
+        *,
+        name: str = "mqtt-equipment",
+        topic_prefix: str = "equipment",
+        equipment: Iterable[str] = (WILDCARD,),
+        heartbeat_timeout_seconds: float = 10.0,
+        binding: str = "mqtt",
+    ) -> None:
+        names = list(equipment)
+        self.gateway = gateway
+        self.name = name
+        self.topics = EquipmentTopics(check_topic_prefix("topic_prefix", topic_prefix))
+        self.catch_all = WILDCARD in names
+        self.equipment = frozenset(
+            check_topic_level("equipment", item) for item in names if item != WILDCARD
+        )
+        self.heartbeat_timeout_seconds = heartbeat_timeout_seconds
+        self.binding = binding
+        self._receiving = False
+
+    @classmethod
+    def from_settings(
+        cls, gateway: Gateway, settings: MqttEquipmentSettings, *, name: str = "mqtt-equipment"
+    ) -> Self:
+        return cls(
+            gateway,
+            name=name,
+            topic_prefix=settings.topic_prefix,
+            equipment=settings.equipment,
+            heartbeat_timeout_seconds=settings.heartbeat_timeout_seconds,
+        )
+
+    # -- what a subclass shapes ---------------------------------------------------------------
+
+    def payload_for(self, command: EquipmentCommand) -> Any:
+        """The command event's ``data``: the action's and the job's parameters."""
+        return {
+            "parameters": dict(command.parameters),
+            "job_parameters": dict(command.job_parameters),
+        }
+
+    def read_reply(self, event: CloudEvent) -> tuple[Any, str | None]:
+        """``(data, error)`` of a reply; an ``errorcode``/``errormessage`` makes it an error."""
+        if event.errorcode is None and event.errormessage is None:
+            return event.data, None
+        error = ": ".join(part for part in (event.errorcode, event.errormessage) if part)
+        return event.data, error or "equipment reported an error"
+
+    def read_event(self, event: CloudEvent) -> EquipmentEvent | None:
+        """The ``pull_event`` an equipment event carries (``None``: not one for recipes)."""
+        return EquipmentEvent(
+            type=event.type,
+            id=event.id,
+            equipment=event.extensions.get(EQUIPMENT),
+            scope=event.subject,
+            job_order_id=event.extensions.get(JOB_ORDER),
+            data=event.data,
+        )
+
+    # -- the driver -----------------------------------------------------------------------------
+
+    def serves(self, command: EquipmentCommand) -> bool:
+        if command.equipment is None:
+            return False
+        return self.catch_all or command.equipment in self.equipment
+
+    def expects_heartbeats(self, equipment_id: str) -> bool:
+        """``gateway.equipment.LivenessTracking``: heartbeats are expected from what it serves."""
+        if self.heartbeat_timeout_seconds <= 0:
+            return False
+        return self.catch_all or equipment_id in self.equipment
+
+    def command_event(self, command: EquipmentCommand) -> CloudEvent:
+        """The CloudEvent that carries ``command`` to the equipment."""
+        extensions = {ACTION: command.action, JOB_ORDER: command.job_order_id}
+        if command.equipment is not None:
+            extensions[EQUIPMENT] = command.equipment
+        timeout = command.timeout_seconds
+        return CloudEvent(
+            type=command.type,
+            source=self.gateway.source,
+            subject=command.scope,
+            time=utc_now(),
+            datacontenttype=JSON,
+            data=self.payload_for(command),
+            correlationid=command.correlation_id,
+            # A command nobody took within its timeout is void: the broker drops it then.
+            expiryinterval=math.ceil(timeout) if timeout else None,
+            extensions=extensions,
+        )
+
+    async def send(self, command: EquipmentCommand) -> None:
+        if command.equipment is None:
+            raise GatewayError(f"{self.name}: command {command.correlation_id} names no equipment")
+        self._check_receiving()
+        try:
+            topic = self.topics.commands(check_topic_level("equipment", command.equipment))
+            event = self.command_event(command)
+            await publish_request(
+                self.gateway.binding(self.binding), topic, event, self.topics.replies
+            )
+        except (ValueError, aiomqtt.MqttError) as error:
+            raise GatewayError(
+                f"{self.name}: command {command.correlation_id} not sent: {error}"
+            ) from error
+        log.debug("%s: sent %s to %s", self.name, command.correlation_id, topic)
+
+    # -- what comes back ------------------------------------------------------------------------
+
+    def _check_receiving(self) -> None:
+        """Refuse to send when no processor would receive the reply (a clear error, not a
+        timeout): the ``mqtt-equipment`` plugin registers the processors of every driver."""
+        if self._receiving:
+            return
+        replies = f"{self.name}-replies"
+        if not any(processor.name == replies for processor in self.gateway.processors):
+            raise GatewayError(
+                f"{self.name}: no processor receives the replies "
+                "(the mqtt-equipment plugin registers them: is it blocked?)"
+            )
+        self._receiving = True
+
+    def processors(self) -> list[Processor]:
+        """The processors that receive replies, events and heartbeats (any instance)."""
+        served = ["+"] if self.catch_all else sorted(self.equipment)
+        processors = [
+            Processor(
+                name=f"{self.name}-replies",
+                subscriptions=[Subscription(self.topics.replies)],
+                handle=self._on_reply,
+                binding=self.binding,
+            ),
+            Processor(
+                name=f"{self.name}-events",
+                subscriptions=[Subscription(self.topics.events(item)) for item in served],
+                handle=self._on_event,
+                binding=self.binding,
+            ),
+        ]
+        if self.heartbeat_timeout_seconds > 0:
+            processors.append(
+                Processor(
+                    name=f"{self.name}-heartbeats",
+                    subscriptions=[
+                        Subscription(self.topics.heartbeat(item), qos=0) for item in served
+                    ],
+                    handle=self._on_heartbeat,
+                    event_types=frozenset({HEARTBEAT_TYPE, OFFLINE_TYPE}),
+                    binding=self.binding,
+                )
+            )
+        return processors
+
+    async def _on_reply(self, event: CloudEvent) -> Sequence[CloudEvent]:
+        if not event.correlationid:
+            raise ValidationError(
+                "correlationid", "an equipment reply must carry its command's correlation id"
+            )
+        data, error = self.read_reply(event)
+        reply = EquipmentReply(event.correlationid, data=data, error=error, scope=event.subject)
+        await self.gateway.equipment.reply(reply)
+        return []
+
+    async def _on_event(self, event: CloudEvent) -> Sequence[CloudEvent]:
+        equipment_event = self.read_event(event)
+        if equipment_event is not None:
+            await self.gateway.equipment.event(equipment_event)
+        return []
+
+    async def _on_heartbeat(self, event: CloudEvent) -> Sequence[CloudEvent]:
+        equipment = event.extensions.get(EQUIPMENT)
+        if not equipment:
+            raise ValidationError(EQUIPMENT, "a heartbeat must name its equipment")
+        if event.type == OFFLINE_TYPE:
+            detail = event.data.get("reason") if isinstance(event.data, dict) else None
+            reason = f"disconnected ({detail})" if detail else "disconnected"
+            log.info("%s: equipment %s %s", self.name, equipment, reason)
+            await self.gateway.equipment.gone(equipment, str(reason))
+        else:
+            await self.gateway.equipment.heartbeat(
+                equipment, timeout_seconds=self.heartbeat_timeout_seconds
+            )
+        return []
+
+
+async def publish_request(
+    binding: Binding, topic: str, event: CloudEvent, response_topic: str
+) -> None:
+    """Publish ``event`` to ``topic`` at QoS 1 with an MQTT Response Topic.
+
+    ``Binding.publish`` cannot set a Response Topic yet. A binding whose ``publish`` takes a
+    ``response_topic`` keyword is used as is; otherwise the MQTT binding's connected client
+    publishes the message (the one place this plugin relies on the MQTT binding's internals,
+    until ``Binding.publish`` grows the keyword).
+    """
+    send: Any = binding.publish
+    if "response_topic" in inspect.signature(send).parameters:
+        await send(topic, event, qos=1, response_topic=response_topic)
+        return
+    connected = getattr(binding, "_connected_client", None)
+    if connected is None:
+        raise GatewayError(f"binding {binding.name!r} cannot send a Response Topic")
+    client: aiomqtt.Client = await connected()
+    await publish(client, to_mqtt(event, topic, response_topic=response_topic, qos=1))

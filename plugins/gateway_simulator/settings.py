@@ -1,0 +1,75 @@
+"""The ``[simulator]`` settings section."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.settings import setting
+from gateway_mqtt_equipment.conventions import check_topic_level, check_topic_prefix
+
+
+@dataclass(frozen=True)
+class SimulatorSettings:
+    enabled: bool = setting(
+        False,
+        "Run the simulated station (positioning unit, tightening controller, camera QA) in "
+        "this process (roles 'simulator' and 'all') and drive it from every instance",
+    )
+    mqtt_url: str = setting(
+        "", "Broker the simulated equipment connects to; empty: the gateway's mqtt.url"
+    )
+    topic_prefix: str = setting(
+        "simulator", "Topic prefix of the simulated equipment (<prefix>/<equipment>/commands...)"
+    )
+    type_prefix: str = setting(
+        "com.example.station",
+        "CloudEvent types: <prefix>.position.v1, .tighten.v1 and .inspect.v1 (commands), "
+        ".qa_result.v1 and .torque_result.v1 (events)",
+    )
+    positioner: str = setting("positioner", "Equipment name of the positioning unit; empty: none")
+    tightener: str = setting(
+        "tightener", "Equipment name of the tightening controller; empty: none"
+    )
+    camera: str = setting("camera", "Equipment name of the camera QA station; empty: none")
+    position_seconds: float = setting(0.2, "How long positioning takes", minimum=0)
+    tighten_seconds: float = setting(0.3, "How long a tightening takes", minimum=0)
+    inspect_seconds: float = setting(0.6, "How long a camera inspection takes", minimum=0)
+    torque_setpoint: float = setting(
+        85.0, "Set point (Nm) when neither the command nor the job gives a torque_spec", minimum=0
+    )
+    torque_noise: float = setting(
+        0.8, "Standard deviation (Nm) of the torque around the set point", minimum=0
+    )
+    torque_tolerance_percent: float = setting(
+        5.0, "torque_ok when the torque is within this percentage of the set point", minimum=0
+    )
+    failure_rate: float = setting(
+        0.0, "Share of tightening commands the controller fails (0..1)", minimum=0
+    )
+    qa_fail_rate: float = setting(0.0, "Share of parts the camera rejects (0..1)", minimum=0)
+    seed: int | None = setting(
+        None, "Random seed (same seed, same results); empty: different each run"
+    )
+    heartbeat_seconds: float = setting(
+        1.0, "Heartbeat interval; the gateway counts 3 missed ones as offline", minimum=0.01
+    )
+
+    def __post_init__(self) -> None:
+        for name in ("failure_rate", "qa_fail_rate"):
+            if getattr(self, name) > 1:
+                raise ValueError(f"{name}: expected a share between 0 and 1")
+        names = self.equipment
+        for name in names:
+            check_topic_level("equipment", name)
+        check_topic_prefix("topic_prefix", self.topic_prefix)
+        if len(set(names)) != len(names):
+            raise ValueError(f"positioner, tightener, camera: names must differ, got {names}")
+
+    @property
+    def equipment(self) -> list[str]:
+        """The names of the simulated equipment (the ones not switched off)."""
+        return [name for name in (self.positioner, self.tightener, self.camera) if name]
+
+    @property
+    def heartbeat_timeout_seconds(self) -> float:
+        return 3 * self.heartbeat_seconds

@@ -1,0 +1,241 @@
+"""The equipment hub: routing commands to drivers, and equipment liveness (in Redis and without)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import anyio
+import pytest
+
+from gateway.app import Gateway
+from gateway.equipment import (
+    EquipmentCommand,
+    EquipmentEvent,
+    EquipmentHub,
+    EquipmentReply,
+    Liveness,
+)
+from gateway.errors import GatewayError
+
+
+def command(equipment: str | None, type: str = "com.example.do.v1") -> EquipmentCommand:
+    return EquipmentCommand(
+        correlation_id="J1:a:1",
+        type=type,
+        equipment=equipment,
+        scope="cell1",
+        job_order_id="J1",
+        action="a",
+    )
+
+
+@dataclass
+class Driver:
+    name: str
+    equipment: frozenset[str] = frozenset()
+    catch_all: bool = False
+    heartbeats: bool = False
+    sent: list[EquipmentCommand] = field(default_factory=list)
+
+    def serves(self, command: EquipmentCommand) -> bool:
+        return self.catch_all or command.equipment in self.equipment
+
+    async def send(self, command: EquipmentCommand) -> None:
+        self.sent.append(command)
+
+
+@dataclass
+class TrackingDriver(Driver):
+    def expects_heartbeats(self, equipment_id: str) -> bool:
+        return equipment_id in self.equipment
+
+
+@dataclass
+class Sink:
+    replies: list[EquipmentReply] = field(default_factory=list)
+    events: list[EquipmentEvent] = field(default_factory=list)
+
+    async def reply(self, reply: EquipmentReply) -> None:
+        self.replies.append(reply)
+
+    async def event(self, event: EquipmentEvent) -> None:
+        self.events.append(event)
+
+
+# -- routing ---------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_specific_driver_wins_over_a_catch_all_whatever_the_order() -> None:
+    hub = EquipmentHub()
+    everything = Driver("everything", catch_all=True)
+    press = Driver("press", frozenset({"press"}))
+    hub.add_driver(everything)
+    hub.add_driver(press)
+    await hub.send(command("press"))
+    await hub.send(command("robot"))
+    assert [c.equipment for c in press.sent] == ["press"]
+    assert [c.equipment for c in everything.sent] == ["robot"]
+
+
+def test_no_driver_names_the_drivers_there_are() -> None:
+    hub = EquipmentHub()
+    hub.add_driver(Driver("press", frozenset({"press"})))
+    with pytest.raises(GatewayError, match=r"no equipment driver serves .* \(drivers: press\)"):
+        hub.driver_for(command("robot"))
+
+
+def test_two_drivers_of_one_name_are_refused() -> None:
+    hub = EquipmentHub()
+    hub.add_driver(Driver("press"))
+    with pytest.raises(GatewayError, match="two equipment drivers"):
+        hub.add_driver(Driver("press"))
+
+
+@pytest.mark.anyio
+async def test_replies_and_events_go_to_the_attached_sink() -> None:
+    hub = EquipmentHub()
+    with pytest.raises(GatewayError, match="no recipe engine is attached"):
+        await hub.reply(EquipmentReply("J1:a:1"))
+    sink = Sink()
+    hub.attach(sink)
+    await hub.reply(EquipmentReply("J1:a:1", data={"ok": True}))
+    await hub.event(EquipmentEvent(type="com.example.seen.v1", id="e1"))
+    assert [r.data for r in sink.replies] == [{"ok": True}]
+    assert [e.id for e in sink.events] == ["e1"]
+
+
+# -- liveness without a store (one process) ------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_liveness_in_process_follows_heartbeats_and_goodbyes() -> None:
+    hub = EquipmentHub(heartbeat_timeout_seconds=0.2)
+    assert await hub.liveness("press") == Liveness(online=False, last_seen=None)
+    await hub.heartbeat("press")
+    state = await hub.liveness("press")
+    assert state.online
+    assert state.last_seen is not None
+    assert await hub.offline_reason("press") is None
+    await anyio.sleep(0.25)
+    assert not (await hub.liveness("press")).online
+    reason = await hub.offline_reason("press")
+    assert reason is not None
+    assert re.fullmatch(r"equipment press offline: last heartbeat 0\.\d s ago", reason)
+    await hub.heartbeat("press", timeout_seconds=30)
+    assert (await hub.liveness("press")).online
+    await hub.gone("press", "heartbeat timeout")
+    state = await hub.liveness("press")
+    assert not state.online
+    assert state.gone_at is not None
+    reason = await hub.offline_reason("press")
+    assert reason is not None
+    assert reason.startswith("equipment press offline: heartbeat timeout 0.0 s ago (last")
+
+
+@pytest.mark.anyio
+async def test_never_seen_is_reported_only_for_equipment_a_driver_expects_heartbeats_from() -> None:
+    hub = EquipmentHub()
+    hub.add_driver(TrackingDriver("press", frozenset({"press"})))
+    hub.add_driver(Driver("robot", frozenset({"robot"})))
+    assert hub.tracks("press")
+    assert not hub.tracks("robot")
+    assert await hub.offline_reason("press") == (
+        "equipment press offline: never seen (no heartbeat yet)"
+    )
+    assert await hub.offline_reason("robot") is None  # sends no heartbeats: nothing to say
+
+
+# -- liveness in Redis (every instance sees the same) --------------------------------------
+
+
+def store_gateway(redis_url: str, prefix: str, instance: str) -> Gateway:
+    environ = {
+        "GATEWAY_PLUGINS_ALLOW": "redis",
+        "GATEWAY_REDIS_URL": redis_url,
+        "GATEWAY_REDIS_KEY_PREFIX": prefix,
+        "GATEWAY_GATEWAY_INSTANCE_ID": instance,
+    }
+    return Gateway.from_environment(environ=environ)
+
+
+@pytest.fixture
+async def two_hubs(redis_url: str, unique: str) -> AsyncIterator[tuple[Gateway, Gateway]]:
+    """The hubs of two gateway instances sharing one Redis (store entered, nothing running)."""
+    first = store_gateway(redis_url, unique, "a")
+    second = store_gateway(redis_url, unique, "b")
+    assert first.store is not None
+    assert second.store is not None
+    async with first.store, second.store:
+        yield first, second
+
+
+@pytest.mark.anyio
+@pytest.mark.integration
+async def test_a_heartbeat_on_one_instance_is_seen_on_another_until_its_ttl_runs_out(
+    two_hubs: tuple[Gateway, Gateway],
+) -> None:
+    first, second = two_hubs
+    assert await second.equipment.liveness("press") == Liveness(online=False, last_seen=None)
+    await first.equipment.heartbeat("press", timeout_seconds=0.3)
+    state = await second.equipment.liveness("press")
+    assert state.online
+    assert state.last_seen is not None
+    assert await second.equipment.offline_reason("press") is None
+    await anyio.sleep(0.4)
+    assert not (await second.equipment.liveness("press")).online
+    reason = await second.equipment.offline_reason("press")
+    assert reason is not None
+    assert re.fullmatch(r"equipment press offline: last heartbeat 0\.\d s ago", reason), reason
+
+
+@pytest.mark.anyio
+@pytest.mark.integration
+async def test_the_ttl_is_the_heartbeat_timeout(two_hubs: tuple[Gateway, Gateway]) -> None:
+    first, _ = two_hubs
+    store = first.store
+    assert store is not None
+    await first.equipment.heartbeat("press", timeout_seconds=12.5)
+    ttl = await store.client.pttl(store.keys.global_key("equipment", "online", "press"))
+    assert 12_000 < ttl <= 12_500
+    first.equipment.heartbeat_timeout_seconds = 4
+    await first.equipment.heartbeat("press")  # the hub's default
+    ttl = await store.client.pttl(store.keys.global_key("equipment", "online", "press"))
+    assert 3_500 < ttl <= 4_000
+
+
+@pytest.mark.anyio
+@pytest.mark.integration
+async def test_a_goodbye_takes_equipment_offline_at_once_and_a_heartbeat_brings_it_back(
+    two_hubs: tuple[Gateway, Gateway],
+) -> None:
+    first, second = two_hubs
+    await first.equipment.heartbeat("press", timeout_seconds=30)
+    await second.equipment.gone("press")
+    state = await first.equipment.liveness("press")
+    assert not state.online
+    assert state.gone_at is not None
+    assert state.last_seen is not None
+    reason = await first.equipment.offline_reason("press")
+    assert reason is not None
+    assert re.fullmatch(
+        r"equipment press offline: disconnected 0\.0 s ago \(last heartbeat 0\.0 s ago\)", reason
+    ), reason
+    await second.equipment.heartbeat("press", timeout_seconds=30)
+    state = await first.equipment.liveness("press")
+    assert state.online
+    assert state.gone_at is None
+    await first.equipment.gone("press", "connection refused")
+    assert (await second.equipment.liveness("press")).gone_reason == "connection refused"
+
+
+@pytest.mark.anyio
+@pytest.mark.integration
+async def test_the_gateway_gives_its_hub_the_store(two_hubs: tuple[Gateway, Gateway]) -> None:
+    first, _ = two_hubs
+    store = first.store
+    assert store is not None
+    await first.equipment.heartbeat("press")
+    assert await store.client.hexists(store.keys.global_key("equipment", "last-seen"), "press")

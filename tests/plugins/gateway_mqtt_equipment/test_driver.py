@@ -1,0 +1,455 @@
+"""The MQTT equipment driver end to end: the MES over MQTT, jobs and the SFC engine on Redis,
+the driver on the gateway's MQTT binding, and equipment played by an MQTT test client."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import pytest
+
+from gateway.app import Gateway
+from gateway.cloudevents import JSON, CloudEvent
+from gateway.codecs.mqtt import MqttMessage, from_mqtt, to_mqtt
+from gateway.equipment import EquipmentCommand
+from gateway.errors import GatewayError, SettingsError
+from gateway.hookspecs import hookimpl
+from gateway.testing import running, wait_until
+from gateway.testing.mqtt import MqttTestClient, connect_test_client
+from gateway_jobs.model import ReturnStatus
+from gateway_jobs.testing import JobsMes, job_order, return_status, work_master
+from gateway_mqtt_equipment import (
+    EQUIPMENT,
+    HEARTBEAT_TYPE,
+    JOB_ORDER,
+    OFFLINE_TYPE,
+    EquipmentTopics,
+    MqttEquipmentDriver,
+)
+from gateway_sfc.model import DATASCHEMA
+
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+
+PRESS = "com.example.press.v1"
+PART_SEEN = "com.example.part_seen.v1"
+Answer = Callable[[CloudEvent], Awaitable[CloudEvent | None]]
+
+
+@dataclass
+class Failures:
+    """Observer plugin: messages the gateway rejected."""
+
+    seen: list[tuple[str, str]] = field(default_factory=list)
+
+    @hookimpl
+    def gateway_message_failed(self, binding: str, topic: str, code: str, reason: str) -> None:
+        self.seen.append((topic, reason))
+
+
+@dataclass
+class Station:
+    mqtt_url: str
+    redis_url: str
+    name: str
+    failures: Failures = field(default_factory=Failures)
+
+    @property
+    def topics(self) -> EquipmentTopics:
+        return EquipmentTopics(f"{self.name}-eq")
+
+    def gateway(self, instance: str = "a", equipment: str = "press,camera", **env: str) -> Gateway:
+        environ = {
+            "GATEWAY_MQTT_URL": self.mqtt_url,
+            "GATEWAY_MQTT_SHARE_GROUP": self.name,
+            "GATEWAY_REDIS_URL": self.redis_url,
+            "GATEWAY_REDIS_KEY_PREFIX": self.name,
+            "GATEWAY_GATEWAY_INSTANCE_ID": f"{self.name}-{instance}",
+            "GATEWAY_GATEWAY_SHUTDOWN_GRACE_SECONDS": "5",
+            "GATEWAY_JOBS_TOPIC_PREFIX": self.name,
+            "GATEWAY_SFC_TIMER_POLL_SECONDS": "0.01",
+            "GATEWAY_MQTT_EQUIPMENT_TOPIC_PREFIX": self.topics.prefix,
+            "GATEWAY_MQTT_EQUIPMENT_EQUIPMENT": equipment,
+            **env,
+        }
+        plugins = {"failures": self.failures}
+        return Gateway.from_environment(None, environ, extra_plugins=plugins)
+
+    @asynccontextmanager
+    async def mes(self, scope: str = "cell1") -> AsyncIterator[JobsMes]:
+        async with connect_test_client(self.mqtt_url) as client:
+            yield JobsMes(client, self.name, scope)
+
+
+@pytest.fixture
+def station(mqtt_url: str, redis_url: str, unique: str) -> Station:
+    return Station(mqtt_url, redis_url, unique)
+
+
+@asynccontextmanager
+async def equipment(
+    client: MqttTestClient, topics: EquipmentTopics, name: str, answer: Answer
+) -> AsyncIterator[list[MqttMessage]]:
+    """Equipment ``name`` answering its commands with ``answer`` (``None``: no reply)."""
+    received: list[MqttMessage] = []
+
+    async def respond(message: MqttMessage) -> None:
+        reply = await answer(from_mqtt(message))
+        if reply is not None and message.response_topic is not None:
+            outgoing = to_mqtt(reply, message.response_topic)
+            await client.publish(
+                dataclasses.replace(outgoing, correlation_data=message.correlation_data)
+            )
+
+    async with client.watch(topics.commands(name)) as commands, anyio.create_task_group() as tasks:
+
+        async def serve() -> None:
+            async for message in commands:
+                received.append(message)
+                tasks.start_soon(respond, message)
+
+        tasks.start_soon(serve)
+        yield received
+        tasks.cancel_scope.cancel()
+
+
+def answering(data: Any) -> Answer:
+    async def answer(command: CloudEvent) -> CloudEvent:
+        return command.reply(source="urn:test:press", data=data)
+
+    return answer
+
+
+def press_recipe(**action: Any) -> dict[str, Any]:
+    return {
+        "steps": [{"name": "Press", "initial": True}, {"name": "Done"}],
+        "transitions": [{"source": "Press", "target": "Done"}],
+        "actions": [
+            {
+                "name": "press",
+                "step": "Press",
+                "interaction": "push_command",
+                "type_id": PRESS,
+                "equipment": "press",
+                "timeout_seconds": 5,
+                "parameters": {"force_kn": 12},
+                **action,
+            }
+        ],
+    }
+
+
+async def run_job(
+    mes: JobsMes, recipe: Any, job: str = "J1", parameters: dict[str, Any] | None = None
+) -> None:
+    configured = await mes.configure(
+        "workmaster", work_master(f"WM-{job}", recipe, dataschema=DATASCHEMA)
+    )
+    assert return_status(configured) == ReturnStatus.NO_ERROR, configured.data
+    order = job_order(job, work_masters=[f"WM-{job}"])
+    if parameters:
+        order["JobOrderParameters"] = [{"ID": k, "Value": v} for k, v in parameters.items()]
+    stored = await mes.store(order, method="StoreAndStart")
+    assert return_status(stored) == ReturnStatus.NO_ERROR
+
+
+async def final_response(mes: JobsMes, job: str = "J1", timeout: float = 10) -> dict[str, Any]:
+    """Ask for the job response until the job has ended (Ended or Aborted)."""
+    with anyio.fail_after(timeout):
+        while True:
+            response: dict[str, Any] = (await mes.job_response(job)).data["JobResponse"]
+            if {"Ended", "Aborted"} & set(states(response)):
+                return response
+            await anyio.sleep(0.05)
+
+
+def states(response: dict[str, Any]) -> list[str]:
+    return [state["StateText"]["Text"] for state in response.get("JobState", [])]
+
+
+def results(response: dict[str, Any]) -> dict[str, Any]:
+    return {entry["ID"]: entry.get("Value") for entry in response.get("JobResponseData", [])}
+
+
+def equipment_event(
+    type: str, name: str, data: Any = None, *, job: str | None = None, **attributes: Any
+) -> CloudEvent:
+    extensions = {EQUIPMENT: name} if job is None else {EQUIPMENT: name, JOB_ORDER: job}
+    return CloudEvent(
+        type=type,
+        source=f"urn:test:{name}",
+        datacontenttype=JSON,
+        data=data,
+        extensions=extensions,
+        **attributes,
+    )
+
+
+# -- commands and replies ------------------------------------------------------------------
+
+
+async def test_a_command_with_response_topic_and_correlation_data_is_answered_to_completion(
+    station: Station,
+) -> None:
+    async with (
+        running(station.gateway()),
+        station.mes() as mes,
+        equipment(mes.client, station.topics, "press", answering({"pressed": True})) as received,
+    ):
+        await run_job(mes, press_recipe(), parameters={"variant": "left"})
+        response = await final_response(mes)
+    assert states(response)[:2] == ["Ended", "Completed"]
+    assert results(response)["press"] == {"pressed": True}
+    [message] = received
+    assert message.topic == f"{station.topics.prefix}/press/commands"
+    assert message.response_topic == f"{station.topics.prefix}/replies"  # not per instance
+    assert message.correlation_data == b"J1:press:1"
+    assert message.message_expiry_interval == 5
+    command = from_mqtt(message)
+    assert command.type == PRESS
+    assert command.subject == "cell1"
+    assert command.correlationid == "J1:press:1"
+    assert command.extensions == {EQUIPMENT: "press", JOB_ORDER: "J1", "action": "press"}
+    assert command.data == {"parameters": {"force_kn": 12}, "job_parameters": {"variant": "left"}}
+
+
+async def test_an_error_reply_aborts_the_job_with_the_equipments_code_and_message(
+    station: Station,
+) -> None:
+    async def jammed(command: CloudEvent) -> CloudEvent:
+        return command.error_reply(source="urn:test:press", code="jammed", message="ram stuck")
+
+    async with (
+        running(station.gateway()),
+        station.mes() as mes,
+        equipment(mes.client, station.topics, "press", jammed),
+    ):
+        await run_job(mes, press_recipe())
+        response = await final_response(mes)
+    assert states(response)[0] == "Aborted"
+    assert "jammed: ram stuck" in results(response)["Error"]
+
+
+async def test_a_reply_is_handled_by_another_instance_when_the_sender_is_gone(
+    station: Station,
+) -> None:
+    """The command's Response Topic is shared: instance a sends and dies, b takes the reply."""
+    release = anyio.Event()
+
+    async def after_release(command: CloudEvent) -> CloudEvent | None:
+        if len(received) > 1:
+            return None  # b's recovery re-sends the command: only a's gets a reply
+        await release.wait()
+        return command.reply(source="urn:test:press", data={"pressed": True})
+
+    # Session expiry 0: a's subscriptions end with its connection (it is gone for good).
+    sender = station.gateway("a", GATEWAY_MQTT_SESSION_EXPIRY_SECONDS="0")
+    async with (
+        station.mes() as mes,
+        equipment(mes.client, station.topics, "press", after_release) as received,
+    ):
+        async with running(sender):
+            await run_job(mes, press_recipe(timeout_seconds=30))
+            await wait_until(lambda: received)
+        async with running(station.gateway("b")):
+            release.set()
+            response = await final_response(mes)
+    assert states(response)[:2] == ["Ended", "Completed"]
+    assert {message.correlation_data for message in received} == {b"J1:press:1"}
+
+
+async def test_a_reply_without_correlation_id_is_rejected_and_the_next_reply_is_taken(
+    station: Station,
+) -> None:
+    async def twice(command: CloudEvent) -> CloudEvent:
+        anonymous = command.reply(source="urn:test:press", data={}).replace(correlationid=None)
+        message = to_mqtt(anonymous, station.topics.replies)
+        await mes.client.publish(message)
+        return command.reply(source="urn:test:press", data={"pressed": True})
+
+    async with (
+        running(station.gateway()),
+        station.mes() as mes,
+        equipment(mes.client, station.topics, "press", twice),
+    ):
+        await run_job(mes, press_recipe())
+        response = await final_response(mes)
+    assert states(response)[:2] == ["Ended", "Completed"]
+    assert [topic for topic, _ in station.failures.seen] == [station.topics.replies]
+    assert "correlationid" in station.failures.seen[0][1]
+
+
+# -- events --------------------------------------------------------------------------------
+
+
+async def test_an_equipment_event_completes_the_waiting_pull_event_action(
+    station: Station,
+) -> None:
+    recipe = {
+        "steps": [{"name": "Watch", "initial": True}, {"name": "Done"}],
+        "transitions": [{"source": "Watch", "target": "Done"}],
+        "actions": [
+            {
+                "name": "seen",
+                "step": "Watch",
+                "interaction": "pull_event",
+                "type_id": PART_SEEN,
+                "equipment": "camera",
+                "timeout_seconds": 10,
+            }
+        ],
+    }
+    async with running(station.gateway(equipment="*")), station.mes() as mes:
+        await run_job(mes, recipe)
+        seen = equipment_event(PART_SEEN, "camera", {"part": "P-7"}, job="J1", subject="cell1")
+        await mes.client.send(station.topics.events("camera"), seen)
+        response = await final_response(mes)
+    assert states(response)[:2] == ["Ended", "Completed"]
+    assert results(response)["seen"] == {"part": "P-7"}
+
+
+# -- liveness ------------------------------------------------------------------------------
+
+
+async def test_heartbeats_keep_equipment_online_and_silence_takes_it_offline_with_a_reason(
+    station: Station,
+) -> None:
+    gateway = station.gateway(GATEWAY_MQTT_EQUIPMENT_HEARTBEAT_TIMEOUT_SECONDS="0.5")
+    hub = gateway.equipment
+    async with running(gateway), connect_test_client(station.mqtt_url) as press:
+        assert await hub.offline_reason("camera") == (
+            "equipment camera offline: never seen (no heartbeat yet)"
+        )
+        heartbeat = station.topics.heartbeat("press")
+        for _ in range(4):  # 0.8 s of heartbeats, longer than the timeout
+            await press.send(heartbeat, equipment_event(HEARTBEAT_TYPE, "press"))
+            await anyio.sleep(0.2)
+            assert (await hub.liveness("press")).online
+        await anyio.sleep(0.6)
+        assert not (await hub.liveness("press")).online
+        reason = await hub.offline_reason("press")
+        assert reason is not None
+        assert re.fullmatch(r"equipment press offline: last heartbeat 0\.\d s ago", reason)
+        await press.send(heartbeat, equipment_event(HEARTBEAT_TYPE, "press"))
+        await eventually(lambda: online(gateway, "press"))
+        await press.send(heartbeat, equipment_event(OFFLINE_TYPE, "press"))
+        await eventually(lambda: offline(gateway, "press"))
+        reason = await hub.offline_reason("press")
+        assert reason is not None
+        assert reason.startswith("equipment press offline: disconnected")
+
+
+async def eventually(condition: Callable[[], Awaitable[bool]], timeout: float = 5) -> None:
+    with anyio.fail_after(timeout):
+        while not await condition():  # noqa: ASYNC110
+            await anyio.sleep(0.02)
+
+
+async def online(gateway: Gateway, name: str) -> bool:
+    return (await gateway.equipment.liveness(name)).online
+
+
+async def offline(gateway: Gateway, name: str) -> bool:
+    return not await online(gateway, name)
+
+
+async def test_a_heartbeat_without_an_equipment_name_is_rejected(station: Station) -> None:
+    async with running(station.gateway()), connect_test_client(station.mqtt_url) as press:
+        anonymous = equipment_event(HEARTBEAT_TYPE, "press").replace(extensions={})
+        await press.send(station.topics.heartbeat("press"), anonymous)
+        await wait_until(lambda: station.failures.seen)
+    [(topic, reason)] = station.failures.seen
+    assert topic == station.topics.heartbeat("press")
+    assert "equipment" in reason
+
+
+async def test_a_command_to_offline_equipment_is_still_delivered(station: Station) -> None:
+    gateway = station.gateway()
+    async with (
+        running(gateway),
+        station.mes() as mes,
+        equipment(mes.client, station.topics, "press", answering({"pressed": True})),
+    ):
+        await gateway.equipment.gone("press")
+        await run_job(mes, press_recipe())
+        response = await final_response(mes)
+    assert states(response)[:2] == ["Ended", "Completed"]
+
+
+# -- configuration -------------------------------------------------------------------------
+
+
+def test_the_driver_is_off_until_equipment_is_configured(station: Station) -> None:
+    gateway = station.gateway(equipment="")
+    assert not [d for d in gateway.equipment.drivers if isinstance(d, MqttEquipmentDriver)]
+    assert not [p for p in gateway.processors if p.name.startswith("mqtt-equipment")]
+
+
+def test_the_driver_subscribes_per_equipment_or_with_a_wildcard(station: Station) -> None:
+    listed = station.gateway(equipment="press,camera")
+    topics = {s.topic for p in listed.processors for s in p.subscriptions}
+    prefix = station.topics.prefix
+    assert {
+        f"{prefix}/replies",
+        f"{prefix}/camera/events",
+        f"{prefix}/press/events",
+        f"{prefix}/camera/heartbeat",
+        f"{prefix}/press/heartbeat",
+    } <= topics
+    anything = station.gateway(equipment="*")
+    topics = {s.topic for p in anything.processors for s in p.subscriptions}
+    assert {f"{prefix}/replies", f"{prefix}/+/events", f"{prefix}/+/heartbeat"} <= topics
+    [driver] = [d for d in anything.equipment.drivers if isinstance(d, MqttEquipmentDriver)]
+    assert driver.catch_all
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("TOPIC_PREFIX", "equipment/+"), ("TOPIC_PREFIX", "/equipment"), ("EQUIPMENT", "a/b")],
+)
+def test_bad_topic_settings_stop_start_up(station: Station, key: str, value: str) -> None:
+    with pytest.raises(SettingsError, match=r"\[mqtt_equipment\]"):
+        station.gateway(**{f"GATEWAY_MQTT_EQUIPMENT_{key}": value})
+
+
+def test_the_default_payload_can_be_reshaped_by_a_subclass(station: Station) -> None:
+    class Shaped(MqttEquipmentDriver):
+        def payload_for(self, command: Any) -> Any:
+            return {"Force": command.parameters["force_kn"]}
+
+    gateway = station.gateway(equipment="")
+    driver = Shaped(gateway, name="shaped", equipment=["press"])
+    command = EquipmentCommand(
+        correlation_id="J1:press:1",
+        type=PRESS,
+        equipment="press",
+        scope="cell1",
+        job_order_id="J1",
+        action="press",
+        parameters={"force_kn": 12},
+    )
+    event = driver.command_event(command)
+    assert json.loads(to_mqtt(event, "t").payload) == {"Force": 12}
+
+
+async def test_without_the_plugin_that_receives_replies_a_command_fails_at_once(
+    station: Station,
+) -> None:
+    """An integrator's driver relies on the mqtt-equipment plugin for its processors."""
+    gateway = station.gateway(equipment="", GATEWAY_PLUGINS_BLOCK="mqtt-equipment")
+    driver = MqttEquipmentDriver(gateway, name="orphan", equipment=["press"])
+    command = EquipmentCommand(
+        correlation_id="J1:press:1",
+        type=PRESS,
+        equipment="press",
+        scope="cell1",
+        job_order_id="J1",
+        action="press",
+    )
+    with pytest.raises(GatewayError, match="is it blocked"):
+        await driver.send(command)

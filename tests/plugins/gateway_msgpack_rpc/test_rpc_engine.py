@@ -1,0 +1,158 @@
+"""A job through RPC equipment: MES over real MQTT, the SFC engine on real Redis, the tightener
+and the camera as ``RpcDevice``s connected to the gateway's RPC server."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
+
+import anyio
+import pytest
+
+from gateway.app import Gateway
+from gateway.cloudevents import CloudEvent
+from gateway.testing import running
+from gateway.testing.mqtt import connect_test_client
+from gateway.testing.services import free_port
+from gateway_jobs.model import ReturnStatus
+from gateway_jobs.testing import JobsMes, job_order, return_status, work_master
+from gateway_msgpack_rpc.device import RpcDevice
+from gateway_sfc.model import DATASCHEMA
+
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+
+TIGHTEN = "com.example.station.tighten.v1"
+QA_RESULT = "com.example.station.qa_result.v1"
+RECIPE = {
+    "steps": [{"name": "Tighten", "initial": True}, {"name": "Inspect"}, {"name": "Done"}],
+    "transitions": [
+        {"source": "Tighten", "target": "Inspect"},
+        {"source": "Inspect", "target": "Done"},
+    ],
+    "actions": [
+        {
+            "name": "tighten",
+            "step": "Tighten",
+            "interaction": "push_command",
+            "type_id": TIGHTEN,
+            "equipment": "rpc-tightener",
+            "parameters": {"torque_nm": 85},
+            "timeout_seconds": 0.5,
+            "retry": {"max_attempts": 3, "backoff_seconds": 0.05},
+        },
+        {
+            "name": "inspect",
+            "step": "Inspect",
+            "interaction": "pull_event",
+            "type_id": QA_RESULT,
+            "equipment": "rpc-camera",
+            "timeout_seconds": 5,
+        },
+    ],
+}
+
+
+class RpcStation:
+    def __init__(self, mqtt_url: str, redis_url: str, name: str) -> None:
+        self.name = name
+        self.mqtt_url = mqtt_url
+        self.port = free_port()
+        self.environ = {
+            "GATEWAY_PLUGINS_BLOCK": "mqtt-equipment,simulator,publisher",
+            "GATEWAY_MQTT_URL": mqtt_url,
+            "GATEWAY_MQTT_SHARE_GROUP": name,
+            "GATEWAY_REDIS_URL": redis_url,
+            "GATEWAY_REDIS_KEY_PREFIX": name,
+            "GATEWAY_GATEWAY_INSTANCE_ID": name,
+            "GATEWAY_GATEWAY_SHUTDOWN_GRACE_SECONDS": "5",
+            "GATEWAY_JOBS_TOPIC_PREFIX": name,
+            "GATEWAY_SFC_TIMER_POLL_SECONDS": "0.01",
+            "GATEWAY_MSGPACK_RPC_PORT": str(self.port),
+            "GATEWAY_MSGPACK_RPC_KNOWN_EQUIPMENT": "rpc-tightener,rpc-camera",
+        }
+
+    def gateway(self) -> Gateway:
+        return Gateway.from_environment(None, self.environ)
+
+    def device(self, equipment_id: str) -> AbstractAsyncContextManager[RpcDevice]:
+        return RpcDevice.connect("127.0.0.1", self.port, equipment_id)
+
+    @asynccontextmanager
+    async def mes(self) -> AsyncIterator[JobsMes]:
+        async with connect_test_client(self.mqtt_url) as client:
+            yield JobsMes(client, self.name, "cell1")
+
+
+@pytest.fixture
+def station(mqtt_url: str, redis_url: str, unique: str) -> RpcStation:
+    return RpcStation(mqtt_url, redis_url, unique)
+
+
+async def start_job(mes: JobsMes) -> None:
+    wm = work_master("WM-1", RECIPE, dataschema=DATASCHEMA)
+    assert return_status(await mes.configure("workmaster", wm)) == ReturnStatus.NO_ERROR
+    order = job_order("J1", work_masters=["WM-1"])
+    assert return_status(await mes.store(order, method="StoreAndStart")) == ReturnStatus.NO_ERROR
+
+
+async def ended(mes: JobsMes, timeout: float = 10) -> dict[str, Any]:
+    with anyio.fail_after(timeout):
+        while True:
+            response: dict[str, Any] = (await mes.job_response("J1")).data["JobResponse"]
+            states = [state["StateText"]["Text"] for state in response.get("JobState", [])]
+            if {"Ended", "Aborted"} & set(states):
+                return response
+            await anyio.sleep(0.05)
+
+
+def summary(response: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
+    states = [state["StateText"]["Text"] for state in response["JobState"]]
+    data = {entry["ID"]: entry.get("Value") for entry in response.get("JobResponseData", [])}
+    return states[:2], data
+
+
+async def test_a_job_runs_to_completed_through_rpc_equipment(station: RpcStation) -> None:
+    async with (
+        running(station.gateway()),
+        station.device("rpc-camera") as camera,
+        station.device("rpc-tightener") as tightener,
+        station.mes() as mes,
+    ):
+        await start_job(mes)
+        with anyio.fail_after(10):
+            command: CloudEvent = await tightener.commands.receive()
+        assert command.correlationid == "J1:tighten:1"
+        assert command.data["parameters"] == {"torque_nm": 85}
+        await tightener.reply(command, {"torque": 85.2})
+        await camera.emit(QA_RESULT, {"passed": True}, scope="cell1", job_order_id="J1")
+        states, data = summary(await ended(mes))
+    assert states == ["Ended", "Completed"]
+    assert data["tighten"] == {"torque": 85.2}
+    assert data["inspect"] == {"passed": True}
+
+
+async def test_equipment_that_vanishes_mid_command_gets_the_engines_retry(
+    station: RpcStation,
+) -> None:
+    async with running(station.gateway()), station.mes() as mes:
+        async with station.device("rpc-tightener") as tightener:
+            await start_job(mes)
+            with anyio.fail_after(10):
+                first = await tightener.commands.receive()
+            await tightener.abort()  # power lost before answering
+        # The engine's timeout fails try 1; tries while it is away fail as "offline"; once it
+        # is back, a retry reaches it with a correlation id of its own.
+        async with (
+            station.device("rpc-tightener") as tightener,
+            station.device("rpc-camera") as camera,
+        ):
+            with anyio.fail_after(10):
+                retry = await tightener.commands.receive()
+            await tightener.reply(retry, {"torque": 84.9})
+            await camera.emit(QA_RESULT, {"passed": True}, scope="cell1", job_order_id="J1")
+            states, data = summary(await ended(mes))
+    assert first.correlationid == "J1:tighten:1"
+    assert retry.correlationid != first.correlationid
+    assert states == ["Ended", "Completed"]
+    assert data["tighten"] == {"torque": 84.9}

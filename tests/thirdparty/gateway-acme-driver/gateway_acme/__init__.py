@@ -1,0 +1,1 @@
+"""An example third-party equipment driver for the station gateway (ACME nutrunners)."""
