@@ -21,6 +21,7 @@ from anyio.abc import TaskStatus
 from gateway.cloudevents import CloudEvent
 from gateway.errors import ValidationError
 from gateway.logs import log_context
+from gateway.metrics import Metrics
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
@@ -161,11 +162,21 @@ class Dispatcher:
         source: str,
         dedupe: Deduplicator | None,
         on_failure: Observer,
+        metrics: Metrics | None = None,
     ) -> None:
         self._processors = list(processors)
         self.source = source
         self._dedupe = dedupe
         self._on_failure = on_failure
+        metrics = metrics or Metrics()
+        self._handled = metrics.counter(
+            "messages_total", "Messages handled, by binding and outcome", ["binding", "outcome"]
+        )
+        self._failed = metrics.counter(
+            "messages_failed_total",
+            "Messages rejected, by binding and error code",
+            ["binding", "code"],
+        )
         self._in_flight = 0
         self._idle = anyio.Event()
         self._idle.set()
@@ -183,6 +194,7 @@ class Dispatcher:
     def reject(self, *, binding: str, topic: str, code: str, error: Exception | str) -> None:
         """Log and count a message that could not be processed."""
         reason = str(error)
+        self._failed.labels(binding, code).inc()
         log.warning("rejected message on %s %s: %s: %s", binding, topic, code, reason)
         self._on_failure(binding=binding, topic=topic, code=code, reason=reason)
 
@@ -194,7 +206,10 @@ class Dispatcher:
                 scope=event.subject, correlationid=event.correlationid or event.id, topic=topic
             )
             with context:
-                return await self._dispatch(event, binding=binding, topic=topic)
+                replies = await self._dispatch(event, binding=binding, topic=topic)
+            outcome = next((r.errorcode for r in replies if r.errorcode), "ok")
+            self._handled.labels(binding, outcome).inc()
+            return replies
         finally:
             self._leave()
 

@@ -20,6 +20,7 @@ from gateway.transport import Processor, Service
 from gateway_jobs.control import JobsControl
 from gateway_jobs.events import BindingEvents, MetadataService
 from gateway_jobs.jobs import JobManager
+from gateway_jobs.metrics import count_methods, sample_jobs_by_state
 from gateway_jobs.processor import JobsProcessor
 from gateway_jobs.settings import JobsSettings
 
@@ -83,12 +84,19 @@ def gateway_register_processors(
     manager = manager_for(gateway)
     if manager is not None and BINDING in gateway.bindings:
         prefix = settings.get(JobsSettings).topic_prefix
-        register(JobsProcessor(manager, source=gateway.source).processor(prefix))
+        processor = JobsProcessor(
+            manager, source=gateway.source, count=count_methods(gateway.metrics)
+        )
+        register(processor.processor(prefix))
 
 
 @hookimpl
 def gateway_register_services(
     register: Callable[[Service], None], settings: Settings, gateway: Gateway
 ) -> None:
-    if manager_for(gateway) is not None and BINDING in gateway.bindings:
+    manager = manager_for(gateway)
+    if manager is None:
+        return
+    sample_jobs_by_state(gateway.metrics, manager.repository)
+    if BINDING in gateway.bindings:
         register(MetadataService(settings.get(JobsSettings).topic_prefix, BINDING))

@@ -10,6 +10,7 @@ dispatcher answers ``invalid-request`` naming the field, and nothing changes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from gateway.cloudevents import CloudEvent, mqtt_safe_text
@@ -40,9 +41,16 @@ _MAX_MESSAGE = 4096  # CloudEvent attribute limit of the host
 class JobsProcessor:
     """Turns one command event into calls on the ``JobManager`` and one reply."""
 
-    def __init__(self, manager: JobManager, *, source: str) -> None:
+    def __init__(
+        self,
+        manager: JobManager,
+        *,
+        source: str,
+        count: Callable[[str, str], None] = lambda method, status: None,
+    ) -> None:
         self.manager = manager
         self.source = source
+        self.count = count  # (method or config kind, ReturnStatus name): for metrics
 
     def processor(self, topic_prefix: str) -> Processor:
         return Processor(
@@ -59,12 +67,15 @@ class JobsProcessor:
         scope = check_scope(event.subject)
         if event.type in METHOD_TYPES:
             cause = Cause(correlationid=event.correlationid or event.id, causationid=event.id)
-            outcome = await self._method(scope, METHOD_TYPES[event.type], event.data, cause)
+            method = METHOD_TYPES[event.type]
+            outcome = await self._method(scope, method, event.data, cause)
+            self.count(method, outcome.status.name)
             return [self._reply(event, MethodReply(outcome.status), outcome.message)]
         if event.type in QUERY_TYPES:
             return [self._reply(event, await self._query(scope, QUERY_TYPES[event.type], event))]
         kind = CONFIG_TYPES[event.type]
         outcome = await self.manager.config.apply(scope, kind, event.method or PUT, event.data)
+        self.count(f"config.{kind}", outcome.status.name)
         return [self._reply(event, MethodReply(outcome.status), outcome.message)]
 
     async def _method(self, scope: str, method: str, data: Any, cause: Cause) -> Outcome:

@@ -73,6 +73,9 @@ class MqttBinding:
     async def run(self, gateway: Gateway, *, task_status: TaskStatus[None]) -> None:
         self._prepare()
         self._closed = False
+        reconnects = gateway.metrics.counter(
+            "transport_reconnects_total", "Connections lost or refused, then retried", ["binding"]
+        ).labels(self.name)
         delay = self.settings.reconnect_min_seconds
         started = False
         while not gateway.closing.is_set():
@@ -95,6 +98,7 @@ class MqttBinding:
                         f"client {self.client_id!r}: {error}"
                     ) from None
                 self.reconnects += 1
+                reconnects.inc()
                 log.warning(
                     "MQTT connection to %s lost or refused (%s); retrying in %.1f s",
                     self.connector.where,

@@ -40,6 +40,7 @@ from gateway.logs import log_context
 from gateway.recipes import JobCommand, JobOutcome, ProcessValue, RecipeJob
 from gateway_sfc.chart import Chart
 from gateway_sfc.engine import Effects, Executor, Timer
+from gateway_sfc.metrics import EngineMetrics
 from gateway_sfc.model import DATASCHEMA
 from gateway_sfc.settings import SfcSettings
 from gateway_sfc.state import Execution, Phase, Status, dump_execution, load_execution
@@ -129,6 +130,8 @@ class Coordinator:
         self._commit: Any = None
         self._fire_timers: Any = None
         self._slots: anyio.Semaphore | None = None
+        self.metrics = EngineMetrics(gateway.metrics)
+        self.metrics.sample_streams(gateway.metrics, self._group_info)
 
     # -- keys -------------------------------------------------------------------------------
 
@@ -151,6 +154,15 @@ class Coordinator:
 
     def _stream(self, scope: str) -> str:
         return self._key(scope, "work")
+
+    async def _group_info(self) -> dict[str, dict[str, Any]]:
+        """The consumer group's figures per scope (pending, lag) for the metrics."""
+        info: dict[str, dict[str, Any]] = {}
+        for scope in list(self.scopes):
+            for group in await self.client.xinfo_groups(self._stream(scope)):
+                if group.get("name") == GROUP:
+                    info[scope] = group
+        return info
 
     # -- entry points (interpreter and equipment sink) --------------------------------------
 
@@ -444,7 +456,7 @@ class Coordinator:
         execution, effects = executor.start(scope, job, time.time())
         if await self._write(execution, -1, effects):
             log.info("job %s/%s: chart started at %s", scope, job, chart.initial)
-            self._announce_steps(execution, set())
+            self._announce_steps(execution, {}, time.time())
             if _waiting(execution):
                 await self._claim_unclaimed_events(scope, job)
 
@@ -461,12 +473,17 @@ class Coordinator:
                 return
             snapshot = await self._snapshot(scope, job)
             executor = Executor(snapshot.chart, snapshot.parameters, self.settings.recheck_seconds)
-            was_waiting, was_active = _waiting(execution), set(execution.nodes)
-            effects = apply(executor, execution, time.time())
+            was_waiting = _waiting(execution)
+            was_active = {name: node.entered_at for name, node in execution.nodes.items()}
+            now = time.time()
+            effects = apply(executor, execution, now)
             if not (effects.changed or effects.sends or effects.timers or effects.report):
                 return
             if await self._write(execution, execution.version, effects):
-                self._announce_steps(execution, was_active)
+                self._announce_steps(execution, was_active, now)
+                if effects.reply is not None:
+                    seconds, failed = effects.reply
+                    self.metrics.replies.labels("error" if failed else "ok").observe(seconds)
                 if _waiting(execution) - was_waiting:
                     await self._claim_unclaimed_events(scope, job)
                 return
@@ -474,13 +491,15 @@ class Coordinator:
             f"job {scope}/{job}: state kept changing under {self.settings.max_cas_retries} tries"
         )
 
-    def _announce_steps(self, execution: Execution, was_active: set[str]) -> None:
+    def _announce_steps(
+        self, execution: Execution, was_active: dict[str, float], now: float
+    ) -> None:
         """Tell observers which steps and branches became active or inactive (after a write)."""
         hook = self.gateway.plugins.hook.gateway_step_changed
-        now_active = set(execution.nodes)
-        for node in sorted(was_active - now_active):
+        for node in sorted(was_active.keys() - execution.nodes.keys()):
+            self.metrics.steps.labels(node).observe(now - was_active[node])
             hook(scope=execution.scope, job_order_id=execution.job, step=node, active=False)
-        for node in sorted(now_active - was_active):
+        for node in sorted(execution.nodes.keys() - was_active.keys()):
             hook(scope=execution.scope, job_order_id=execution.job, step=node, active=True)
 
     async def _write(self, execution: Execution, expected: int, effects: Effects) -> bool:
@@ -552,6 +571,7 @@ class Coordinator:
         )
         try:
             await self.gateway.equipment.send(command)
+            self.metrics.commands.labels(command.type).inc()
         except GatewayError as error:
             # No driver, or the driver could not deliver: this try failed.
             log.warning("job %s/%s: %s not delivered: %s", scope, job, action_name, error)
@@ -590,6 +610,7 @@ class Coordinator:
         else:  # stopped or aborted by the MES: the job's state is already set
             await control.record_results(scope, job, outcome.results)
         await self._mutate(scope, job, _mark_ended)
+        self.metrics.charts.labels(execution.outcome or "unknown").inc()
         log.info("job %s/%s: chart %s", scope, job, execution.outcome)
 
     async def _route_event(self, scope: str, event: dict[str, Any]) -> None:

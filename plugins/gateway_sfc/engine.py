@@ -43,6 +43,8 @@ class Effects:
     timers: list[Timer] = field(default_factory=list)
     report: str | None = None  # "complete", "abort", "hold" or "record" to job control
     changed: bool = False  # the execution state changed and must be written
+    # A reply matched its command: seconds since sending, and whether it reported an error.
+    reply: tuple[float, bool] | None = None
 
 
 class ChartLoopError(Exception):
@@ -86,6 +88,8 @@ class Executor:
         run = execution.actions.get(action)
         if run is None or run.attempt != attempt or run.phase is not Phase.DISPATCHED:
             return effects  # late, repeated or for a cancelled try: nothing to do
+        if run.dispatched_at is not None:
+            effects.reply = (now - run.dispatched_at, error is not None)
         if error is not None:
             self._action_failed(execution, run, f"equipment reported: {error}", now, effects)
         else:
@@ -200,6 +204,7 @@ class Executor:
         execution.attempts[run.name] = run.attempt
         run.tries += 1
         run.not_before = None
+        run.dispatched_at = now
         run.deadline = now + action.timeout_seconds if action.timeout_seconds else None
         if action.interaction is Interaction.PUSH_COMMAND:
             run.phase = Phase.DISPATCHED

@@ -47,6 +47,7 @@ class ActionRun:
     blocking: bool = True  # the step waits for it (N, L, D)
     stored: bool = False  # S: outlives its step
     not_before: float | None = None  # D delay or retry backoff
+    dispatched_at: float | None = None  # when the current try was sent (reply latency)
     deadline: float | None = None  # timeout of the current try
     limit_at: float | None = None  # L: ends (without error) at this time
     error: str | None = None

@@ -1,0 +1,69 @@
+"""The HTTP service: what /healthz, /readyz and /metrics answer."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING
+
+import anyio
+from anyio.abc import TaskStatus
+
+from gateway_http.server import HttpServer, Response
+from gateway_http.settings import HttpSettings
+
+if TYPE_CHECKING:
+    from gateway.app import Gateway
+
+log = logging.getLogger(__name__)
+
+PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class HttpService:
+    """Runs in every role: each instance, gateway or publisher, answers its own probes."""
+
+    name = "http"
+    roles = frozenset({"*"})
+
+    def __init__(self, settings: HttpSettings) -> None:
+        self.settings = settings
+        self.port: int | None = None  # the bound port, once listening
+
+    async def run(self, gateway: Gateway, *, task_status: TaskStatus[None]) -> None:
+        routes = {
+            "/healthz": self._healthz,
+            "/readyz": lambda: self._readyz(gateway),
+            "/metrics": lambda: self._metrics(gateway),
+        }
+        server = HttpServer(
+            self.settings.host, self.settings.port, routes, self.settings.max_request_bytes
+        )
+        async with anyio.create_task_group() as tasks:
+            self.port = await tasks.start(server.serve)
+            task_status.started()
+            await gateway.stopping.wait()
+            tasks.cancel_scope.cancel()
+
+    async def _healthz(self) -> Response:
+        return Response(200, b"ok\n")  # answering at all is the proof of life
+
+    async def _readyz(self, gateway: Gateway) -> Response:
+        checks = await readiness(gateway)
+        body = json.dumps({"ready": all(checks.values()), "checks": checks}).encode() + b"\n"
+        return Response(200 if all(checks.values()) else 503, body, "application/json")
+
+    async def _metrics(self, gateway: Gateway) -> Response:
+        return Response(200, await gateway.metrics.render(), PROMETHEUS)
+
+
+async def readiness(gateway: Gateway) -> dict[str, bool]:
+    """Every condition for taking work: started, store answering, transports connected."""
+    checks = {"started": gateway.started}
+    if gateway.store is not None:
+        with anyio.move_on_after(2):
+            checks["store"] = False
+            checks["store"] = await gateway.store.ping()
+    for name, binding in gateway.bindings.items():
+        checks[f"binding {name}"] = binding.ready
+    return checks
