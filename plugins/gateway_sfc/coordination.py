@@ -421,8 +421,9 @@ class Coordinator:
             )
         elif kind == "timer":
             timer = _timer_from_json(fields["timer"])
+            offline = await self._offline_reason(scope, job, timer)
             await self._mutate(
-                scope, job, lambda ex, execution, now: ex.on_timer(execution, timer, now)
+                scope, job, lambda ex, execution, now: ex.on_timer(execution, timer, now, offline)
             )
         elif kind == "command":
             command = JobCommand(fields["command"])
@@ -452,7 +453,7 @@ class Coordinator:
             return
         snapshot = {"recipe": recipe_job.recipe, "parameters": recipe_job.parameters()}
         await self.client.set(self._key(scope, "recipe", job), json.dumps(snapshot), nx=True)
-        executor = Executor(chart, snapshot["parameters"], self.settings.recheck_seconds)
+        executor = self._executor(chart, snapshot["parameters"])
         execution, effects = executor.start(scope, job, time.time())
         if await self._write(execution, -1, effects):
             log.info("job %s/%s: chart started at %s", scope, job, chart.initial)
@@ -472,7 +473,7 @@ class Coordinator:
             if execution.status is Status.ENDED:
                 return
             snapshot = await self._snapshot(scope, job)
-            executor = Executor(snapshot.chart, snapshot.parameters, self.settings.recheck_seconds)
+            executor = self._executor(snapshot.chart, snapshot.parameters)
             was_waiting = _waiting(execution)
             was_active = {name: node.entered_at for name, node in execution.nodes.items()}
             now = time.time()
@@ -532,6 +533,22 @@ class Coordinator:
             keys=keys, args=[expected, dump_execution(execution), json.dumps(ops)]
         )
         return bool(written)
+
+    def _executor(self, chart: Chart, parameters: Mapping[str, Any]) -> Executor:
+        settings = self.settings
+        return Executor(
+            chart, parameters, settings.recheck_seconds, settings.offline_timeout_seconds
+        )
+
+    async def _offline_reason(self, scope: str, job: str, timer: Timer) -> str | None:
+        """Why the equipment of a timed-out action is offline (``None``: online or unknown)."""
+        if timer.kind not in ("timeout", "liveness"):
+            return None
+        snapshot = await self._snapshot(scope, job)
+        action = next((a for a in snapshot.chart.recipe.actions if a.name == timer.action), None)
+        if action is None or not action.equipment:
+            return None
+        return await self.gateway.equipment.offline_reason(action.equipment)
 
     async def _snapshot(self, scope: str, job: str) -> Snapshot:
         key = (scope, job)
@@ -619,6 +636,10 @@ class Coordinator:
             if await self._offer_event(scope, job, event):
                 return
         await self._keep_unclaimed(scope, event)
+        # A job may have started waiting after we looked and before the event was kept (its
+        # own look at the kept events came too early): look once more from this side.
+        for job in cast(list[str], await self.client.zrange(self._key(scope, "waiting"), 0, -1)):
+            await self._claim_unclaimed_events(scope, job)
 
     async def _offer_event(self, scope: str, job: str, event: dict[str, Any]) -> bool:
         taken = False
@@ -654,7 +675,7 @@ class Coordinator:
         key = self._key(scope, "unclaimed")
         oldest_wanted = time.time() - self.settings.unclaimed_event_seconds
         snapshot = await self._snapshot(scope, job)
-        executor = Executor(snapshot.chart, snapshot.parameters)
+        executor = self._executor(snapshot.chart, snapshot.parameters)
         unclaimed = cast(list[str], await self.client.lrange(key, 0, -1))
         for text in reversed(unclaimed):  # oldest first
             event = json.loads(text)

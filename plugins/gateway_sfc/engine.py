@@ -14,7 +14,7 @@ the target. Steps without actions complete at once; branches complete when their
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gateway.recipes import JobCommand
@@ -32,7 +32,7 @@ class Timer:
     """A durable timer: at ``due`` (epoch seconds) the engine gets ``kind`` for ``action``."""
 
     due: float
-    kind: str  # "timeout", "due", "limit", "recheck"
+    kind: str  # "timeout", "due", "limit", "recheck", "liveness"
     action: str = ""
     attempt: int = 0
 
@@ -55,12 +55,19 @@ class Executor:
     """Applies stimuli to one job's execution state. Cheap to build per work item."""
 
     def __init__(
-        self, chart: Chart, parameters: Mapping[str, Any], recheck_seconds: float = 0.25
+        self,
+        chart: Chart,
+        parameters: Mapping[str, Any],
+        recheck_seconds: float = 0.25,
+        liveness_seconds: float = 0.0,
     ) -> None:
         self.chart = chart
         self.recipe = chart.recipe
         self.parameters = parameters
         self.recheck_seconds = recheck_seconds
+        # Actions without a timeout on equipment that may go offline are checked this often
+        # (0: never), so they fail as "equipment offline" instead of waiting forever.
+        self.liveness_seconds = liveness_seconds
         self._actions = {a.name: a for a in chart.recipe.actions if a.qualifier is not Qualifier.R}
         self._entries = 0
 
@@ -106,21 +113,33 @@ class Executor:
         self.settle(execution, now, effects)
         return effects
 
-    def on_timer(self, execution: Execution, timer: Timer, now: float) -> Effects:
+    def on_timer(
+        self, execution: Execution, timer: Timer, now: float, offline: str | None = None
+    ) -> Effects:
+        """``offline``: why the action's equipment is offline, when the caller knows it is."""
         effects = Effects()
         if timer.due > now:
             # Fired early by another instance's clock: set it again rather than lose it.
             effects.timers.append(timer)
             return effects
         run = execution.actions.get(timer.action)
-        if timer.kind == "timeout" and run is not None and run.attempt == timer.attempt:
-            if run.phase in (Phase.DISPATCHED, Phase.WAITING) and execution.status in (
-                Status.RUNNING,
-                Status.PAUSED,
-            ):
-                waited = "no reply" if run.phase is Phase.DISPATCHED else "no event"
-                seconds = self._action(run).timeout_seconds
-                self._action_failed(execution, run, f"{waited} within {seconds:g} s", now, effects)
+        waiting = (
+            run is not None
+            and run.attempt == timer.attempt
+            and run.phase in (Phase.DISPATCHED, Phase.WAITING)
+            and execution.status in (Status.RUNNING, Status.PAUSED)
+        )
+        if timer.kind == "timeout" and run is not None and waiting:
+            waited = "no reply" if run.phase is Phase.DISPATCHED else "no event"
+            error = f"{waited} within {self._action(run).timeout_seconds:g} s"
+            self._action_failed(
+                execution, run, f"{offline} ({error})" if offline else error, now, effects
+            )
+        elif timer.kind == "liveness" and run is not None and waiting:
+            if offline:
+                self._action_failed(execution, run, offline, now, effects)
+            else:
+                effects.timers.append(replace(timer, due=now + self.liveness_seconds))
         elif timer.kind == "limit" and run is not None and run.active:
             run.phase = Phase.DONE  # L: the time limit ends the action, without an error
             effects.changed = True
@@ -214,6 +233,9 @@ class Executor:
             run.phase = Phase.WAITING
         if run.deadline is not None:
             effects.timers.append(Timer(run.deadline, "timeout", run.name, run.attempt))
+        elif action.equipment and self.liveness_seconds:
+            due = now + self.liveness_seconds
+            effects.timers.append(Timer(due, "liveness", run.name, run.attempt))
         effects.changed = True
 
     def _try_leave(self, execution: Execution, node: NodeRun, now: float, effects: Effects) -> bool:

@@ -28,6 +28,11 @@ class SfcSettings:
         "How often jobs are compared with their charts, to repair hand-offs a crash lost",
         minimum=0.1,
     )
+    offline_timeout_seconds: float = setting(
+        60.0,
+        "An action without a timeout fails this long after its equipment went offline (0: never)",
+        minimum=0,
+    )
     max_concurrent_items: int = setting(32, "Work entries handled at once", minimum=1)
     max_cas_retries: int = setting(
         50, "Tries of a state change that keeps conflicting with other instances", minimum=1

@@ -375,3 +375,28 @@ async def test_observers_see_every_step_become_active_and_inactive(station: SfcS
         await final_response(mes, "J1")
     # Done has no actions: entered and left within one state change, it is not reported.
     assert steps.changes == [("Tighten", True), ("Tighten", False)]
+
+
+@dataclass
+class TrackedEquipment(TestEquipment):
+    """Test equipment that is supposed to send heartbeats (and here never does)."""
+
+    def expects_heartbeats(self, equipment_id: str) -> bool:
+        return True
+
+
+async def test_an_action_on_offline_equipment_fails_with_equipment_offline(
+    station: SfcStation,
+) -> None:
+    def silent(command: EquipmentCommand) -> Any:
+        raise NoAnswer
+
+    station.equipment = TrackedEquipment(behaviours={"com.example.tighten.v1": silent})
+    action = {**SIMPLE_ACTION, "equipment": "tightener", "retry": {"max_attempts": 1}}
+    async with running(station.gateway()), station.mes() as mes:
+        await run_job(mes, {**SIMPLE, "actions": [action]})
+        response = await final_response(mes, "J1")
+    assert state_of(response)[0] == "Aborted"
+    error = data_of(response)["Error"]
+    assert "equipment tightener offline: never seen" in error
+    assert "no reply within 0.3 s" in error

@@ -44,9 +44,19 @@ def chain(*names: str) -> list[dict[str, Any]]:
 class Run:
     """One job's chart under test: apply stimuli, look at state and effects."""
 
-    def __init__(self, recipe: dict[str, Any], parameters: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        recipe: dict[str, Any],
+        parameters: dict[str, Any] | None = None,
+        liveness_seconds: float = 0.0,
+    ) -> None:
         self.now = 1000.0
-        self.executor = Executor(load_chart(recipe), parameters or {}, recheck_seconds=0.5)
+        self.executor = Executor(
+            load_chart(recipe),
+            parameters or {},
+            recheck_seconds=0.5,
+            liveness_seconds=liveness_seconds,
+        )
         self.execution, self.effects = self.executor.start("cell", "J1", self.now)
         self.sent: list[str] = list(self.effects.sends)
         self.timers: list[Timer] = list(self.effects.timers)
@@ -70,13 +80,14 @@ class Run:
     def event(self, action: str, data: Any = None) -> Effects:
         return self._record(self.executor.on_event(self.execution, action, data, self.now))
 
-    def advance(self, seconds: float) -> None:
-        """Let time pass and fire every timer that falls due, in order."""
+    def advance(self, seconds: float, offline: str | None = None) -> None:
+        """Let time pass and fire every timer that falls due, in order (``offline``: the
+        equipment's offline reason the engine would be told)."""
         self.now += seconds
         while due := sorted((t for t in self.timers if t.due <= self.now), key=lambda t: t.due):
             timer = due[0]
             self.timers.remove(timer)
-            self._record(self.executor.on_timer(self.execution, timer, self.now))
+            self._record(self.executor.on_timer(self.execution, timer, self.now, offline))
 
     def command(self, command: JobCommand) -> Effects:
         return self._record(self.executor.on_command(self.execution, command, self.now))
@@ -530,3 +541,34 @@ def test_execution_state_round_trips_through_json() -> None:
     )
     copy: Execution = load_execution(dump_execution(run.execution))
     assert copy == run.execution
+
+
+def test_a_timeout_on_offline_equipment_says_so() -> None:
+    run = Run(
+        {
+            "steps": steps("Tighten", "Done"),
+            "transitions": chain("Tighten", "Done"),
+            "actions": [push("tighten", "Tighten", timeout_seconds=5, equipment="tightener")],
+        }
+    )
+    run.advance(5, offline="equipment tightener offline: last heartbeat 12.0 s ago")
+    assert run.execution.outcome == "aborted"
+    assert "equipment tightener offline: last heartbeat 12.0 s ago (no reply within 5 s)" in (
+        run.execution.error or ""
+    )
+
+
+def test_an_action_without_timeout_fails_once_its_equipment_is_offline() -> None:
+    run = Run(
+        {
+            "steps": steps("Tighten", "Done"),
+            "transitions": chain("Tighten", "Done"),
+            "actions": [push("tighten", "Tighten", equipment="tightener")],
+        },
+        liveness_seconds=60,
+    )
+    run.advance(60)  # online: keep waiting, look again later
+    assert run.phase("tighten") is Phase.DISPATCHED
+    run.advance(60, offline="equipment tightener offline: never seen (no heartbeat yet)")
+    assert run.execution.outcome == "aborted"
+    assert "equipment tightener offline" in (run.execution.error or "")
