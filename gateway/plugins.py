@@ -36,6 +36,7 @@ DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
     ("mqtt-equipment", "gateway_mqtt_equipment.plugin"),
     ("simulator", "gateway_simulator.plugin"),
     ("publisher", "gateway_publisher.plugin"),
+    ("http", "gateway_http.plugin"),
 )
 ALWAYS_LOADED = frozenset({"core"})
 

@@ -107,9 +107,15 @@ class Binding(Protocol):
         ...
 
     async def publish(
-        self, topic: str, event: CloudEvent, *, retain: bool = False, qos: int = 1
+        self,
+        topic: str,
+        event: CloudEvent,
+        *,
+        retain: bool = False,
+        qos: int = 1,
+        response_topic: str | None = None,
     ) -> None:
-        """Send one event to ``topic``."""
+        """Send one event to ``topic`` (``response_topic``: where its replies should go)."""
         ...
 
     async def request(self, topic: str, event: CloudEvent, *, timeout: float) -> CloudEvent:

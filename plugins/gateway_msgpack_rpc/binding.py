@@ -322,7 +322,13 @@ class MsgpackRpcBinding:
     # -- events out --------------------------------------------------------------------------
 
     async def publish(
-        self, topic: str, event: CloudEvent, *, retain: bool = False, qos: int = 1
+        self,
+        topic: str,
+        event: CloudEvent,
+        *,
+        retain: bool = False,
+        qos: int = 1,
+        response_topic: str | None = None,  # replies come back on the same connection
     ) -> None:
         """Send ``event`` as a ``command`` to the equipment whose id is ``topic``.
 
