@@ -96,7 +96,7 @@ async def test_publish_with_a_response_topic(broker_url: str, unique: str) -> No
         command = CloudEvent(
             type="com.example.tighten.v1", source=gateway.source, correlationid="job:act:1"
         )
-        await gateway.binding("mqtt").publish(  # type: ignore[call-arg]
+        await gateway.binding("mqtt").publish(
             f"{unique}/tool/commands", command, response_topic=f"{unique}/replies"
         )
         with anyio.fail_after(5):
