@@ -130,6 +130,7 @@ class Coordinator:
         self._commit: Any = None
         self._fire_timers: Any = None
         self._slots: anyio.Semaphore | None = None
+        self._scope_added: anyio.Event | None = None
         self.metrics = EngineMetrics(gateway.metrics)
         self.metrics.sample_streams(gateway.metrics, self._group_info)
 
@@ -229,6 +230,7 @@ class Coordinator:
         self._commit = self.client.register_script(COMMIT)
         self._fire_timers = self.client.register_script(FIRE_TIMERS)
         self._slots = anyio.Semaphore(self.settings.max_concurrent_items)
+        self._scope_added = anyio.Event()
         for scope in await self._members(self._global("scopes")):
             await self._adopt_scope(scope, announce=False)
         await self._recovery_scan()
@@ -266,6 +268,8 @@ class Coordinator:
         if announce:
             await self.client.sadd(self._global("scopes"), scope)
         self.scopes.add(scope)
+        if self._scope_added is not None:  # wake a read loop waiting for its first scope
+            self._scope_added.set()
 
     async def _discover_scopes(self) -> None:
         for scope in await self._members(self._global("scopes")):
@@ -312,10 +316,13 @@ class Coordinator:
         await self._read_backlog(handlers)
         while True:
             if not self.scopes:
-                await anyio.sleep(self.settings.scope_poll_seconds)
+                assert self._scope_added is not None
+                with anyio.move_on_after(self.settings.scope_poll_seconds):
+                    await self._scope_added.wait()
                 continue
             streams = {self._stream(scope): ">" for scope in self.scopes}
-            for stream, batch in await self._read_group(streams, block_ms=500):
+            # A short block: a scope adopted meanwhile joins the next read.
+            for stream, batch in await self._read_group(streams, block_ms=100):
                 for entry_id, fields in batch:
                     if fields:
                         await self._take(handlers, stream, entry_id, fields)

@@ -1,0 +1,99 @@
+"""The ``gateway demo`` command: settings for a self-contained station, then the run."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import uuid
+
+import anyio
+
+from gateway.app import Gateway, load_gateway_settings
+from gateway.cli import Command
+from gateway.logs import configure_logging
+from gateway.plugins import GatewayPluginManager
+from gateway.testing import running
+from gateway.testing.mqtt import connect_test_client
+from gateway.testing.services import free_port
+from gateway_demo.station import TOPIC_PREFIX, DemoMes, Progress, run_demo
+
+SIMULATED = ("positioner", "tightener", "camera")
+
+
+def _configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--jobs", type=int, default=8, help="how many jobs the MES starts")
+    parser.add_argument("--interval", type=float, default=0.3, help="seconds between starts")
+    parser.add_argument(
+        "--mqtt", default=None, help="use this broker (mqtt://host:port) instead of in-process"
+    )
+    parser.add_argument("--redis", default=None, help="use this Redis instead of an embedded one")
+    parser.add_argument("--seed", type=int, default=None, help="simulator seed (repeatable runs)")
+    parser.add_argument("--timeout", type=float, default=120, help="give up after this long")
+    parser.add_argument("--log-level", default="WARNING", help="gateway log level")
+
+
+def demo_environment(args: argparse.Namespace) -> dict[str, str]:
+    """The settings of the demo station, over whatever the environment already sets.
+
+    With no broker given, the MES and the gateway meet on an in-process broker and the
+    simulated devices speak MessagePack-RPC over loopback; with ``--mqtt``, everything speaks
+    MQTT through that broker. With no Redis given, an embedded Redis keeps its data in a fresh
+    temporary directory.
+    """
+    environ = dict(os.environ)
+    environ.update(
+        {
+            "GATEWAY_GATEWAY_INSTANCE_ID": "demo",
+            "GATEWAY_GATEWAY_LOG_LEVEL": args.log_level.upper(),
+            "GATEWAY_GATEWAY_SHUTDOWN_GRACE_SECONDS": "5",
+            "GATEWAY_JOBS_TOPIC_PREFIX": TOPIC_PREFIX,
+            "GATEWAY_SIMULATOR_ENABLED": "true",
+            "GATEWAY_MQTT_URL": args.mqtt or "memory://demo",
+            "GATEWAY_REDIS_URL": args.redis or "",
+        }
+    )
+    if args.seed is not None:
+        environ["GATEWAY_SIMULATOR_SEED"] = str(args.seed)
+    if args.redis:  # a shared Redis: keep this run's keys apart
+        environ["GATEWAY_REDIS_KEY_PREFIX"] = f"demo-{uuid.uuid4().hex[:8]}"
+    else:
+        environ["GATEWAY_GATEWAY_DATA_DIR"] = tempfile.mkdtemp(prefix="gateway-demo-")
+    if not args.mqtt:
+        environ["GATEWAY_MSGPACK_RPC_HOST"] = "127.0.0.1"
+        environ["GATEWAY_MSGPACK_RPC_PORT"] = str(free_port())
+        environ["GATEWAY_SIMULATOR_RPC_DEVICES"] = ",".join(SIMULATED)
+    return environ
+
+
+def _run(args: argparse.Namespace, plugins: GatewayPluginManager) -> int:
+    environ = demo_environment(args)
+    settings = load_gateway_settings(plugins, None, environ)
+    configure_logging(settings)
+    progress = Progress()
+    plugins.register(progress, name="demo-progress")
+    gateway = Gateway(settings, plugins)
+    print(
+        f"Station gateway demo: {args.jobs} rear-axle jobs on a simulated station "
+        f"({'broker ' + args.mqtt if args.mqtt else 'in-process broker'}, "
+        f"{'Redis ' + args.redis if args.redis else 'embedded Redis'})"
+    )
+
+    async def main() -> int:
+        async with (
+            running(gateway),
+            connect_test_client(environ["GATEWAY_MQTT_URL"], "demo-mes") as client,
+        ):
+            mes = DemoMes(client, progress, args.jobs, args.interval)
+            return await run_demo(gateway, mes, args.timeout)
+
+    return anyio.run(main)
+
+
+def demo_command() -> Command:
+    return Command(
+        "demo",
+        "run a simulated station end to end: MES, gateway, recipe engine, equipment",
+        _configure,
+        _run,
+    )
