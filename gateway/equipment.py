@@ -17,18 +17,26 @@ A command to equipment known to be offline is still delivered: the equipment may
 broker keeps the command for it), and a command is never dropped silently. The engine's timeout
 fails the action, and ``offline_reason`` tells it to say "equipment offline" instead of
 "no reply".
+
+Drivers that carry commands as CloudEvents share one shape for them (whatever the transport),
+so equipment and simulators read every driver's messages alike: ``command_event`` builds a
+command's event, ``reply_from_event`` and ``event_from_cloudevent`` read what equipment sends
+back. The extension attributes are ``EQUIPMENT_ATTRIBUTE``, ``JOB_ORDER_ATTRIBUTE`` and
+``ACTION_ATTRIBUTE``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from gateway.errors import GatewayError
+from gateway.cloudevents import JSON, CloudEvent, utc_now
+from gateway.errors import GatewayError, ValidationError
 
 if TYPE_CHECKING:
     from gateway.store import Store
@@ -82,6 +90,98 @@ class EquipmentEvent:
     scope: str | None = None
     job_order_id: str | None = None
     data: Any = None
+
+
+# -- the equipment CloudEvent shape (shared by the drivers that speak CloudEvents) ----------
+
+EQUIPMENT_ATTRIBUTE = "equipment"
+"""Extension attribute: the equipment's name (on commands, events and heartbeats)."""
+JOB_ORDER_ATTRIBUTE = "joborderid"
+"""Extension attribute: the job a command, reply or event belongs to."""
+ACTION_ATTRIBUTE = "action"
+"""Extension attribute: the recipe action a command carries out."""
+
+_DEFAULT_PAYLOAD: Any = object()
+
+
+def command_payload(command: EquipmentCommand) -> dict[str, Any]:
+    """A command's default ``data``: ``{"parameters": {...action...}, "job_parameters":
+    {...job...}}``."""
+    return {
+        "parameters": dict(command.parameters),
+        "job_parameters": dict(command.job_parameters),
+    }
+
+
+def command_event(
+    command: EquipmentCommand,
+    source: str,
+    *,
+    data: Any = _DEFAULT_PAYLOAD,
+    datacontenttype: str = JSON,
+    id: str | None = None,
+) -> CloudEvent:
+    """The CloudEvent that carries ``command`` to its equipment.
+
+    ``type`` is the action's ``type_id``, ``subject`` the scope, ``correlationid`` the
+    command's correlation id, ``expiryinterval`` its timeout (a command nobody took in time is
+    void), extensions ``action``, ``joborderid`` and ``equipment``. ``data`` defaults to
+    ``command_payload(command)``; ``id`` to a fresh one (a driver may pass the correlation id,
+    making a re-sent command a CloudEvents duplicate of the first).
+    """
+    extensions = {ACTION_ATTRIBUTE: command.action, JOB_ORDER_ATTRIBUTE: command.job_order_id}
+    if command.equipment is not None:
+        extensions[EQUIPMENT_ATTRIBUTE] = command.equipment
+    timeout = command.timeout_seconds
+    event = CloudEvent(
+        type=command.type,
+        source=source,
+        subject=command.scope,
+        time=utc_now(),
+        datacontenttype=datacontenttype,
+        data=command_payload(command) if data is _DEFAULT_PAYLOAD else data,
+        correlationid=command.correlation_id,
+        expiryinterval=math.ceil(timeout) if timeout else None,
+        extensions=extensions,
+    )
+    return event if id is None else event.replace(id=id)
+
+
+def reply_error(event: CloudEvent) -> str | None:
+    """The failure a reply reports (``"code: message"`` from ``errorcode`` / ``errormessage``),
+    or ``None`` when it reports success."""
+    if event.errorcode is None and event.errormessage is None:
+        return None
+    error = ": ".join(part for part in (event.errorcode, event.errormessage) if part)
+    return error or "equipment reported an error"
+
+
+def reply_from_event(event: CloudEvent) -> EquipmentReply:
+    """The ``EquipmentReply`` a reply event carries: matched by its ``correlationid``, ``data``
+    as the result, ``reply_error`` as the failure, ``subject`` as the scope.
+
+    Raises ``ValidationError`` when the event has no correlation id (it answers nothing).
+    """
+    if not event.correlationid:
+        raise ValidationError(
+            "correlationid", "an equipment reply must carry its command's correlation id"
+        )
+    return EquipmentReply(
+        event.correlationid, data=event.data, error=reply_error(event), scope=event.subject
+    )
+
+
+def event_from_cloudevent(event: CloudEvent) -> EquipmentEvent:
+    """The ``EquipmentEvent`` (for ``pull_event`` actions) an equipment event carries: its type,
+    id and data, ``subject`` as the scope, the ``equipment`` and ``joborderid`` extensions."""
+    return EquipmentEvent(
+        type=event.type,
+        id=event.id,
+        equipment=event.extensions.get(EQUIPMENT_ATTRIBUTE),
+        scope=event.subject,
+        job_order_id=event.extensions.get(JOB_ORDER_ATTRIBUTE),
+        data=event.data,
+    )
 
 
 class EquipmentSink(Protocol):

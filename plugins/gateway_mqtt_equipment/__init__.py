@@ -10,7 +10,10 @@ from gateway_mqtt_equipment.conventions import (
     HEARTBEAT_TYPE,
     JOB_ORDER,
     OFFLINE_TYPE,
+    WILDCARD,
     EquipmentTopics,
+    check_topic_level,
+    check_topic_prefix,
 )
 from gateway_mqtt_equipment.driver import MqttEquipmentDriver
 from gateway_mqtt_equipment.settings import MqttEquipmentSettings
@@ -21,7 +24,10 @@ __all__ = [
     "HEARTBEAT_TYPE",
     "JOB_ORDER",
     "OFFLINE_TYPE",
+    "WILDCARD",
     "EquipmentTopics",
     "MqttEquipmentDriver",
     "MqttEquipmentSettings",
+    "check_topic_level",
+    "check_topic_prefix",
 ]

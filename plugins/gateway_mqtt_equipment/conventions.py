@@ -1,7 +1,9 @@
 """How equipment talks MQTT with the gateway: topics, CloudEvent types and attributes.
 
-Everything is a CloudEvent in MQTT v5 binary mode (``gateway.codecs.mqtt``). With ``<prefix>``
-the driver's topic prefix and ``<equipment>`` the equipment name used in recipes:
+Everything is a CloudEvent in MQTT v5 binary mode (``gateway.codecs.mqtt``), shaped as every
+equipment driver's CloudEvents are (``gateway.equipment.command_event``, ``reply_from_event``,
+``event_from_cloudevent``). With ``<prefix>`` the driver's topic prefix and ``<equipment>`` the
+equipment name used in recipes:
 
 - ``<prefix>/<equipment>/commands`` (gateway -> equipment, QoS 1): one ``push_command``.
   Type = the action's ``type_id``; ``subject`` = the job's scope; ``correlationid`` (also the
@@ -25,13 +27,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gateway.equipment import ACTION_ATTRIBUTE, EQUIPMENT_ATTRIBUTE, JOB_ORDER_ATTRIBUTE
+
 HEARTBEAT_TYPE = "io.github.station-gateway.equipment.heartbeat.v1"
 OFFLINE_TYPE = "io.github.station-gateway.equipment.offline.v1"
 
-# CloudEvent extension attributes of equipment messages.
-EQUIPMENT = "equipment"  # the equipment's name (events, heartbeats, commands)
-JOB_ORDER = "joborderid"  # the job a command, reply or event belongs to
-ACTION = "action"  # the recipe action a command carries out
+# CloudEvent extension attributes of equipment messages: the host's (``gateway.equipment``),
+# under the names this plugin has always exported.
+EQUIPMENT = EQUIPMENT_ATTRIBUTE  # the equipment's name (events, heartbeats, commands)
+JOB_ORDER = JOB_ORDER_ATTRIBUTE  # the job a command, reply or event belongs to
+ACTION = ACTION_ATTRIBUTE  # the recipe action a command carries out
 
 WILDCARD = "*"
 

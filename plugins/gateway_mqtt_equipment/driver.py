@@ -13,24 +13,26 @@ conventions``. A subclass changes what travels, not how:
 
 from __future__ import annotations
 
-import inspect
 import logging
-import math
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Self
 
-import aiomqtt
-
-from gateway.cloudevents import JSON, CloudEvent, utc_now
-from gateway.codecs.mqtt import publish, to_mqtt
-from gateway.equipment import EquipmentCommand, EquipmentEvent, EquipmentReply
+from gateway.cloudevents import CloudEvent
+from gateway.equipment import (
+    EquipmentCommand,
+    EquipmentEvent,
+    command_event,
+    command_payload,
+    event_from_cloudevent,
+    reply_error,
+    reply_from_event,
+)
 from gateway.errors import GatewayError, ValidationError
-from gateway.transport import Binding, Processor, Subscription
+from gateway.transport import Processor, Subscription
 from gateway_mqtt_equipment.conventions import (
-    ACTION,
     EQUIPMENT,
     HEARTBEAT_TYPE,
-    JOB_ORDER,
     OFFLINE_TYPE,
     WILDCARD,
     EquipmentTopics,
@@ -91,28 +93,15 @@ class MqttEquipmentDriver:
 
     def payload_for(self, command: EquipmentCommand) -> Any:
         """The command event's ``data``: the action's and the job's parameters."""
-        return {
-            "parameters": dict(command.parameters),
-            "job_parameters": dict(command.job_parameters),
-        }
+        return command_payload(command)
 
     def read_reply(self, event: CloudEvent) -> tuple[Any, str | None]:
         """``(data, error)`` of a reply; an ``errorcode``/``errormessage`` makes it an error."""
-        if event.errorcode is None and event.errormessage is None:
-            return event.data, None
-        error = ": ".join(part for part in (event.errorcode, event.errormessage) if part)
-        return event.data, error or "equipment reported an error"
+        return event.data, reply_error(event)
 
     def read_event(self, event: CloudEvent) -> EquipmentEvent | None:
         """The ``pull_event`` an equipment event carries (``None``: not one for recipes)."""
-        return EquipmentEvent(
-            type=event.type,
-            id=event.id,
-            equipment=event.extensions.get(EQUIPMENT),
-            scope=event.subject,
-            job_order_id=event.extensions.get(JOB_ORDER),
-            data=event.data,
-        )
+        return event_from_cloudevent(event)
 
     # -- the driver -----------------------------------------------------------------------------
 
@@ -128,35 +117,22 @@ class MqttEquipmentDriver:
         return self.catch_all or equipment_id in self.equipment
 
     def command_event(self, command: EquipmentCommand) -> CloudEvent:
-        """The CloudEvent that carries ``command`` to the equipment."""
-        extensions = {ACTION: command.action, JOB_ORDER: command.job_order_id}
-        if command.equipment is not None:
-            extensions[EQUIPMENT] = command.equipment
-        timeout = command.timeout_seconds
-        return CloudEvent(
-            type=command.type,
-            source=self.gateway.source,
-            subject=command.scope,
-            time=utc_now(),
-            datacontenttype=JSON,
-            data=self.payload_for(command),
-            correlationid=command.correlation_id,
-            # A command nobody took within its timeout is void: the broker drops it then.
-            expiryinterval=math.ceil(timeout) if timeout else None,
-            extensions=extensions,
-        )
+        """The CloudEvent that carries ``command`` to the equipment (``payload_for`` as data)."""
+        return command_event(command, self.gateway.source, data=self.payload_for(command))
 
     async def send(self, command: EquipmentCommand) -> None:
+        """Publish ``command`` to its equipment's command topic, with the shared replies topic
+        as its Response Topic; ``GatewayError`` when it cannot be sent (not connected...)."""
         if command.equipment is None:
             raise GatewayError(f"{self.name}: command {command.correlation_id} names no equipment")
         self._check_receiving()
         try:
             topic = self.topics.commands(check_topic_level("equipment", command.equipment))
             event = self.command_event(command)
-            await publish_request(
-                self.gateway.binding(self.binding), topic, event, self.topics.replies
+            await self.gateway.binding(self.binding).publish(
+                topic, event, qos=1, response_topic=self.topics.replies
             )
-        except (ValueError, aiomqtt.MqttError) as error:
+        except (ValueError, GatewayError) as error:
             raise GatewayError(
                 f"{self.name}: command {command.correlation_id} not sent: {error}"
             ) from error
@@ -209,13 +185,9 @@ class MqttEquipmentDriver:
         return processors
 
     async def _on_reply(self, event: CloudEvent) -> Sequence[CloudEvent]:
-        if not event.correlationid:
-            raise ValidationError(
-                "correlationid", "an equipment reply must carry its command's correlation id"
-            )
+        reply = reply_from_event(event)  # ValidationError without a correlation id
         data, error = self.read_reply(event)
-        reply = EquipmentReply(event.correlationid, data=data, error=error, scope=event.subject)
-        await self.gateway.equipment.reply(reply)
+        await self.gateway.equipment.reply(replace(reply, data=data, error=error))
         return []
 
     async def _on_event(self, event: CloudEvent) -> Sequence[CloudEvent]:
@@ -238,24 +210,3 @@ class MqttEquipmentDriver:
                 equipment, timeout_seconds=self.heartbeat_timeout_seconds
             )
         return []
-
-
-async def publish_request(
-    binding: Binding, topic: str, event: CloudEvent, response_topic: str
-) -> None:
-    """Publish ``event`` to ``topic`` at QoS 1 with an MQTT Response Topic.
-
-    ``Binding.publish`` cannot set a Response Topic yet. A binding whose ``publish`` takes a
-    ``response_topic`` keyword is used as is; otherwise the MQTT binding's connected client
-    publishes the message (the one place this plugin relies on the MQTT binding's internals,
-    until ``Binding.publish`` grows the keyword).
-    """
-    send: Any = binding.publish
-    if "response_topic" in inspect.signature(send).parameters:
-        await send(topic, event, qos=1, response_topic=response_topic)
-        return
-    connected = getattr(binding, "_connected_client", None)
-    if connected is None:
-        raise GatewayError(f"binding {binding.name!r} cannot send a Response Topic")
-    client: aiomqtt.Client = await connected()
-    await publish(client, to_mqtt(event, topic, response_topic=response_topic, qos=1))

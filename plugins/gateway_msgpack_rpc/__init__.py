@@ -42,6 +42,11 @@ Two ways to connect, same methods either way:
    ``publish`` on the same connection: the gateway serves ``hello``, ``heartbeat`` and
    ``publish`` there too.
 
+Liveness goes to the host's equipment hub (``gateway.equipment``), shared by every instance:
+equipment is online while it has a connection (renewed every third of
+``heartbeat_timeout_seconds`` while the connection is open, and on every sign of life) and
+offline, with the reason, as soon as the connection ends (``gateway_msgpack_rpc.liveness``).
+
 Errors (``error.code``): ``parse-error`` (not MessagePack), ``invalid-message`` (not a
 request/response/notification array of the right shape), ``request-too-large`` (frame over
 ``max_request_bytes``), ``method-not-found``, ``invalid-params``, ``invalid-request`` (an
@@ -52,4 +57,25 @@ logged. The connection stays open, except after an oversize frame longer than
 ``max_skip_bytes``. After bytes that are not MessagePack at all, the bytes of that read are
 dropped (there is no way to find the next frame in them); a request pipelined right behind
 garbage may therefore go unanswered.
+
+What other plugins and equipment-side tools may use is exported here: ``RpcDevice`` (equipment
+that connects to the gateway, e.g. the simulator's RPC devices), ``RpcEquipmentServer``
+(equipment that is an RPC server), the errors, the binding and its settings section.
 """
+
+from gateway_msgpack_rpc.binding import BINDING, EquipmentOffline, MsgpackRpcBinding
+from gateway_msgpack_rpc.device import RpcDevice, RpcEquipmentServer
+from gateway_msgpack_rpc.protocol import RpcConnectionClosed, RpcError
+from gateway_msgpack_rpc.settings import SECTION, MsgpackRpcSettings
+
+__all__ = [
+    "BINDING",
+    "SECTION",
+    "EquipmentOffline",
+    "MsgpackRpcBinding",
+    "MsgpackRpcSettings",
+    "RpcConnectionClosed",
+    "RpcDevice",
+    "RpcEquipmentServer",
+    "RpcError",
+]

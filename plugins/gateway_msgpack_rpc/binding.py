@@ -20,13 +20,13 @@ from anyio.streams.memory import MemoryObjectSendStream
 from anyio.streams.tls import TLSListener
 
 from gateway.cloudevents import CloudEvent
+from gateway.equipment import EQUIPMENT_ATTRIBUTE
 from gateway.errors import CloudEventError, GatewayError, SettingsError
 from gateway.transport import Dispatcher
 from gateway_msgpack_rpc.codec import from_map, to_map
 from gateway_msgpack_rpc.connection import Limits, PendingCall, RpcConnection
 from gateway_msgpack_rpc.liveness import Liveness
 from gateway_msgpack_rpc.protocol import (
-    EQUIPMENT_ATTRIBUTE,
     INVALID_CLOUDEVENT,
     INVALID_PARAMS,
     NOT_IDENTIFIED,
@@ -62,7 +62,7 @@ class MsgpackRpcBinding:
     def __init__(self, settings: MsgpackRpcSettings, *, source: str) -> None:
         self.settings = settings
         self.source = source
-        self.liveness = Liveness()
+        self.liveness = Liveness(ttl_seconds=settings.heartbeat_timeout_seconds)
         self.remote = {entry.equipment_id: entry for entry in remote_equipment(settings)}
         self.known = _known_equipment(settings)
         self._server_tls = server_tls_context(settings)
@@ -102,7 +102,7 @@ class MsgpackRpcBinding:
             return connection
         status = self.liveness.status(equipment_id)
         why = f"disconnected ({status.reason})" if status is not None else "never connected"
-        raise EquipmentOffline(f"equipment {equipment_id!r} is offline: MessagePack-RPC {why}")
+        raise EquipmentOffline(f"equipment {equipment_id} offline: MessagePack-RPC {why}")
 
     # -- running -----------------------------------------------------------------------------
 
@@ -114,6 +114,7 @@ class MsgpackRpcBinding:
 
     async def run(self, gateway: Gateway, *, task_status: TaskStatus[None]) -> None:
         self._gateway = gateway
+        self.liveness.attach(gateway.equipment)
         listener = await self._listen()
         async with anyio.create_task_group() as tasks:
             self._tasks = tasks
@@ -193,6 +194,7 @@ class MsgpackRpcBinding:
             async with anyio.create_task_group() as watch:
                 if session.remote is None and self.settings.heartbeat_timeout_seconds:
                     watch.start_soon(self._watchdog, connection)
+                watch.start_soon(self._keep_alive, session)
                 await connection.run()
                 watch.cancel_scope.cancel()
         except Exception:  # one connection's failure must not stop the binding
@@ -212,6 +214,18 @@ class MsgpackRpcBinding:
                 connection.close(f"nothing received for {timeout:g} s (no heartbeat)")
                 return
             await anyio.sleep(timeout - idle)
+
+    async def _keep_alive(self, session: _Session) -> None:
+        """Renew the liveness of the connection's equipment while it is open: an open connection
+        is equipment that is there (the watchdog closes silent ones; equipment servers send no
+        heartbeats), and the renewals stop if this instance dies with the connection."""
+        while True:
+            await anyio.sleep(self.liveness.refresh_seconds)
+            equipment_id, connection = session.equipment_id, session.connection
+            if equipment_id is None or connection is None:
+                continue  # not identified yet
+            if self._connections.get(equipment_id) is connection:  # not replaced meanwhile
+                await self.liveness.mark_seen(equipment_id)
 
     async def attach(self, session: _Session) -> None:
         """``session`` is now its equipment's connection; a previous one is closed (newest wins:

@@ -112,6 +112,7 @@ class RpcConnection:
         self._broken = False  # a write failed or timed out: no more frames may be sent
         self._calls: dict[int, PendingCall] = {}
         self._next_msgid = 0
+        self._finished = anyio.Event()
 
     # -- serving -----------------------------------------------------------------------------
 
@@ -128,7 +129,14 @@ class RpcConnection:
         finally:
             self.finished = True
             self._fail_calls()
-            await self._close_stream()
+            try:
+                await self._close_stream()
+            finally:
+                self._finished.set()
+
+    async def wait_finished(self) -> None:
+        """Return once ``run`` has ended (the peer went, or ``close`` / ``abort``)."""
+        await self._finished.wait()
 
     def close(self, reason: str) -> None:
         """Stop reading; requests in hand still finish and are answered, then the stream closes."""

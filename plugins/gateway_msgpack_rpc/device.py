@@ -22,15 +22,11 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from anyio.streams.tls import TLSListener
 
 from gateway.cloudevents import MSGPACK, CloudEvent
+from gateway.equipment import JOB_ORDER_ATTRIBUTE
 from gateway.errors import CloudEventError
 from gateway_msgpack_rpc.codec import from_map, to_map
 from gateway_msgpack_rpc.connection import Limits, RpcConnection
-from gateway_msgpack_rpc.protocol import (
-    INVALID_CLOUDEVENT,
-    JOB_ORDER_ATTRIBUTE,
-    RpcError,
-    expect_params,
-)
+from gateway_msgpack_rpc.protocol import INVALID_CLOUDEVENT, RpcError, expect_params
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +148,10 @@ class RpcDevice:
     async def abort(self) -> None:
         """Drop the connection at once, like equipment losing power mid-work."""
         await self.connection.abort("device aborted")
+
+    async def wait_closed(self) -> None:
+        """Return once the connection has ended (the gateway closed it, or it broke)."""
+        await self.connection.wait_finished()
 
     async def _command(self, params: list[Any]) -> None:
         command = _event_param("command", params)

@@ -1,12 +1,13 @@
 """The "msgpack-rpc" equipment driver, and the processor that hands equipment events to the hub.
 
-Commands go out as CloudEvents through the binding (``command_event``); what equipment publishes
-comes back through the dispatcher to ``equipment_processor``:
+Commands go out as CloudEvents through the binding, shaped like every equipment driver's
+(``gateway.equipment.command_event``); what equipment publishes comes back through the
+dispatcher to ``equipment_processor``:
 
 - an event with a ``correlationid`` answers the command with that id -> ``gateway.equipment
-  .reply`` (``errorcode`` / ``errormessage`` set: the command failed);
+  .reply`` (``errorcode`` / ``errormessage`` set: the command failed; ``reply_from_event``);
 - an event without one is something the equipment reports unasked (a ``pull_event``) ->
-  ``gateway.equipment.event``.
+  ``gateway.equipment.event`` (``event_from_cloudevent``).
 
 The rule needs no memory of sent commands, so a reply is handled even by an instance that did not
 send the command, or after a restart (DESIGN section 7: replies are matched on any instance).
@@ -14,40 +15,50 @@ send the command, or after a restart (DESIGN section 7: replies are matched on a
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
-from gateway.cloudevents import MSGPACK, CloudEvent, utc_now
-from gateway.equipment import EquipmentCommand, EquipmentEvent, EquipmentReply
-from gateway.transport import Processor, Subscription
-from gateway_msgpack_rpc.binding import BINDING, MsgpackRpcBinding
-from gateway_msgpack_rpc.liveness import Liveness
-from gateway_msgpack_rpc.protocol import (
-    ACTION_ATTRIBUTE,
-    EQUIPMENT_ATTRIBUTE,
-    JOB_ORDER_ATTRIBUTE,
+from gateway.cloudevents import MSGPACK, CloudEvent
+from gateway.equipment import (
+    EquipmentCommand,
+    command_event,
+    event_from_cloudevent,
+    reply_from_event,
 )
+from gateway.transport import Processor, Subscription
+from gateway_msgpack_rpc.binding import BINDING, EquipmentOffline, MsgpackRpcBinding
+from gateway_msgpack_rpc.liveness import Liveness
 
 if TYPE_CHECKING:
     from gateway.equipment import EquipmentHub
 
 
 class MsgpackRpcDriver:
-    """Delivers commands for equipment this instance has (or expects) an RPC connection to."""
+    """Delivers commands for equipment this instance has (or expects) an RPC connection to.
+
+    ``gateway.equipment.LivenessTracking``: the equipment it knows (configured equipment
+    servers, ``known_equipment``, and any seen since start) is expected to be connected, so
+    the hub reports it as "never seen" rather than untracked before it first connects.
+    """
 
     name = BINDING
 
-    def __init__(self, binding: MsgpackRpcBinding, *, source: str) -> None:
+    def __init__(
+        self, binding: MsgpackRpcBinding, *, source: str, hub: EquipmentHub | None = None
+    ) -> None:
         self.binding = binding
         self.source = source
+        self.hub = hub
 
     @property
     def liveness(self) -> Liveness:
-        """Online/offline per equipment id (``mark_seen`` / ``mark_gone`` / ``is_online``)."""
+        """This instance's view (``is_online`` / ``status``); the hub has every instance's."""
         return self.binding.liveness
 
     def serves(self, command: EquipmentCommand) -> bool:
         return command.equipment is not None and self.binding.knows(command.equipment)
+
+    def expects_heartbeats(self, equipment_id: str) -> bool:
+        return self.binding.knows(equipment_id)
 
     async def send(self, command: EquipmentCommand) -> None:
         """Write the command to the equipment and return; the reply comes back as an event.
@@ -58,56 +69,30 @@ class MsgpackRpcDriver:
         retry with a new correlation id, a recovery after a crash with the same one).
         """
         assert command.equipment is not None  # serves() said so
-        await self.binding.publish(command.equipment, command_event(command, self.source))
+        # The command's id is its correlation id: a command re-sent after a crash is also a
+        # CloudEvents duplicate of the first.
+        event = command_event(
+            command, self.source, datacontenttype=MSGPACK, id=command.correlation_id
+        )
+        try:
+            await self.binding.publish(command.equipment, event)
+        except EquipmentOffline:
+            if await self._online_elsewhere(command.equipment):
+                raise EquipmentOffline(
+                    f"equipment {command.equipment} has no MessagePack-RPC connection to this "
+                    "gateway instance (it is connected to another one)"
+                ) from None
+            raise
 
-
-def command_event(command: EquipmentCommand, source: str) -> CloudEvent:
-    """The CloudEvent of a command, shaped like the MQTT equipment driver's (attributes and
-    data), so equipment and simulators read both alike. Its ``id`` is the correlation id: a
-    command re-sent after a crash is also a CloudEvents duplicate of the first."""
-    extensions = {ACTION_ATTRIBUTE: command.action, JOB_ORDER_ATTRIBUTE: command.job_order_id}
-    if command.equipment is not None:
-        extensions[EQUIPMENT_ATTRIBUTE] = command.equipment
-    timeout = command.timeout_seconds
-    return CloudEvent(
-        type=command.type,
-        source=source,
-        id=command.correlation_id,
-        subject=command.scope,
-        time=utc_now(),
-        datacontenttype=MSGPACK,
-        data={
-            "parameters": dict(command.parameters),
-            "job_parameters": dict(command.job_parameters),
-        },
-        correlationid=command.correlation_id,
-        expiryinterval=math.ceil(timeout) if timeout else None,  # void once the action gave up
-        extensions=extensions,
-    )
-
-
-def equipment_reply(event: CloudEvent) -> EquipmentReply:
-    """A reply; ``errorcode`` / ``errormessage`` make it the command's failure."""
-    assert event.correlationid is not None
-    failed = event.errorcode is not None or event.errormessage is not None
-    error = ": ".join(part for part in (event.errorcode, event.errormessage) if part)
-    return EquipmentReply(
-        correlation_id=event.correlationid,
-        data=event.data,
-        error=(error or "equipment reported an error") if failed else None,
-        scope=event.subject,
-    )
-
-
-def equipment_event(event: CloudEvent) -> EquipmentEvent:
-    return EquipmentEvent(
-        type=event.type,
-        id=event.id,
-        equipment=event.extensions.get(EQUIPMENT_ATTRIBUTE),
-        scope=event.subject,
-        job_order_id=event.extensions.get(JOB_ORDER_ATTRIBUTE),
-        data=event.data,
-    )
+    async def _online_elsewhere(self, equipment_id: str) -> bool:
+        """Whether the hub (every instance's view) has ``equipment_id`` online although this
+        instance has no connection to it; ``False`` when the hub cannot tell."""
+        if self.hub is None:
+            return False
+        try:
+            return (await self.hub.liveness(equipment_id)).online
+        except Exception:  # the store is down: the binding's own reason is still true
+            return False
 
 
 def equipment_processor(hub: EquipmentHub, topic_prefix: str) -> Processor:
@@ -115,9 +100,9 @@ def equipment_processor(hub: EquipmentHub, topic_prefix: str) -> Processor:
 
     async def handle(event: CloudEvent) -> list[CloudEvent]:
         if event.correlationid is not None:
-            await hub.reply(equipment_reply(event))
+            await hub.reply(reply_from_event(event))
         else:
-            await hub.event(equipment_event(event))
+            await hub.event(event_from_cloudevent(event))
         return []
 
     return Processor(

@@ -1,18 +1,41 @@
 """Which RPC equipment is online: recorded on every hello, heartbeat, publish and disconnect.
 
 Everything the RPC side learns about liveness goes through ``Liveness.mark_seen`` and
-``Liveness.mark_gone`` and nowhere else, so wiring it to the host's equipment liveness (when
-``gateway.equipment`` offers it) is a change to these two methods only. They are coroutines
-already because the host keeps liveness in the store, shared by all instances.
+``Liveness.mark_gone`` and nowhere else. Both keep this instance's own view (``status``: which
+equipment has a connection here, and why it went) and report to the host's equipment hub
+(``gateway.equipment``), where every instance and the recipe engine see it:
+
+- ``mark_seen`` -> ``hub.heartbeat(id, timeout_seconds=ttl_seconds)``: online for ``ttl_seconds``
+  more (the server's ``heartbeat_timeout_seconds``). The binding also calls it every third of
+  that while a connection is open, so equipment stays online while connected even when it sends
+  nothing (equipment servers the gateway connects to send no heartbeats), and goes offline
+  within ``ttl_seconds`` if this instance dies with the connection;
+- ``mark_gone`` -> ``hub.gone(id, "disconnected (<why>)")``: offline at once.
+
+A failing hub (the store unreachable) is logged and does not break the connection: the
+instance's own view is kept either way.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import anyio
+
+if TYPE_CHECKING:
+    from gateway.equipment import EquipmentHub
 
 log = logging.getLogger(__name__)
+
+DEFAULT_TTL_SECONDS = 30.0
+"""How long a sign of life counts when the server's heartbeat timeout is 0 (never)."""
+
+HUB_TIMEOUT_SECONDS = 5.0
+"""Longest wait for the hub (the store) to record a change."""
 
 
 @dataclass(frozen=True)
@@ -26,25 +49,60 @@ class EquipmentStatus:
 
 
 class Liveness:
-    """Online/offline per equipment id, for this gateway instance's RPC connections."""
+    """Online/offline per equipment id, for this gateway instance's RPC connections.
 
-    def __init__(self) -> None:
+    ``ttl_seconds``: how long a sign of life keeps equipment online in the hub. Signs of life
+    closer together than a tenth of it are reported to the hub once (a busy connection
+    publishing many events costs no store write per event).
+    """
+
+    def __init__(self, *, ttl_seconds: float = DEFAULT_TTL_SECONDS) -> None:
+        self.ttl_seconds = ttl_seconds or DEFAULT_TTL_SECONDS
+        self.hub: EquipmentHub | None = None
         self._status: dict[str, EquipmentStatus] = {}
+        self._reported: dict[str, float] = {}  # id -> time.monotonic() of the last hub write
+
+    def attach(self, hub: EquipmentHub) -> None:
+        """Report to ``hub`` from now on (the binding does it when the gateway runs)."""
+        self.hub = hub
+
+    @property
+    def refresh_seconds(self) -> float:
+        """How often an open connection renews its equipment's liveness in the hub."""
+        return self.ttl_seconds / 3
 
     async def mark_seen(self, equipment_id: str) -> None:
-        """A sign of life (hello, heartbeat, publish, a connection made)."""
+        """A sign of life (hello, heartbeat, publish, a connection made or still open)."""
         previous = self._status.get(equipment_id)
-        if previous is None or not previous.online:
+        came_online = previous is None or not previous.online
+        if came_online:
             log.info("equipment %s online (MessagePack-RPC)", equipment_id)
         self._status[equipment_id] = EquipmentStatus(equipment_id, True, time.time())
+        now = time.monotonic()
+        last = self._reported.get(equipment_id)
+        if not came_online and last is not None and now - last < self.ttl_seconds / 10:
+            return
+        self._reported[equipment_id] = now
+        hub = self.hub
+        if hub is not None:
+            await self._tell_hub(
+                equipment_id,
+                lambda: hub.heartbeat(equipment_id, timeout_seconds=self.ttl_seconds),
+            )
 
     async def mark_gone(self, equipment_id: str, reason: str) -> None:
-        """The equipment's connection ended (disconnect, heartbeat timeout, replaced...)."""
+        """The equipment's connection ended (disconnect, heartbeat timeout, gateway stopping)."""
         previous = self._status.get(equipment_id)
         last_seen = previous.last_seen if previous is not None else time.time()
         if previous is None or previous.online:
             log.warning("equipment %s offline (MessagePack-RPC): %s", equipment_id, reason)
         self._status[equipment_id] = EquipmentStatus(equipment_id, False, last_seen, reason)
+        self._reported.pop(equipment_id, None)
+        hub = self.hub
+        if hub is not None:
+            await self._tell_hub(
+                equipment_id, lambda: hub.gone(equipment_id, f"disconnected ({reason})")
+            )
 
     def is_online(self, equipment_id: str) -> bool:
         status = self._status.get(equipment_id)
@@ -56,3 +114,15 @@ class Liveness:
     def known(self) -> list[EquipmentStatus]:
         """Every equipment seen since this instance started, online or not."""
         return list(self._status.values())
+
+    async def _tell_hub(self, equipment_id: str, report: Callable[[], Awaitable[None]]) -> None:
+        try:
+            with anyio.fail_after(HUB_TIMEOUT_SECONDS):
+                await report()
+        except Exception as error:  # the store is down: the connection carries on regardless
+            self._reported.pop(equipment_id, None)  # try again at the next sign of life
+            log.warning(
+                "equipment %s: liveness not recorded: %s",
+                equipment_id,
+                str(error) or type(error).__name__,
+            )

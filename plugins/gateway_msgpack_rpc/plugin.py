@@ -34,7 +34,7 @@ def gateway_register_bindings(register: Callable[[Binding], None], settings: Set
 def gateway_register_equipment_drivers(
     register: Callable[[EquipmentDriver], None], settings: Settings, gateway: Gateway
 ) -> None:
-    register(MsgpackRpcDriver(_binding(gateway), source=gateway.source))
+    register(MsgpackRpcDriver(_binding(gateway), source=gateway.source, hub=gateway.equipment))
 
 
 # Last, so that processors other plugins register for this binding (for particular event

@@ -33,14 +33,6 @@ REMOTE_ERROR = "remote-error"  # a peer's error that does not follow the {code, 
 
 _MAX_MSGID = 0xFFFFFFFF
 
-# CloudEvent extensions of equipment messages (the same as the MQTT equipment driver's).
-EQUIPMENT_ATTRIBUTE = "equipment"
-"""The equipment's id: on commands, and set by the gateway on every event it receives."""
-JOB_ORDER_ATTRIBUTE = "joborderid"
-"""The job: on commands, and on an event equipment reports unasked when it knows the job."""
-ACTION_ATTRIBUTE = "action"
-"""On commands: the recipe action the command carries out."""
-
 
 class RpcError(GatewayError):
     """An error response: raised by a method to answer one, and by ``call`` on receiving one."""

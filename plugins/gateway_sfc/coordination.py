@@ -605,7 +605,9 @@ class Coordinator:
         await self._mutate(
             scope,
             job,
-            lambda ex, execution, now: ex.on_reply(execution, action, attempt, None, error, now),
+            lambda ex, execution, now: ex.on_reply(
+                execution, action, attempt, None, error, now, delivered=False
+            ),
         )
 
     async def _report(self, scope: str, job: str) -> None:

@@ -90,7 +90,10 @@ class Executor:
         data: Any,
         error: str | None,
         now: float,
+        *,
+        delivered: bool = True,
     ) -> Effects:
+        """The equipment answered try ``attempt`` (``delivered=False``: it could not be sent)."""
         effects = Effects()
         run = execution.actions.get(action)
         if run is None or run.attempt != attempt or run.phase is not Phase.DISPATCHED:
@@ -98,7 +101,8 @@ class Executor:
         if run.dispatched_at is not None:
             effects.reply = (now - run.dispatched_at, error is not None)
         if error is not None:
-            self._action_failed(execution, run, f"equipment reported: {error}", now, effects)
+            reason = f"equipment reported: {error}" if delivered else f"not delivered: {error}"
+            self._action_failed(execution, run, reason, now, effects)
         else:
             self._action_done(execution, run, data, effects)
         self.settle(execution, now, effects)

@@ -1,2 +1,2 @@
 """Simulated station equipment (positioning unit, tightening controller, camera QA station)
-speaking real MQTT, for the demo, for trying recipes and for the tests."""
+speaking real MQTT or MessagePack-RPC, for the demo, for trying recipes and for the tests."""

@@ -1,7 +1,7 @@
 """The simulated station's equipment, independent of the transport it speaks.
 
 A device answers ``DeviceCommand``s and emits ``DeviceEvent``s; a link (``gateway_simulator.
-links``) carries them over MQTT (or, later, MessagePack-RPC). Devices of one station share a
+links``) carries them over MQTT or MessagePack-RPC. Devices of one station share a
 ``SimulatedStation``: its settings, its seeded random numbers, and what happens in the cell
 (the camera inspects the part the positioner has just put in place).
 

@@ -2,10 +2,18 @@
 
 A link connects as the equipment would (its own connection, its own identity), passes the
 commands it receives to ``Device.answer``, sends the answers back, sends the device's events
-and heartbeats, and says goodbye when the simulator stops. ``MqttDeviceLink`` speaks the MQTT
-equipment conventions (``gateway_mqtt_equipment.conventions``); a link for another transport
-implements ``DeviceLink`` the same way, with ``device_command``, ``reply_event`` and
-``equipment_event`` translating between CloudEvents and the device's terms.
+and heartbeats, and says goodbye when the simulator stops. Two transports:
+
+- ``MqttDeviceLink`` speaks the MQTT equipment conventions (``gateway_mqtt_equipment``): its own
+  MQTT client, commands on ``<prefix>/<device>/commands``, replies to their Response Topic,
+  events and heartbeats on the device's topics, an offline event as goodbye and Will;
+- ``RpcDeviceLink`` speaks MessagePack-RPC (``gateway_msgpack_rpc.RpcDevice``): it connects to
+  the gateway's RPC server, says hello with the device's name, takes ``command`` notifications
+  and publishes the replies and events; heartbeats as the server asks.
+
+Both read commands and build replies and events with ``device_command``, ``reply_event`` and
+``equipment_event`` (the CloudEvent shape of ``gateway.equipment``), and the device answers a
+repeated correlation id from memory whichever link brought it.
 """
 
 from __future__ import annotations
@@ -14,7 +22,7 @@ import dataclasses
 import logging
 import socket
 import ssl
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 from urllib.parse import unquote, urlsplit
 
@@ -24,7 +32,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from gateway.cloudevents import JSON, CloudEvent, utc_now
+from gateway.cloudevents import JSON, MSGPACK, CloudEvent, utc_now
 from gateway.codecs.mqtt import (
     MqttMessage,
     correlation_of,
@@ -33,15 +41,11 @@ from gateway.codecs.mqtt import (
     publish,
     to_mqtt,
 )
-from gateway.errors import CloudEventError
+from gateway.equipment import EQUIPMENT_ATTRIBUTE, JOB_ORDER_ATTRIBUTE
+from gateway.errors import CloudEventError, GatewayError
 from gateway.transport import INVALID_REQUEST, error_event
-from gateway_mqtt_equipment.conventions import (
-    EQUIPMENT,
-    HEARTBEAT_TYPE,
-    JOB_ORDER,
-    OFFLINE_TYPE,
-    EquipmentTopics,
-)
+from gateway_mqtt_equipment import HEARTBEAT_TYPE, OFFLINE_TYPE, EquipmentTopics
+from gateway_msgpack_rpc import RpcDevice
 from gateway_simulator.devices import Answer, Device, DeviceCommand, DeviceEvent
 
 log = logging.getLogger(__name__)
@@ -227,6 +231,140 @@ class MqttDeviceLink:
         await publish(client, to_mqtt(event, topic, qos=qos))
 
 
+class RpcDeviceLink:
+    """A device speaking MessagePack-RPC: it connects to the gateway's RPC server as equipment
+    does, with its name as equipment id, and reconnects when the connection ends.
+
+    Commands are worked on in the link's own tasks (the connection's request slots stay free for
+    the replies), and work in hand goes on across a reconnection: its answer is published over
+    whichever connection is up when it is done.
+    """
+
+    def __init__(
+        self,
+        device: Device,
+        *,
+        host: str,
+        port: int,
+        heartbeat_seconds: float | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self.device = device
+        self.host = host
+        self.port = port
+        self.heartbeat_seconds = heartbeat_seconds  # None: as the gateway's hello answer asks
+        self.ssl_context = ssl_context
+        self.source = f"urn:station-gateway:simulator:{device.name}"
+        self._rpc: RpcDevice | None = None
+        self._work: TaskGroup | None = None
+        device.emit = self.publish_event
+
+    async def run(
+        self, stopping: anyio.Event, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        started = False
+        delay = 0.1
+        async with anyio.create_task_group() as work:
+            self._work = work
+            while not stopping.is_set():
+                try:
+                    async with RpcDevice.connect(
+                        self.host,
+                        self.port,
+                        self.device.name,
+                        source=self.source,
+                        on_command=self._command,
+                        heartbeat_seconds=self.heartbeat_seconds,
+                        ssl_context=self.ssl_context,
+                    ) as rpc:
+                        self._rpc = rpc
+                        delay = 0.1
+                        log.info("simulated %s %s online (RPC)", self.device.kind, self.device.name)
+                        if not started:
+                            started = True
+                            task_status.started()
+                        await _first_of(stopping.wait, rpc.wait_closed)
+                        self._rpc = None
+                        closed = rpc.connection.close_reason
+                    if not stopping.is_set():
+                        log.warning(
+                            "simulated %s: RPC connection ended (%s); reconnecting",
+                            self.device.name,
+                            closed or "closed",
+                        )
+                except (OSError, GatewayError) as error:  # refused, or lost during hello
+                    log.warning(
+                        "simulated %s: cannot connect to the RPC server %s:%d (%s); "
+                        "retrying in %.1f s",
+                        self.device.name,
+                        self.host,
+                        self.port,
+                        str(error) or type(error).__name__,
+                        delay,
+                    )
+                finally:
+                    self._rpc = None
+                with anyio.move_on_after(delay):
+                    await stopping.wait()
+                delay = min(delay * 2, RECONNECT_MAX_SECONDS)
+            work.cancel_scope.cancel()
+        self._work = None
+        log.info("simulated %s %s offline", self.device.kind, self.device.name)
+        if not started:  # asked to stop before it ever connected
+            task_status.started()
+
+    async def _command(self, event: CloudEvent) -> None:
+        """``RpcDevice``'s command handler: returns at once, the work goes on in the link."""
+        if self._work is None:
+            log.warning("simulated %s: command %s while stopping", self.device.name, event.id)
+            return
+        self._work.start_soon(self._handle, event)
+
+    async def _handle(self, event: CloudEvent) -> None:
+        try:
+            answer = await self.device.answer(device_command(event))
+        except Exception:  # a bug in the device must not stop the simulator
+            log.exception("simulated %s: command %s failed", self.device.name, event.id)
+            return
+        reply = reply_event(event, answer, self.source)
+        rpc = self._rpc
+        if rpc is None:
+            log.warning("simulated %s offline: reply to %s lost", self.device.name, event.id)
+            return
+        try:
+            await rpc.publish(reply)
+        except GatewayError as error:  # the connection broke, or the gateway refused it
+            log.warning(
+                "simulated %s: reply to %s not delivered: %s", self.device.name, event.id, error
+            )
+
+    async def publish_event(self, event: DeviceEvent) -> None:
+        """``Device.emit``: the event published to the gateway."""
+        rpc = self._rpc
+        if rpc is None:
+            log.warning("simulated %s offline: event %s lost", self.device.name, event.type)
+            return
+        cloud_event = equipment_event(event, self.device.name, self.source, MSGPACK)
+        try:
+            await rpc.publish(cloud_event)
+        except GatewayError as error:
+            log.warning(
+                "simulated %s: event %s not delivered: %s", self.device.name, event.type, error
+            )
+
+
+async def _first_of(*waits: Callable[[], Awaitable[None]]) -> None:
+    """Return as soon as one of ``waits`` returns."""
+    async with anyio.create_task_group() as tasks:
+
+        async def wait(until: Callable[[], Awaitable[None]]) -> None:
+            await until()
+            tasks.cancel_scope.cancel()
+
+        for until in waits:
+            tasks.start_soon(wait, until)
+
+
 # -- CloudEvents <-> device terms (shared by every transport's link) ---------------------------
 
 
@@ -237,7 +375,7 @@ def device_command(event: CloudEvent) -> DeviceCommand:
         type=event.type,
         data=event.data,
         scope=event.subject,
-        job_order_id=event.extensions.get(JOB_ORDER),
+        job_order_id=event.extensions.get(JOB_ORDER_ATTRIBUTE),
     )
 
 
@@ -250,17 +388,19 @@ def reply_event(command: CloudEvent, answer: Answer, source: str) -> CloudEvent:
     return command.reply(source=source, data=answer.data)
 
 
-def equipment_event(event: DeviceEvent, equipment: str, source: str) -> CloudEvent:
+def equipment_event(
+    event: DeviceEvent, equipment: str, source: str, datacontenttype: str = JSON
+) -> CloudEvent:
     """A device's event as the CloudEvent equipment sends (``equipment``, ``joborderid``)."""
-    extensions = {EQUIPMENT: equipment}
+    extensions = {EQUIPMENT_ATTRIBUTE: equipment}
     if event.job_order_id is not None:
-        extensions[JOB_ORDER] = event.job_order_id
+        extensions[JOB_ORDER_ATTRIBUTE] = event.job_order_id
     return CloudEvent(
         type=event.type,
         source=source,
         subject=event.scope,
         time=utc_now(),
-        datacontenttype=JSON,
+        datacontenttype=datacontenttype,
         data=event.data,
         extensions=extensions,
     )

@@ -1,9 +1,10 @@
 """Hook implementations of the simulator plugin (registered as ``simulator``).
 
 Off unless ``simulator.enabled``. Then every instance registers an MQTT equipment driver for
-the simulated equipment (so any instance can drive it), and instances of role ``simulator`` or
-``all`` run the devices themselves (run them on one instance only: two simulators would both
-answer every command).
+the simulated equipment that speaks MQTT (so any instance can drive it; the devices in
+``simulator.rpc_devices`` are served by the MessagePack-RPC driver of the instance they connect
+to), and instances of role ``simulator`` or ``all`` run the devices themselves (run them on one
+instance only: two simulators would both answer every command).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from gateway.errors import SettingsError
 from gateway.hookspecs import hookimpl
 from gateway.settings import Settings
 from gateway.transport import Service
-from gateway_mqtt_equipment.driver import MqttEquipmentDriver
+from gateway_mqtt_equipment import MqttEquipmentDriver
 from gateway_simulator.service import SimulatorService
 from gateway_simulator.settings import SimulatorSettings
 
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
     from gateway.app import Gateway
 
 DRIVER_NAME = "simulator"
+RPC_SECTION = "msgpack_rpc"  # the MessagePack-RPC plugin's settings section
+_EVERY_ADDRESS = ("0.0.0.0", "::", "")
 
 
 @hookimpl
@@ -37,13 +40,13 @@ def gateway_register_equipment_drivers(
     register: Callable[[EquipmentDriver], None], settings: Settings, gateway: Gateway
 ) -> None:
     config = settings.get(SimulatorSettings)
-    if config.enabled and config.equipment:
+    if config.enabled and config.mqtt_devices:
         register(
             MqttEquipmentDriver(
                 gateway,
                 name=DRIVER_NAME,
                 topic_prefix=config.topic_prefix,
-                equipment=config.equipment,
+                equipment=config.mqtt_devices,
                 heartbeat_timeout_seconds=config.heartbeat_timeout_seconds,
             )
         )
@@ -58,8 +61,9 @@ def gateway_register_services(
         register(
             SimulatorService(
                 config,
-                mqtt_url=_broker_url(settings, config),
+                mqtt_url=_broker_url(settings, config) if config.mqtt_devices else "",
                 instance_id=settings.get(CoreSettings).effective_instance_id,
+                rpc_address=_rpc_address(settings, config) if config.rpc_devices else None,
             )
         )
 
@@ -74,3 +78,23 @@ def _broker_url(settings: Settings, config: SimulatorSettings) -> str:
             "simulator.mqtt_url", "no [mqtt] section to take the broker from: set the URL"
         ) from None
     return str(url)
+
+
+def _rpc_address(settings: Settings, config: SimulatorSettings) -> tuple[str, int]:
+    """Where the RPC devices connect: ``rpc_host``/``rpc_port``, else the gateway's own RPC
+    server (``[msgpack_rpc] host``/``port``)."""
+    try:
+        server = settings.section(RPC_SECTION)
+    except KeyError:
+        server = None
+    host = config.rpc_host or str(getattr(server, "host", "") or "127.0.0.1")
+    if host in _EVERY_ADDRESS:
+        host = "127.0.0.1" if ":" not in host else "::1"
+    port = config.rpc_port or int(getattr(server, "port", 0) or 0)
+    if not port:
+        raise SettingsError(
+            "simulator.rpc_port",
+            f"rpc_devices {', '.join(config.rpc_devices)} need an RPC server: set "
+            "msgpack_rpc.port (the gateway's own) or simulator.rpc_port",
+        )
+    return host, port

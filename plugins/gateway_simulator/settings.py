@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.settings import setting
-from gateway_mqtt_equipment.conventions import check_topic_level, check_topic_prefix
+from gateway_mqtt_equipment import check_topic_level, check_topic_prefix
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,23 @@ class SimulatorSettings:
         None, "Random seed (same seed, same results); empty: different each run"
     )
     heartbeat_seconds: float = setting(
-        1.0, "Heartbeat interval; the gateway counts 3 missed ones as offline", minimum=0.01
+        1.0,
+        "Heartbeat interval of the MQTT devices; the gateway counts 3 missed ones as offline "
+        "(RPC devices beat as the gateway's RPC server asks)",
+        minimum=0.01,
+    )
+    rpc_devices: list[str] = setting(
+        [],
+        "Devices (by equipment name) that speak MessagePack-RPC instead of MQTT: they connect "
+        "to the RPC server at rpc_host:rpc_port as equipment does",
+    )
+    rpc_host: str = setting(
+        "",
+        "RPC server the RPC devices connect to; empty: the gateway's msgpack_rpc.host "
+        "(127.0.0.1 when it listens on every address)",
+    )
+    rpc_port: int = setting(
+        0, "Port of that RPC server; 0: the gateway's msgpack_rpc.port", minimum=0
     )
 
     def __post_init__(self) -> None:
@@ -64,11 +80,23 @@ class SimulatorSettings:
         check_topic_prefix("topic_prefix", self.topic_prefix)
         if len(set(names)) != len(names):
             raise ValueError(f"positioner, tightener, camera: names must differ, got {names}")
+        if self.rpc_port > 65535:
+            raise ValueError(f"rpc_port: expected a TCP port (1..65535), got {self.rpc_port}")
+        for name in self.rpc_devices:
+            if name not in names:
+                raise ValueError(
+                    f"rpc_devices: {name!r} is not a simulated device (have: {', '.join(names)})"
+                )
 
     @property
     def equipment(self) -> list[str]:
         """The names of the simulated equipment (the ones not switched off)."""
         return [name for name in (self.positioner, self.tightener, self.camera) if name]
+
+    @property
+    def mqtt_devices(self) -> list[str]:
+        """The names of the simulated equipment that speaks MQTT (all but ``rpc_devices``)."""
+        return [name for name in self.equipment if name not in self.rpc_devices]
 
     @property
     def heartbeat_timeout_seconds(self) -> float:

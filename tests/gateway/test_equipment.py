@@ -10,14 +10,21 @@ import anyio
 import pytest
 
 from gateway.app import Gateway
+from gateway.cloudevents import MSGPACK, CloudEvent
 from gateway.equipment import (
+    ACTION_ATTRIBUTE,
+    EQUIPMENT_ATTRIBUTE,
+    JOB_ORDER_ATTRIBUTE,
     EquipmentCommand,
     EquipmentEvent,
     EquipmentHub,
     EquipmentReply,
     Liveness,
+    command_event,
+    event_from_cloudevent,
+    reply_from_event,
 )
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, ValidationError
 
 
 def command(equipment: str | None, type: str = "com.example.do.v1") -> EquipmentCommand:
@@ -105,6 +112,97 @@ async def test_replies_and_events_go_to_the_attached_sink() -> None:
     await hub.event(EquipmentEvent(type="com.example.seen.v1", id="e1"))
     assert [r.data for r in sink.replies] == [{"ok": True}]
     assert [e.id for e in sink.events] == ["e1"]
+
+
+# -- the equipment CloudEvent shape ---------------------------------------------------------
+
+
+def test_a_command_event_carries_the_command_in_every_drivers_shape() -> None:
+    sent = EquipmentCommand(
+        correlation_id="J1:tighten:2",
+        type="com.example.tighten.v1",
+        equipment="tightener",
+        scope="cell1",
+        job_order_id="J1",
+        action="tighten",
+        parameters={"torque_nm": 85},
+        job_parameters={"bolts": 4},
+        timeout_seconds=12.2,
+    )
+    event = command_event(sent, "urn:gw").validate()
+    assert (event.type, event.source, event.subject) == (
+        "com.example.tighten.v1",
+        "urn:gw",
+        "cell1",
+    )
+    assert event.correlationid == "J1:tighten:2"
+    assert event.id != event.correlationid  # a fresh id unless the driver says otherwise
+    assert event.expiryinterval == 13  # the timeout, rounded up: void once the action gave up
+    assert event.datacontenttype == "application/json"
+    assert event.data == {"parameters": {"torque_nm": 85}, "job_parameters": {"bolts": 4}}
+    assert event.time is not None
+    assert event.extensions == {
+        EQUIPMENT_ATTRIBUTE: "tightener",
+        JOB_ORDER_ATTRIBUTE: "J1",
+        ACTION_ATTRIBUTE: "tighten",
+    }
+    shaped = command_event(
+        sent, "urn:gw", data={"Nm": 85}, datacontenttype=MSGPACK, id=sent.correlation_id
+    )
+    assert (shaped.data, shaped.datacontenttype, shaped.id) == ({"Nm": 85}, MSGPACK, "J1:tighten:2")
+    assert command_event(sent, "urn:gw", data=None).data is None  # None is a payload too
+    anywhere = command_event(command(None), "urn:gw")
+    assert EQUIPMENT_ATTRIBUTE not in anywhere.extensions
+    assert anywhere.expiryinterval is None
+
+
+def reply(**attributes: object) -> CloudEvent:
+    fields: dict[str, object] = {"correlationid": "J1:a:1", "subject": "cell1", "data": {"x": 1}}
+    fields.update(attributes)
+    return CloudEvent(type="com.example.do.v1", source="urn:eq", **fields)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("code", "message", "error"),
+    [
+        (None, None, None),
+        ("interlock", "guard open", "interlock: guard open"),
+        ("interlock", None, "interlock"),
+        (None, "guard open", "guard open"),
+        ("", "", "equipment reported an error"),
+    ],
+)
+def test_a_reply_event_is_read_with_its_error(
+    code: str | None, message: str | None, error: str | None
+) -> None:
+    read = reply_from_event(reply(errorcode=code, errormessage=message))
+    assert read == EquipmentReply("J1:a:1", data={"x": 1}, error=error, scope="cell1")
+
+
+def test_a_reply_event_without_correlation_answers_nothing() -> None:
+    with pytest.raises(ValidationError, match="correlationid"):
+        reply_from_event(reply(correlationid=None))
+
+
+def test_an_equipment_event_is_read_with_its_equipment_scope_and_job() -> None:
+    event = CloudEvent(
+        type="com.example.qa_result.v1",
+        source="urn:camera",
+        id="e7",
+        subject="cell1",
+        data={"passed": True},
+        extensions={EQUIPMENT_ATTRIBUTE: "camera", JOB_ORDER_ATTRIBUTE: "J1"},
+    )
+    assert event_from_cloudevent(event) == EquipmentEvent(
+        type="com.example.qa_result.v1",
+        id="e7",
+        equipment="camera",
+        scope="cell1",
+        job_order_id="J1",
+        data={"passed": True},
+    )
+    bare = event_from_cloudevent(CloudEvent(type="t.v1", source="urn:x", id="e8"))
+    assert (bare.equipment, bare.scope, bare.job_order_id) == (None, None, None)
 
 
 # -- liveness without a store (one process) ------------------------------------------------

@@ -9,7 +9,7 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
@@ -20,8 +20,10 @@ from gateway.codecs.mqtt import MqttMessage, from_mqtt, to_mqtt
 from gateway.equipment import EquipmentCommand
 from gateway.errors import GatewayError, SettingsError
 from gateway.hookspecs import hookimpl
+from gateway.settings import Settings
 from gateway.testing import running, wait_until
 from gateway.testing.mqtt import MqttTestClient, connect_test_client
+from gateway.transport import Binding
 from gateway_jobs.model import ReturnStatus
 from gateway_jobs.testing import JobsMes, job_order, return_status, work_master
 from gateway_mqtt_equipment import (
@@ -33,6 +35,11 @@ from gateway_mqtt_equipment import (
     MqttEquipmentDriver,
 )
 from gateway_sfc.model import DATASCHEMA
+
+if TYPE_CHECKING:
+    from anyio.abc import TaskStatus
+
+    from gateway.equipment import EquipmentDriver
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
@@ -453,3 +460,101 @@ async def test_without_the_plugin_that_receives_replies_a_command_fails_at_once(
     )
     with pytest.raises(GatewayError, match="is it blocked"):
         await driver.send(command)
+
+
+# -- sending through the binding's public API ------------------------------------------------
+
+
+@dataclass
+class RecordingBinding:
+    """A binding that records what is published (or fails like a disconnected one)."""
+
+    name: str = "recording"
+    published: list[tuple[str, CloudEvent, int, str | None]] = field(default_factory=list)
+    failure: GatewayError | None = None
+    ready: bool = True
+
+    async def run(self, gateway: Gateway, *, task_status: TaskStatus[None]) -> None:
+        task_status.started()
+
+    async def publish(
+        self,
+        topic: str,
+        event: CloudEvent,
+        *,
+        retain: bool = False,
+        qos: int = 1,
+        response_topic: str | None = None,
+    ) -> None:
+        if self.failure is not None:
+            raise self.failure
+        self.published.append((topic, event, qos, response_topic))
+
+    async def request(self, topic: str, event: CloudEvent, *, timeout: float) -> CloudEvent:
+        raise NotImplementedError
+
+
+@dataclass
+class RecordingTransport:
+    """Plugin: the recording binding, and an MQTT equipment driver sending through it."""
+
+    binding: RecordingBinding = field(default_factory=RecordingBinding)
+
+    @hookimpl
+    def gateway_register_bindings(
+        self, register: Callable[[Binding], None], settings: Settings
+    ) -> None:
+        register(self.binding)
+
+    @hookimpl
+    def gateway_register_equipment_drivers(
+        self, register: Callable[[EquipmentDriver], None], settings: Settings, gateway: Gateway
+    ) -> None:
+        register(
+            MqttEquipmentDriver(
+                gateway,
+                name="recorded",
+                topic_prefix="rec",
+                equipment=["press"],
+                binding="recording",
+            )
+        )
+
+
+def press_command() -> EquipmentCommand:
+    return EquipmentCommand(
+        correlation_id="J1:press:1",
+        type=PRESS,
+        equipment="press",
+        scope="cell1",
+        job_order_id="J1",
+        action="press",
+        parameters={"force_kn": 12},
+        timeout_seconds=5,
+    )
+
+
+def recorded_driver() -> tuple[MqttEquipmentDriver, RecordingBinding]:
+    transport = RecordingTransport()
+    gateway = Gateway.from_environment(
+        None, {"GATEWAY_PLUGINS_ALLOW": "mqtt-equipment"}, extra_plugins={"rec": transport}
+    )
+    [driver] = [d for d in gateway.equipment.drivers if isinstance(d, MqttEquipmentDriver)]
+    return driver, transport.binding
+
+
+async def test_a_command_is_published_with_the_shared_replies_topic_as_response_topic() -> None:
+    driver, binding = recorded_driver()
+    await driver.send(press_command())
+    [(topic, event, qos, response_topic)] = binding.published
+    assert (topic, qos, response_topic) == ("rec/press/commands", 1, "rec/replies")
+    assert event.correlationid == "J1:press:1"
+    assert event.extensions == {EQUIPMENT: "press", JOB_ORDER: "J1", "action": "press"}
+    assert event.expiryinterval == 5
+
+
+async def test_a_command_the_binding_cannot_publish_fails_with_the_drivers_name() -> None:
+    driver, binding = recorded_driver()
+    binding.failure = GatewayError("MQTT not connected to broker:1883")
+    with pytest.raises(GatewayError, match=r"recorded: command J1:press:1 not sent: MQTT not"):
+        await driver.send(press_command())

@@ -150,3 +150,30 @@ async def test_unreachable_equipment_is_offline_and_commands_fail_fast() -> None
         assert driver.serves(command())
         with anyio.fail_after(1), pytest.raises(EquipmentOffline, match="never connected"):
             await driver.send(command())
+
+
+async def test_an_equipment_server_stays_online_in_the_hub_while_connected() -> None:
+    """It sends no heartbeats: the open connection is renewed in the hub (every third of the
+    heartbeat timeout), and its end takes the equipment offline at once."""
+    async with RpcEquipmentServer.serve(Press()) as server:
+        gateway = rpc_gateway(
+            settings={
+                "port": "0",
+                "equipment": f"press=127.0.0.1:{server.port}",
+                "heartbeat_timeout_seconds": "0.3",
+                "reconnect_min_seconds": "5",
+            }
+        )
+        gateway.equipment.attach(RecordingSink())
+        hub = gateway.equipment
+        async with running(gateway):
+            await wait_until(lambda: rpc_binding(gateway).is_connected("press"))
+            assert hub.tracks("press")
+            await anyio.sleep(0.7)  # more than twice the time a renewal counts for
+            assert (await hub.liveness("press")).online
+            await server.abort_connections()
+            await wait_until(lambda: not rpc_binding(gateway).is_connected("press"))
+            state = await hub.liveness("press")
+            assert not state.online
+            assert state.gone_reason is not None
+            assert state.gone_reason.startswith("disconnected (")

@@ -3,7 +3,8 @@ and the camera as ``RpcDevice``s connected to the gateway's RPC server."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
@@ -12,19 +13,22 @@ import pytest
 
 from gateway.app import Gateway
 from gateway.cloudevents import CloudEvent
+from gateway.equipment import EquipmentCommand
 from gateway.testing import running
 from gateway.testing.mqtt import connect_test_client
 from gateway.testing.services import free_port
 from gateway_jobs.model import ReturnStatus
 from gateway_jobs.testing import JobsMes, job_order, return_status, work_master
+from gateway_msgpack_rpc.binding import EquipmentOffline
 from gateway_msgpack_rpc.device import RpcDevice
+from gateway_msgpack_rpc.testing import rpc_driver
 from gateway_sfc.model import DATASCHEMA
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 TIGHTEN = "com.example.station.tighten.v1"
 QA_RESULT = "com.example.station.qa_result.v1"
-RECIPE = {
+RECIPE: dict[str, Any] = {
     "steps": [{"name": "Tighten", "initial": True}, {"name": "Inspect"}, {"name": "Done"}],
     "transitions": [
         {"source": "Tighten", "target": "Inspect"},
@@ -156,3 +160,85 @@ async def test_equipment_that_vanishes_mid_command_gets_the_engines_retry(
     assert retry.correlationid != first.correlationid
     assert states == ["Ended", "Completed"]
     assert data["tighten"] == {"torque": 84.9}
+
+
+def without_retry(timeout_seconds: float = 0.5) -> dict[str, Any]:
+    """The recipe with one try of ``tighten``, failing after ``timeout_seconds``."""
+    actions = [dict(action) for action in RECIPE["actions"]]
+    actions[0].update(timeout_seconds=timeout_seconds, retry={"max_attempts": 1})
+    return {**RECIPE, "actions": actions}
+
+
+async def start(mes: JobsMes, recipe: dict[str, Any]) -> None:
+    wm = work_master("WM-1", recipe, dataschema=DATASCHEMA)
+    assert return_status(await mes.configure("workmaster", wm)) == ReturnStatus.NO_ERROR
+    order = job_order("J1", work_masters=["WM-1"])
+    assert return_status(await mes.store(order, method="StoreAndStart")) == ReturnStatus.NO_ERROR
+
+
+async def test_rpc_equipment_is_online_in_the_shared_hub_and_an_action_after_it_left_fails(
+    station: RpcStation,
+) -> None:
+    gateway = station.gateway()
+    hub = gateway.equipment
+    async with running(gateway), station.mes() as mes:
+        assert await hub.offline_reason("rpc-tightener") == (
+            "equipment rpc-tightener offline: never seen (no heartbeat yet)"
+        )
+        async with station.device("rpc-tightener"):
+            assert (await hub.liveness("rpc-tightener")).online  # in Redis: every instance's
+        await wait_until_async(lambda: offline(gateway, "rpc-tightener"))
+        reason = await hub.offline_reason("rpc-tightener")
+        assert reason is not None
+        assert reason.startswith("equipment rpc-tightener offline: disconnected (peer discon")
+        await start(mes, without_retry())
+        states, data = summary(await ended(mes))
+    assert states[0] == "Aborted"
+    assert "equipment rpc-tightener offline: MessagePack-RPC disconnected" in data["Error"]
+
+
+async def test_an_action_whose_rpc_equipment_vanishes_mid_command_fails_as_offline(
+    station: RpcStation,
+) -> None:
+    async with running(station.gateway()), station.mes() as mes:
+        async with station.device("rpc-tightener") as tightener:
+            await start(mes, without_retry(0.5))
+            with anyio.fail_after(10):
+                await tightener.commands.receive()
+            await tightener.abort()  # power lost before answering
+        states, data = summary(await ended(mes))
+    assert states[0] == "Aborted"
+    error = data["Error"]
+    assert re.search(
+        r"equipment rpc-tightener offline: disconnected \(.+\) \d+\.\d s ago "
+        r"\(last heartbeat \d+\.\d s ago\) \(no reply within 0\.5 s\)",
+        error,
+    ), error
+
+
+async def offline(gateway: Gateway, equipment: str) -> bool:
+    return not (await gateway.equipment.liveness(equipment)).online
+
+
+async def wait_until_async(condition: Callable[[], Awaitable[bool]], timeout: float = 5) -> None:
+    with anyio.fail_after(timeout):
+        while not await condition():  # noqa: ASYNC110
+            await anyio.sleep(0.02)
+
+
+async def test_an_instance_without_the_connection_says_the_equipment_is_on_another_one(
+    station: RpcStation,
+) -> None:
+    other = Gateway.from_environment(
+        None,
+        {
+            **station.environ,
+            "GATEWAY_GATEWAY_INSTANCE_ID": f"{station.name}-b",
+            "GATEWAY_MSGPACK_RPC_PORT": "0",
+        },
+    )
+    command = EquipmentCommand("J1:tighten:1", TIGHTEN, "rpc-tightener", "cell1", "J1", "tighten")
+    async with running(station.gateway()), running(other), station.device("rpc-tightener"):
+        assert (await other.equipment.liveness("rpc-tightener")).online  # the shared view
+        with pytest.raises(EquipmentOffline, match="connected to another one"):
+            await rpc_driver(other).send(command)

@@ -280,3 +280,51 @@ async def test_the_default_gateway_opens_no_port() -> None:
         assert binding.address is None
         assert binding.ready
     assert not binding.ready
+
+
+# -- liveness in the equipment hub ----------------------------------------------------------
+
+
+async def test_the_hub_sees_connected_equipment_online_and_a_disconnect_with_its_reason() -> None:
+    async with station() as s:
+        hub = s.gateway.equipment
+        async with s.connect("tightener", heartbeat_seconds=0):
+            assert (await hub.liveness("tightener")).online
+            assert hub.tracks("tightener")
+            assert await hub.offline_reason("tightener") is None
+        await wait_until(lambda: not s.driver.liveness.is_online("tightener"))
+        state = await hub.liveness("tightener")
+        reason = await hub.offline_reason("tightener")
+    assert not state.online
+    assert state.gone_reason == "disconnected (peer disconnected)"
+    assert reason is not None
+    assert reason.startswith("equipment tightener offline: disconnected (peer disconnected) 0.")
+
+
+async def test_known_equipment_that_never_connected_is_never_seen_for_the_hub() -> None:
+    async with station({"known_equipment": "press"}) as s:
+        hub = s.gateway.equipment
+        assert hub.tracks("press")
+        assert not hub.tracks("stranger")  # no driver expects it: nothing to say about it
+        assert await hub.offline_reason("press") == (
+            "equipment press offline: never seen (no heartbeat yet)"
+        )
+        assert await hub.offline_reason("stranger") is None
+
+
+async def test_a_failing_hub_does_not_break_the_connection(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def unreachable(*args: object, **kwargs: object) -> None:
+        raise ConnectionError("store unreachable")
+
+    async with station() as s:
+        monkeypatch.setattr(s.gateway.equipment, "heartbeat", unreachable)
+        async with s.connect("tightener") as device:
+            await device.heartbeat()
+            assert s.driver.liveness.is_online("tightener")  # this instance's view is kept
+            await s.driver.send(command())
+            sent = await device.commands.receive()
+            await device.reply(sent, {"torque": 85.0})
+            await wait_until(lambda: s.sink.replies)
+    assert "equipment tightener: liveness not recorded: store unreachable" in caplog.text
