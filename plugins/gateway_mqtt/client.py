@@ -14,9 +14,10 @@ import ssl
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import aiomqtt
+import paho.mqtt.client as paho
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
@@ -28,6 +29,19 @@ from gateway_mqtt.settings import MqttSettings, broker_address
 NODELAY = (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 # CONNACK reason codes that no amount of retrying will fix.
 _REFUSED_FOR_GOOD = {"Bad user name or password", "Not authorized", "Client identifier not valid"}
+# TLS failures that no amount of retrying will fix (OpenSSL reason names, as in ssl.SSLError's
+# text), and what they most likely mean.
+_TLS_FAILURES = {
+    "CERTIFICATE_VERIFY_FAILED": "the broker's certificate is not trusted (mqtt.tls_ca_file) "
+    "or does not name the host in mqtt.url",
+    "CERTIFICATE_REQUIRED": "the broker requires a client certificate (mqtt.tls_cert_file)",
+    "ALERT_BAD_CERTIFICATE": "the broker refused the client certificate",
+    "ALERT_UNKNOWN_CA": "the broker does not trust the client certificate's CA",
+    "ALERT_CERTIFICATE_UNKNOWN": "the broker refused the client certificate",
+    "ALERT_CERTIFICATE_EXPIRED": "the broker says the client certificate has expired",
+    "ALERT_CERTIFICATE_REVOKED": "the broker says the client certificate was revoked",
+    "ALERT_UNSUPPORTED_CERTIFICATE": "the broker refused the client certificate",
+}
 
 
 class ConnectionLost(GatewayError):
@@ -87,13 +101,19 @@ def connector_for(settings: MqttSettings, client_id: str) -> Connector:
 
 
 class AiomqttConnector:
-    """Sessions over TCP (TLS for mqtts://) with TCP_NODELAY and manual acknowledgement."""
+    """Sessions over TCP (TLS for mqtts://) with TCP_NODELAY and manual acknowledgement.
+
+    The TLS context is built again for every connection, so renewed certificate files are
+    picked up at the next reconnect; it is also built once here, so a missing or broken
+    certificate file stops start-up naming its setting.
+    """
 
     def __init__(self, settings: MqttSettings, client_id: str) -> None:
         self.settings = settings
         self.client_id = client_id
         self.address = broker_address(settings)
         self.where = f"{self.address.host}:{self.address.port}"
+        self._tls_context()
 
     @asynccontextmanager
     async def connect(self) -> AsyncIterator[MqttClient]:
@@ -101,12 +121,13 @@ class AiomqttConnector:
             async with self._client() as client:
                 yield AiomqttClient(client)
         except aiomqtt.MqttError as error:
-            raise ConnectionLost(str(error), refused_for_good=_refused_for_good(error)) from None
+            reason, for_good = _explain(error)
+            raise ConnectionLost(reason, refused_for_good=for_good) from None
 
     def _client(self) -> aiomqtt.Client:
         connect_properties = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
         connect_properties.SessionExpiryInterval = self.settings.session_expiry_seconds
-        client = aiomqtt.Client(
+        client = _Client(
             self.address.host,
             self.address.port,
             identifier=self.client_id,
@@ -130,13 +151,67 @@ class AiomqttConnector:
         if not self.address.tls:
             return None
         settings = self.settings
-        context = ssl.create_default_context(cafile=settings.tls_ca_file or None)
+        try:
+            context = ssl.create_default_context(cafile=settings.tls_ca_file or None)
+        except (OSError, ValueError) as error:  # ssl.SSLError is an OSError
+            raise SettingsError(
+                "mqtt.tls_ca_file", f"cannot load CA bundle {settings.tls_ca_file!r}: {error}"
+            ) from None
         if settings.tls_cert_file:
-            context.load_cert_chain(settings.tls_cert_file, settings.tls_key_file or None)
+            try:
+                context.load_cert_chain(settings.tls_cert_file, settings.tls_key_file or None)
+            except (OSError, ValueError) as error:
+                files = ", ".join(
+                    repr(name) for name in (settings.tls_cert_file, settings.tls_key_file) if name
+                )
+                raise SettingsError(
+                    "mqtt.tls_cert_file",
+                    f"cannot load the client certificate and key from {files}: {error}",
+                ) from None
+        elif settings.tls_key_file:
+            raise SettingsError("mqtt.tls_key_file", "is set, but mqtt.tls_cert_file is not")
         if not settings.tls_verify:
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
         return context
+
+
+class _Client(aiomqtt.Client):
+    """aiomqtt's client, failing the connection attempt when the broker drops it before CONNACK.
+
+    aiomqtt (2.5) waits for CONNACK without a timeout and ignores a disconnect that comes
+    before it, so start-up would hang for good when a TLS 1.3 broker rejects the client
+    certificate (its alert arrives after the handshake, at the first read) or the listener
+    speaks TLS and the URL does not. The reason is what paho logged last as an error.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._last_error = ""
+        self._client.on_log = self._remember_error
+
+    def _remember_error(self, client: paho.Client, userdata: Any, level: int, text: str) -> None:
+        if level == paho.MQTT_LOG_ERR:
+            self._last_error = text
+
+    def _on_disconnect(
+        self,
+        client: paho.Client,
+        userdata: Any,
+        flags: paho.DisconnectFlags,
+        reason_code: Any,
+        properties: Properties | None = None,
+    ) -> None:
+        if not self._connected.done():
+            reason = self._last_error or str(reason_code)
+            self._connected.set_exception(
+                aiomqtt.MqttError(f"the broker closed the connection before accepting it: {reason}")
+            )
+            # Marks it retrieved: no "exception never retrieved" warning if no one awaits it
+            # (a connection attempt cancelled meanwhile); an awaiting __aenter__ still raises it.
+            self._connected.exception()
+            return
+        super()._on_disconnect(client, userdata, flags, reason_code, properties)
 
 
 class AiomqttClient:
@@ -184,8 +259,17 @@ class _AiomqttMessages:
         self._client._client.ack(message.mid, message.qos)
 
 
-def _refused_for_good(error: aiomqtt.MqttError) -> bool:
-    return isinstance(error, aiomqtt.MqttCodeError) and str(error.rc) in _REFUSED_FOR_GOOD
+def _explain(error: aiomqtt.MqttError) -> tuple[str, bool]:
+    """The reason a connection failed, and whether retrying is futile (refused credentials,
+    certificates that do not fit). Never contains the password: neither paho nor OpenSSL
+    put it in their messages."""
+    text = str(error)
+    if isinstance(error, aiomqtt.MqttCodeError) and str(error.rc) in _REFUSED_FOR_GOOD:
+        return text, True
+    for marker, meaning in _TLS_FAILURES.items():
+        if marker in text:
+            return f"TLS: {meaning} ({text})", True
+    return text, False
 
 
 # -- the in-process broker (memory://) ----------------------------------------------------------

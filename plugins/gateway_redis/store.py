@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.cloudevents import format_time, utc_now
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, SettingsError
 from gateway.store import KeySchema, check_scope
 from gateway_redis.dedupe import RedisDeduplicator
 from gateway_redis.embedded import EmbeddedRedis
@@ -45,6 +45,11 @@ if redis.call('SADD', KEYS[1], ARGV[1]) == 1 then
 end
 return 0
 """
+
+
+# How a TLS server that requires a client certificate turns away a client without one: the
+# TLS 1.3 alert, or a dropped connection when the alert does not make it through first.
+_NO_CLIENT_CERTIFICATE = ("CERTIFICATE_REQUIRED", "reset by peer", "Connection closed by server")
 
 
 def _now() -> str:
@@ -141,8 +146,24 @@ class RedisStore:
         if self.embedded is not None:
             socket = await anyio.to_thread.run_sync(self.embedded.start)
             return Redis(unix_socket_path=socket, **options)
+        self._check_tls_files()
         url = connection_url(self.settings)
         return Redis.from_url(url, **options, **connection_options(self.settings))
+
+    def _check_tls_files(self) -> None:
+        """Name the setting of a TLS file that cannot be read (redis-py would not)."""
+        if not self.settings.uses_tls:
+            return
+        for key in ("tls_ca_file", "tls_cert_file", "tls_key_file"):
+            name = getattr(self.settings, key)
+            if not name:
+                continue
+            try:
+                Path(name).open("rb").close()
+            except OSError as error:
+                raise SettingsError(
+                    f"redis.{key}", f"cannot read {name!r}: {error.strerror or error}"
+                ) from None
 
     def _client_options(self) -> dict[str, Any]:
         return {
@@ -159,9 +180,15 @@ class RedisStore:
             await client.ping()
         except (RedisError, OSError) as error:
             # ``from None``: the message is the whole story, and it never shows the password.
-            raise GatewayError(
-                f"cannot connect to Redis at {self.address}: {self._scrub(str(error))}"
-            ) from None
+            reason = self._scrub(str(error))
+            settings = self.settings
+            if (
+                settings.uses_tls
+                and not settings.tls_cert_file
+                and any(sign in reason for sign in _NO_CLIENT_CERTIFICATE)
+            ):
+                reason += " (does the server require a client certificate? redis.tls_cert_file)"
+            raise GatewayError(f"cannot connect to Redis at {self.address}: {reason}") from None
 
     def _scrub(self, text: str) -> str:
         password = connection_options(self.settings).get("password")

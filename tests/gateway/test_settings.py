@@ -16,7 +16,9 @@ from gateway.settings import (
     Settings,
     SettingsRegistry,
     env_name,
+    file_env_name,
     load_settings,
+    mask_url_passwords,
     setting,
 )
 
@@ -448,3 +450,218 @@ def test_every_kind_of_value_can_be_set_from_the_environment(
         data_dir=Path("/srv/pump"),
         limit=10,
     )
+
+
+# -- values from files (GATEWAY_<SECTION>_<KEY>_FILE) ----------------------------------------
+
+
+def write_secret(tmp_path: Path, text: str, name: str = "secret") -> str:
+    path = tmp_path / name
+    path.write_text(text, newline="")
+    return str(path)
+
+
+def test_file_env_names() -> None:
+    assert file_env_name("mqtt", "password") == "GATEWAY_MQTT_PASSWORD_FILE"
+    assert file_env_name("my-plugin", "api.key") == "GATEWAY_MY_PLUGIN_API_KEY_FILE"
+
+
+def test_a_value_is_read_from_the_file_named_by_the_file_variable(
+    load: LoadSettings, tmp_path: Path
+) -> None:
+    secret = write_secret(tmp_path, PASSWORD + "\n")
+    settings = load(GATEWAY_PUMP_PASSWORD_FILE=secret)
+    password = settings.get(PumpSettings).password
+    assert password is not None
+    assert password.reveal() == PASSWORD  # the trailing newline is not part of it
+    assert settings.sources["pump.password"] == (
+        f"file {secret} named by GATEWAY_PUMP_PASSWORD_FILE"
+    )
+    assert settings.masked()["pump"]["password"] == "********"
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("s3cret", "s3cret"),
+        ("s3cret\n", "s3cret"),
+        ("s3cret\r\n", "s3cret"),
+        ("s3cret\n\n", "s3cret\n"),  # one newline only: the rest is the value's
+        (" s3cret \n", " s3cret "),  # spaces are kept
+        ("\n", ""),
+    ],
+)
+def test_only_one_trailing_newline_is_stripped(
+    load: LoadSettings, tmp_path: Path, content: str, expected: str
+) -> None:
+    token = load(GATEWAY_PUMP_TOKEN_FILE=write_secret(tmp_path, content)).get(PumpSettings).token
+    assert token == expected
+
+
+def test_any_key_can_come_from_a_file_and_is_parsed_like_environment_text(
+    load: LoadSettings, tmp_path: Path
+) -> None:
+    pump = load(
+        GATEWAY_PUMP_RETRIES_FILE=write_secret(tmp_path, "7\n", "retries"),
+        GATEWAY_PUMP_ENABLED_FILE=write_secret(tmp_path, "off\n", "enabled"),
+        GATEWAY_PUMP_TAGS_FILE=write_secret(tmp_path, "x, y\n", "tags"),
+        GATEWAY_PUMP_LIMIT_FILE=write_secret(tmp_path, "", "limit"),
+    ).get(PumpSettings)
+    assert (pump.retries, pump.enabled, pump.tags, pump.limit) == (7, False, ["x", "y"], None)
+
+
+def test_environment_beats_file_beats_toml(load: LoadSettings, tmp_path: Path) -> None:
+    toml = '[pump]\ntoken = "from-toml"\nurl = "tcp://toml:1"\nmode = "slow"\n'
+    token_file = write_secret(tmp_path, "from-file\n", "token")
+    url_file = write_secret(tmp_path, "tcp://file:1\n", "url")
+    settings = load(
+        toml,
+        GATEWAY_PUMP_TOKEN="from-env",
+        GATEWAY_PUMP_TOKEN_FILE=token_file,
+        GATEWAY_PUMP_URL_FILE=url_file,
+    )
+    pump = settings.get(PumpSettings)
+    assert pump.token == "from-env"
+    assert pump.url == "tcp://file:1"
+    assert pump.mode == "slow"
+    assert settings.sources["pump.token"] == "environment GATEWAY_PUMP_TOKEN"
+    assert settings.sources["pump.url"] == f"file {url_file} named by GATEWAY_PUMP_URL_FILE"
+    assert settings.sources["pump.mode"].startswith("file ")
+    assert settings.sources["pump.mode"].endswith("gateway.toml")
+
+
+def test_an_empty_file_variable_is_ignored(load: LoadSettings) -> None:
+    settings = load('[pump]\nurl = "tcp://toml:1"\n', GATEWAY_PUMP_URL_FILE="")
+    assert settings.get(PumpSettings).url == "tcp://toml:1"
+
+
+def test_a_missing_file_names_the_key_the_variable_and_the_path(
+    load: LoadSettings, tmp_path: Path
+) -> None:
+    missing = tmp_path / "nowhere" / "password"
+    error = settings_error(load, GATEWAY_PUMP_PASSWORD_FILE=str(missing))
+    assert error.element == "pump.password"
+    assert "GATEWAY_PUMP_PASSWORD_FILE" in error.reason
+    assert str(missing) in error.reason
+    assert "No such file" in error.reason
+
+
+def test_a_directory_or_binary_file_is_refused_without_showing_content(
+    load: LoadSettings, tmp_path: Path
+) -> None:
+    error = settings_error(load, GATEWAY_PUMP_TOKEN_FILE=str(tmp_path))
+    assert error.element == "pump.token"
+    assert "cannot read" in error.reason
+    binary = tmp_path / "binary"
+    binary.write_bytes(b"\xffhunter2\xfe")
+    error = settings_error(load, GATEWAY_PUMP_TOKEN_FILE=str(binary))
+    assert error.element == "pump.token"
+    assert "not UTF-8" in error.reason
+    assert "hunter2" not in str(error)
+    assert "xff" not in str(error)
+
+
+@pytest.mark.parametrize(
+    ("variable", "content", "element"),
+    [
+        ("GATEWAY_PUMP_RETRIES_FILE", f"{PASSWORD}\n", "pump.retries"),  # not an integer
+        ("GATEWAY_PUMP_MODE_FILE", f"{PASSWORD}\n", "pump.mode"),  # not a choice
+        ("GATEWAY_PUMP_TIMEOUT_FILE", "-20240101\n", "pump.timeout"),  # below the minimum
+    ],
+)
+def test_a_bad_value_from_a_file_is_not_shown_in_the_error(
+    load: LoadSettings, tmp_path: Path, variable: str, content: str, element: str
+) -> None:
+    error = settings_error(load, **{variable: write_secret(tmp_path, content)})
+    assert error.element == element
+    assert "expected" in error.reason
+    assert "********" in error.reason
+    assert f"named by {variable}" in error.reason
+    assert PASSWORD not in str(error)
+    assert "20240101" not in str(error)
+
+
+def test_a_bad_secret_in_a_choice_is_not_shown(registry: SettingsRegistry) -> None:
+    @dataclass(frozen=True)
+    class Locked:
+        code: str = setting("a", "Unlock code", secret=True, choices=("a", "b"))
+
+    registry.register("lock", Locked)
+    with pytest.raises(SettingsError) as caught:
+        load_settings(registry, None, {"GATEWAY_LOCK_CODE": PASSWORD})
+    assert PASSWORD not in str(caught.value)
+    assert "one of a, b" in caught.value.reason
+
+
+def test_a_key_named_like_another_keys_file_variable_keeps_its_own_variable(
+    tmp_path: Path,
+) -> None:
+    """``tls_ca`` and ``tls_ca_file``: GATEWAY_TLS_TLS_CA_FILE sets ``tls_ca_file``."""
+
+    @dataclass(frozen=True)
+    class Tls:
+        tls_ca: str = setting("", "CA in PEM text")
+        tls_ca_file: str = setting("", "CA bundle path")
+
+    registry = SettingsRegistry()
+    registry.register("tls", Tls)
+    settings = load_settings(registry, None, {"GATEWAY_TLS_TLS_CA_FILE": "/etc/ca.pem"})
+    assert settings.get(Tls) == Tls(tls_ca="", tls_ca_file="/etc/ca.pem")
+
+
+def test_a_secret_from_a_file_stays_masked_in_config_show(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gateway.cli import main
+
+    secret = write_secret(tmp_path, PASSWORD + "\n")
+    monkeypatch.setenv("GATEWAY_MQTT_PASSWORD_FILE", secret)
+    monkeypatch.setenv("GATEWAY_REDIS_PASSWORD_FILE", secret)
+    assert main(["config", "show"]) == 0
+    shown = capsys.readouterr().out
+    assert PASSWORD not in shown
+    assert f"from file {secret} named by GATEWAY_MQTT_PASSWORD_FILE" in shown
+    assert f"from file {secret} named by GATEWAY_REDIS_PASSWORD_FILE" in shown
+
+
+def test_values_read_from_files_are_masked_like_secrets(load: LoadSettings, tmp_path: Path) -> None:
+    """A key that is not secret by declaration (a URL with credentials, say) but comes from a
+    secret file is not shown either."""
+    url_file = write_secret(tmp_path, f"tcp://pump:{PASSWORD}@host:1\n", "url")
+    empty_file = write_secret(tmp_path, "\n", "tags")
+    settings = load(GATEWAY_PUMP_URL_FILE=url_file, GATEWAY_PUMP_TAGS_FILE=empty_file)
+    assert settings.get(PumpSettings).url == f"tcp://pump:{PASSWORD}@host:1"
+    assert settings.hidden == {"pump.url", "pump.tags"}
+    masked = settings.masked()
+    assert masked["pump"]["url"] == "********"
+    assert masked["pump"]["tags"] == []  # nothing to hide
+    assert PASSWORD not in repr(masked)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (f"mqtt://user:{PASSWORD}@broker:1883", "mqtt://user:********@broker:1883"),
+        (f"rediss://:{PASSWORD}@redis:6380/0", "rediss://:********@redis:6380/0"),
+        ("mqtt://user@broker:1883", "mqtt://user@broker:1883"),
+        ("mqtt://broker:1883", "mqtt://broker:1883"),
+        (
+            f"a=tcp://u:{PASSWORD}@h:1, b=tcp://v:w@h:2",
+            "a=tcp://u:********@h:1, b=tcp://v:********@h:2",
+        ),
+        ("not a url: x:y@z", "not a url: x:y@z"),
+    ],
+)
+def test_url_passwords_are_masked(text: str, expected: str) -> None:
+    assert mask_url_passwords(text) == expected
+
+
+def test_url_passwords_are_masked_in_config_show_and_errors(load: LoadSettings) -> None:
+    url = f"tcp://pump:{PASSWORD}@host:1"
+    masked = load(GATEWAY_PUMP_URL=url, GATEWAY_PUMP_TAGS=f"{url},plain").masked()
+    assert masked["pump"]["url"] == "tcp://pump:********@host:1"
+    assert masked["pump"]["tags"] == ["tcp://pump:********@host:1", "plain"]
+    error = settings_error(load, f'[pump]\nurl = "{url}"\nmode = "{url}"\n')
+    assert error.element == "pump.mode"
+    assert PASSWORD not in str(error)
+    assert "tcp://pump:********@host:1" in error.reason

@@ -5,6 +5,7 @@ Tests taking ``broker_url`` run on mosquitto and on the in-process broker (``mem
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -20,7 +21,7 @@ from gateway.hookspecs import hookimpl
 from gateway.settings import Settings
 from gateway.testing import running, wait_until
 from gateway.testing.mqtt import connect_test_client
-from gateway.testing.services import ServerProcess, mosquitto
+from gateway.testing.services import ServerProcess, free_port, mosquitto
 from gateway.transport import Processor, Subscription
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
@@ -201,3 +202,19 @@ async def test_refused_credentials_stop_start_up_with_a_clear_message(unique: st
     message = str(raised.value)
     assert "refused" in message
     assert "wrong" not in message
+
+
+async def test_a_stop_request_ends_the_first_connection_attempts(unique: str) -> None:
+    """No broker yet: the gateway keeps retrying, and a SIGTERM-like stop still ends it."""
+    gateway = make_gateway(f"mqtt://127.0.0.1:{free_port()}", unique)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(run_until_stopped, gateway)
+            await wait_until(lambda: gateway.binding("mqtt").reconnects >= 2)  # type: ignore[attr-defined]
+            gateway.request_stop("stop during start-up")
+    assert gateway.stop_reason == "stop during start-up"
+
+
+async def run_until_stopped(gateway: Gateway) -> None:
+    with contextlib.suppress(GatewayError):  # start-up did not complete: run() says so
+        await gateway.run()

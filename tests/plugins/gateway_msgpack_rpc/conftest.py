@@ -12,5 +12,5 @@ from gateway_msgpack_rpc.testing import Certificates, make_certificates
 @pytest.fixture(scope="session")
 def certificates(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
     if shutil.which("openssl") is None:
-        pytest.skip("the openssl command is needed to make test certificates")
+        pytest.fail("the openssl command is needed to make test certificates")
     return make_certificates(tmp_path_factory.mktemp("rpc-tls"))

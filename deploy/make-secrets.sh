@@ -1,0 +1,40 @@
+#!/bin/sh
+# Makes the secret files deploy/compose.yaml reads (deploy/secrets/*), each once: an existing
+# file is kept, so running this again changes nothing. Delete a file and run it again to rotate
+# that secret (then `docker compose up -d --force-recreate`).
+set -eu
+cd "$(dirname "$0")"
+
+umask 077
+mkdir -p secrets
+chmod 0700 secrets
+
+random_password() {
+    # 32 hex characters: nothing that needs escaping in a URL, a shell or a config file.
+    od -An -N16 -tx1 /dev/urandom | tr -d ' \n'
+}
+
+make_secret() {  # name
+    if [ ! -s "secrets/$1" ]; then
+        random_password > "secrets/$1"
+        echo >> "secrets/$1"
+        echo "made secrets/$1"
+    fi
+}
+
+make_secret mqtt_password            # user "gateway": every gateway process
+make_secret mqtt_mes_password        # user "mes": the MES
+make_secret mqtt_equipment_password  # user "equipment": the simulated station's devices
+make_secret redis_password           # ACL user "gateway"
+
+# The simulated devices connect with credentials in their broker URL.
+if [ ! -s secrets/simulator_mqtt_url ]; then
+    printf 'mqtt://equipment:%s@mosquitto:1883\n' "$(cat secrets/mqtt_equipment_password)" \
+        > secrets/simulator_mqtt_url
+    echo "made secrets/simulator_mqtt_url"
+fi
+
+# Compose bind-mounts these files as they are, and the gateway runs as uid 10001: the files are
+# readable by everyone, the directory (0700) by you only.
+chmod 0444 secrets/mqtt_password secrets/mqtt_mes_password secrets/mqtt_equipment_password \
+    secrets/redis_password secrets/simulator_mqtt_url
