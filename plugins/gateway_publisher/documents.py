@@ -1,10 +1,10 @@
 """Where the order and result payloads come from when a change record does not carry them.
 
-The change records are meant to carry the documents (``records``); until the job management
-plugin writes them, a ``DocumentSource`` can read them from the store. The publisher imports
-nothing of the job management plugin, so such a source is handed in from outside (the tests
-build one on that plugin's public ``JobRepository``). Without either, the order and result
-topics are not published and the index says ``has_result: false``.
+The job management plugin's change records carry the documents (``records``), so the publisher
+reads nothing. For records without them (written by another job management plugin, say), a
+``DocumentSource`` handed in from outside can read them; the publisher imports nothing of the
+job management plugin. Without either, the order and result topics are not published and the
+index says ``has_result: false``.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Fixtures for the MES publisher: a station (job management, scripted recipes) and its publisher.
 
-The change records do not carry the order and response documents yet, so the publisher under
-test reads them through ``RepositoryDocuments`` (the job management plugin's public
-``JobRepository``), which is what ``PublisherPlugin(documents=...)`` is for. Records that carry
-them are used as they are (``test_retained`` covers both).
+The job management plugin's change records carry the order and response documents, and the
+publisher under test publishes them as they are. ``RepositoryDocuments`` (on the job management
+plugin's public ``JobRepository``) is the fallback source for records without them, which
+``PublisherPlugin(documents=...)`` accepts; ``test_index`` covers that path.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ class Rig:
         *,
         role: str = "all",
         publisher: bool = True,
-        documents: bool = True,
+        documents: bool = False,
         **settings: str,
     ) -> Gateway:
         """A gateway instance; ``publisher`` adds the publisher under test (role permitting)."""

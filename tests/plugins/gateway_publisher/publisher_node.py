@@ -1,8 +1,8 @@
 """One publisher process of the kill test (not a test module: ``test_kill.py`` starts it).
 
 ``gateway run --role publisher`` from the ``GATEWAY_...`` environment, with the publisher
-plugin given a document source, because the change records do not carry the documents yet
-(the same ``RepositoryDocuments`` as the fixtures': a script cannot import a test module).
+plugin given a document source for records without documents (the same
+``RepositoryDocuments`` as the fixtures': a script cannot import a test module).
 """
 
 from __future__ import annotations
