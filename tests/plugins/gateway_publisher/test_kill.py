@@ -10,11 +10,7 @@ publishing when it died, are published from the persisted cursor.
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,6 +19,7 @@ import pytest
 
 from gateway.testing import running, wait_until
 from gateway.testing.mes import Gap, StateIndex
+from gateway.testing.processes import GatewayProcess
 from gateway_jobs.testing import JobsMes, job_order, return_status
 
 if TYPE_CHECKING:
@@ -34,44 +31,12 @@ NODE = Path(__file__).with_name("publisher_node.py")
 JOBS = 60
 
 
-@dataclass
-class PublisherProcess:
-    environ: dict[str, str]
-    log: Path
-    process: subprocess.Popen[bytes] | None = None
-    starts: int = 0
-
-    def start(self) -> None:
-        self.starts += 1
-        with self.log.open("ab") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, str(NODE)], env=self.environ, stdout=log, stderr=subprocess.STDOUT
-            )
-
-    def active(self) -> bool:
-        """This start has taken the lease (each term logs its epoch once)."""
-        return self.log.read_text(errors="replace").count("MES publisher active") >= self.starts
-
-    def kill(self) -> None:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait()
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-
 @pytest.fixture
-def publisher(rig: Rig, tmp_path: Path) -> Iterator[PublisherProcess]:
+def publisher(rig: Rig, tmp_path: Path) -> Iterator[GatewayProcess]:
     inherited = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
     environ = {**inherited, **rig.environ("publisher", "publisher")}
-    process = PublisherProcess(environ, tmp_path / "publisher.log")
+    # Each term of the lease logs its epoch once: "active" once per start.
+    process = GatewayProcess(NODE, environ, tmp_path / "publisher.log", "MES publisher active")
     try:
         yield process
     finally:
@@ -89,7 +54,7 @@ async def start_job(line: JobsMes, number: int) -> None:
     assert return_status(reply) == 1
 
 
-async def test_sigkill_mid_stream_loses_no_update(rig: Rig, publisher: PublisherProcess) -> None:
+async def test_sigkill_mid_stream_loses_no_update(rig: Rig, publisher: GatewayProcess) -> None:
     seen: list[tuple[StateIndex, Gap]] = []
     finished = {f"K{number:02d}" for number in range(JOBS)}
 
@@ -114,7 +79,7 @@ async def test_sigkill_mid_stream_loses_no_update(rig: Rig, publisher: Publisher
 
             tasks.start_soon(follow)
             publisher.start()
-            await wait_until(publisher.active, timeout=10)
+            await wait_until(publisher.ready, timeout=10)
             await start_jobs(line, range(10))
             await wait_until(lambda: published(10), timeout=5)
             # A burst, and the kill while the publisher is working through it.

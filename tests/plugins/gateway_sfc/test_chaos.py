@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
-import subprocess
-import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -25,6 +22,7 @@ from redis.asyncio import Redis
 from gateway.cloudevents import CloudEvent
 from gateway.testing import wait_until
 from gateway.testing.mqtt import connect_test_client
+from gateway.testing.processes import GatewayProcess
 from gateway_jobs.testing import JobsMes, job_order, work_master
 from gateway_sfc.model import DATASCHEMA
 
@@ -67,43 +65,8 @@ RECIPE = {
 
 
 @dataclass
-class Node:
-    """One gateway process, restartable under the same instance id (same MQTT session)."""
-
-    name: str
-    environ: dict[str, str]
-    log: Path
-    process: subprocess.Popen[bytes] | None = None
-    starts: int = 0
-
-    def start(self) -> None:
-        self.starts += 1
-        with self.log.open("ab") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, str(NODE)], env=self.environ, stdout=log, stderr=subprocess.STDOUT
-            )
-
-    def started(self) -> bool:
-        return self.log.read_text(errors="replace").count(" started (role all)") >= self.starts
-
-    def kill(self) -> None:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait()
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-
-@dataclass
 class Chaos:
-    nodes: list[Node]
+    nodes: list[GatewayProcess]
     kills: int = 0
     log: list[str] = field(default_factory=list)
 
@@ -115,14 +78,16 @@ class Chaos:
             node = rng.choice(self.nodes)
             node.kill()
             self.kills += 1
-            self.log.append(f"killed {node.name}")
+            self.log.append(f"killed {node.log.stem}")
             await anyio.sleep(rng.uniform(0.05, 0.3))
             node.start()
-            await wait_until(node.started, timeout=20)
+            await wait_until(node.ready, timeout=20)
 
 
 @pytest.fixture
-def nodes(redis_url: str, mqtt_url: str, unique: str, tmp_path: Path) -> Iterator[list[Node]]:
+def nodes(
+    redis_url: str, mqtt_url: str, unique: str, tmp_path: Path
+) -> Iterator[list[GatewayProcess]]:
     base = {
         **{k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")},
         "GATEWAY_REDIS_URL": redis_url,
@@ -140,10 +105,11 @@ def nodes(redis_url: str, mqtt_url: str, unique: str, tmp_path: Path) -> Iterato
         "CHAOS_RECORD_KEY": f"{unique}:chaos:dispatched",
     }
     made = [
-        Node(
-            name,
+        GatewayProcess(
+            NODE,
             {**base, "GATEWAY_GATEWAY_INSTANCE_ID": f"{unique}-{name}"},
             tmp_path / f"{name}.log",
+            ready_line=" started (role all)",
         )
         for name in ("a", "b")
     ]
@@ -165,12 +131,12 @@ async def patiently(request: Callable[[], Awaitable[T]], tries: int = 20) -> T:
 
 
 async def test_every_job_ends_exactly_once_while_instances_are_killed(
-    nodes: list[Node], redis_url: str, mqtt_url: str, unique: str
+    nodes: list[GatewayProcess], redis_url: str, mqtt_url: str, unique: str
 ) -> None:
     for node in nodes:
         node.start()
     for node in nodes:
-        await wait_until(node.started, timeout=20)
+        await wait_until(node.ready, timeout=20)
     chaos = Chaos(nodes)
     async with connect_test_client(mqtt_url) as client:
         mes = JobsMes(client, unique, "cell")

@@ -1,0 +1,53 @@
+"""A gateway running as a process of its own, for tests that kill it (SIGKILL) and restart it."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass
+class GatewayProcess:
+    """``python <script>`` with ``environ``, logging to ``log``; restartable under one identity.
+
+    ``ready_line`` is the log text each start writes once it is up: ``ready()`` is true once
+    the log holds it as often as the process was started.
+    """
+
+    script: Path
+    environ: dict[str, str]
+    log: Path
+    ready_line: str
+    process: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+
+    def start(self) -> None:
+        self.starts += 1
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, str(self.script)],
+                env=self.environ,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    def ready(self) -> bool:
+        return self.log.read_text(errors="replace").count(self.ready_line) >= self.starts
+
+    def kill(self) -> None:
+        """SIGKILL: no clean-up of any kind, as when a machine loses power."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+
+    def stop(self, timeout: float = 15) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
