@@ -15,6 +15,7 @@ from typing import Any
 
 from gateway.cloudevents import CloudEvent, mqtt_safe_text
 from gateway.errors import ValidationError
+from gateway.logs import log_context
 from gateway.store import check_scope
 from gateway.transport import Processor, Subscription
 from gateway_jobs.config import CONFIG_KINDS, PUT, config_type
@@ -62,6 +63,10 @@ class JobsProcessor:
         )
 
     async def handle(self, event: CloudEvent) -> list[CloudEvent]:
+        with log_context(job=_job_order_id(event.data)):  # every line about it names the job
+            return await self._handle(event)
+
+    async def _handle(self, event: CloudEvent) -> list[CloudEvent]:
         if event.subject is None:
             raise ValidationError("subject", "is required: it names the station scope")
         scope = check_scope(event.subject)
@@ -101,3 +106,12 @@ class JobsProcessor:
         if message:
             reply = reply.replace(errormessage=mqtt_safe_text(message)[:_MAX_MESSAGE])
         return reply
+
+
+def _job_order_id(data: Any) -> str | None:
+    """The job a command is about, when its payload names one (for log lines only)."""
+    if not isinstance(data, dict):
+        return None
+    order = data.get("JobOrder") or data.get("job_order")
+    named = order.get("JobOrderID") if isinstance(order, dict) else data.get("JobOrderID")
+    return named if isinstance(named, str) else None
