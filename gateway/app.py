@@ -221,10 +221,14 @@ class Gateway:
     async def _start_all(
         self, tasks: anyio.abc.TaskGroup, bindings: _RunningSet, services: _RunningSet
     ) -> None:
+        early = [s for s in self.services_for_role() if getattr(s, "before_bindings", False)]
+        for service in early:
+            await tasks.start(self._supervise, f"service {service.name}", service.run, services)
         for binding in self.bindings.values():
             await tasks.start(self._supervise, f"binding {binding.name}", binding.run, bindings)
         for service in self.services_for_role():
-            await tasks.start(self._supervise, f"service {service.name}", service.run, services)
+            if service not in early:
+                await tasks.start(self._supervise, f"service {service.name}", service.run, services)
 
     async def _drain(self, bindings: _RunningSet, services: _RunningSet) -> None:
         """Stop in order within the grace period: services first, then the bindings.

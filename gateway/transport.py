@@ -127,7 +127,9 @@ class Service(Protocol):
     """A long-running task a plugin contributes (a publisher, an engine, a scanner).
 
     ``roles``: the ``gateway.role`` values it runs in (``*``: every role); all services run
-    with the role ``all``.
+    with the role ``all``. Services start after the bindings, except those that set an
+    attribute ``before_bindings = True`` (health endpoints, which must answer while a broker
+    is still being reached).
     """
 
     name: str

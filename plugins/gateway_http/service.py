@@ -25,6 +25,7 @@ class HttpService:
 
     name = "http"
     roles = frozenset({"*"})
+    before_bindings = True  # probes get answers (not ready yet) while the broker is reached
 
     def __init__(self, settings: HttpSettings) -> None:
         self.settings = settings

@@ -144,3 +144,26 @@ async def test_metrics_move_while_a_recipe_runs(redis_url: str, unique: str) -> 
     assert sample(after, "gateway_recipe_charts_ended_total", outcome="completed") == 1
     assert sample(after, "gateway_messages_total", binding="mqtt", outcome="ok") >= 2
     assert "gateway_work_stream_lag" in after
+
+
+async def test_probes_answer_while_the_broker_is_still_being_reached(
+    redis_url: str, unique: str
+) -> None:
+    port = free_port()
+    environ = {
+        "GATEWAY_REDIS_URL": redis_url,
+        "GATEWAY_REDIS_KEY_PREFIX": unique,
+        "GATEWAY_MQTT_URL": f"mqtt://127.0.0.1:{free_port()}",  # nobody listens there
+        "GATEWAY_GATEWAY_INSTANCE_ID": unique,
+        "GATEWAY_HTTP_PORT": str(port),
+    }
+    gateway = Gateway.from_environment(None, environ)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(gateway.run)
+            await wait_until(lambda: gateway.binding("mqtt").reconnects >= 1)  # type: ignore[attr-defined]
+            assert await http_get(port, "/healthz") == (200, "ok\n")
+            status, body = await http_get(port, "/readyz")
+            assert status == 503
+            assert json.loads(body)["checks"]["binding mqtt"] is False
+            gateway.request_stop("test finished")
