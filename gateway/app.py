@@ -196,15 +196,10 @@ class Gateway:
                     log.error("start-up failed: %s", error)
                     self.request_stop(f"start-up failed: {error}", failed=True)
                 else:
-                    log.info(
-                        "gateway %s started (role %s): bindings %s, services %s",
-                        self.instance_id,
-                        self.role,
-                        ", ".join(self.bindings) or "none",
-                        ", ".join(s.name for s in self.services_for_role()) or "none",
-                    )
-                    self.started = True
-                    self.plugins.hook.gateway_startup(gateway=self)
+                    if self.stopping.is_set():  # asked to stop while still starting up
+                        log.info("gateway %s stopped before it was up", self.instance_id)
+                    else:
+                        self._announce_start()
                     task_status.started()
                 await self.stopping.wait()
                 self.started = False
@@ -217,6 +212,17 @@ class Gateway:
         log.info("gateway %s stopped: %s", self.instance_id, self.stop_reason)
         if self.failed:
             raise GatewayError(f"gateway stopped: {self.stop_reason}")
+
+    def _announce_start(self) -> None:
+        log.info(
+            "gateway %s started (role %s): bindings %s, services %s",
+            self.instance_id,
+            self.role,
+            ", ".join(self.bindings) or "none",
+            ", ".join(s.name for s in self.services_for_role()) or "none",
+        )
+        self.started = True
+        self.plugins.hook.gateway_startup(gateway=self)
 
     async def _start_all(
         self, tasks: anyio.abc.TaskGroup, bindings: _RunningSet, services: _RunningSet
