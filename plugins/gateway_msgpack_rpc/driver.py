@@ -30,6 +30,7 @@ from gateway_msgpack_rpc.liveness import Liveness
 
 if TYPE_CHECKING:
     from gateway.equipment import EquipmentHub
+    from gateway_msgpack_rpc.forwarding import Forwarding
 
 
 class MsgpackRpcDriver:
@@ -48,6 +49,7 @@ class MsgpackRpcDriver:
         self.binding = binding
         self.source = source
         self.hub = hub
+        self.forwarding: Forwarding | None = None  # for equipment connected to another instance
 
     @property
     def liveness(self) -> Liveness:
@@ -55,7 +57,11 @@ class MsgpackRpcDriver:
         return self.binding.liveness
 
     def serves(self, command: EquipmentCommand) -> bool:
-        return command.equipment is not None and self.binding.knows(command.equipment)
+        equipment = command.equipment
+        if equipment is None:
+            return False
+        elsewhere = self.forwarding is not None and self.forwarding.owner_of(equipment)
+        return self.binding.knows(equipment) or bool(elsewhere)
 
     def expects_heartbeats(self, equipment_id: str) -> bool:
         return self.binding.knows(equipment_id)
@@ -69,6 +75,16 @@ class MsgpackRpcDriver:
         retry with a new correlation id, a recovery after a crash with the same one).
         """
         assert command.equipment is not None  # serves() said so
+        owner = self.forwarding.owner_of(command.equipment) if self.forwarding else None
+        if owner is not None and not self.binding.is_connected(command.equipment):
+            assert self.forwarding is not None
+            await self.forwarding.forward(owner, command)
+            return
+        await self.send_here(command)
+
+    async def send_here(self, command: EquipmentCommand) -> None:
+        """Write ``command`` on this instance's connection to its equipment."""
+        assert command.equipment is not None
         # The command's id is its correlation id: a command re-sent after a crash is also a
         # CloudEvents duplicate of the first.
         event = command_event(

@@ -28,6 +28,7 @@ import anyio
 
 if TYPE_CHECKING:
     from gateway.equipment import EquipmentHub
+    from gateway_msgpack_rpc.forwarding import Forwarding
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,7 @@ class Liveness:
     def __init__(self, *, ttl_seconds: float = DEFAULT_TTL_SECONDS) -> None:
         self.ttl_seconds = ttl_seconds or DEFAULT_TTL_SECONDS
         self.hub: EquipmentHub | None = None
+        self.owners: Forwarding | None = None  # records which instance has the connection
         self._status: dict[str, EquipmentStatus] = {}
         self._reported: dict[str, float] = {}  # id -> time.monotonic() of the last hub write
 
@@ -89,6 +91,9 @@ class Liveness:
                 equipment_id,
                 lambda: hub.heartbeat(equipment_id, timeout_seconds=self.ttl_seconds),
             )
+        owners = self.owners
+        if owners is not None:
+            await self._tell_hub(equipment_id, lambda: owners.claim(equipment_id))
 
     async def mark_gone(self, equipment_id: str, reason: str) -> None:
         """The equipment's connection ended (disconnect, heartbeat timeout, gateway stopping)."""
@@ -103,6 +108,9 @@ class Liveness:
             await self._tell_hub(
                 equipment_id, lambda: hub.gone(equipment_id, f"disconnected ({reason})")
             )
+        owners = self.owners
+        if owners is not None:
+            await self._tell_hub(equipment_id, lambda: owners.release(equipment_id))
 
     def is_online(self, equipment_id: str) -> bool:
         status = self._status.get(equipment_id)

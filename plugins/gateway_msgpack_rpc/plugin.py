@@ -10,13 +10,14 @@ from gateway.errors import PluginError
 from gateway.hookspecs import hookimpl
 from gateway_msgpack_rpc.binding import BINDING, MsgpackRpcBinding
 from gateway_msgpack_rpc.driver import MsgpackRpcDriver, equipment_processor
+from gateway_msgpack_rpc.forwarding import Forwarding
 from gateway_msgpack_rpc.settings import SECTION, MsgpackRpcSettings
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
     from gateway.equipment import EquipmentDriver
     from gateway.settings import Settings
-    from gateway.transport import Binding, Processor
+    from gateway.transport import Binding, Processor, Service
 
 
 @hookimpl
@@ -34,7 +35,23 @@ def gateway_register_bindings(register: Callable[[Binding], None], settings: Set
 def gateway_register_equipment_drivers(
     register: Callable[[EquipmentDriver], None], settings: Settings, gateway: Gateway
 ) -> None:
-    register(MsgpackRpcDriver(_binding(gateway), source=gateway.source, hub=gateway.equipment))
+    binding = _binding(gateway)
+    driver = MsgpackRpcDriver(binding, source=gateway.source, hub=gateway.equipment)
+    driver.forwarding = Forwarding(gateway, driver.send_here)
+    binding.liveness.owners = driver.forwarding
+    register(driver)
+
+
+@hookimpl
+def gateway_register_services(
+    register: Callable[[Service], None], settings: Settings, gateway: Gateway
+) -> None:
+    rpc = settings.get(MsgpackRpcSettings)
+    if not (rpc.port or rpc.equipment):  # no RPC equipment: nothing to forward
+        return
+    for driver in gateway.equipment.drivers:
+        if isinstance(driver, MsgpackRpcDriver) and driver.forwarding is not None:
+            register(driver.forwarding)
 
 
 # Last, so that processors other plugins register for this binding (for particular event
