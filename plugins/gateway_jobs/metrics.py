@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from gateway.jobstates import TOP_STATES
 from gateway.metrics import Metrics
 from gateway_jobs.repository import JobRepository
-from gateway_jobs.states import TOP_STATES
 
 # Jobs are only ever counted in these; InitialState and EndState hold none (a cleared job is gone).
 COUNTED_STATES = [state for state in TOP_STATES if state not in ("InitialState", "EndState")]

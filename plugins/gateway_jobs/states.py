@@ -55,25 +55,8 @@ from typing import Any
 
 from transitions.extensions.nesting import HierarchicalMachine, NestedState
 
+from gateway.jobstates import SUBSTATES, TOP_STATES
 from gateway_jobs.model import LocalizedText, RelativePath, RelativePathElement, State
-
-TOP_STATES: Mapping[str, int] = {
-    "InitialState": 0,
-    "NotAllowedToStart": 1,
-    "AllowedToStart": 2,
-    "Running": 3,
-    "Interrupted": 4,
-    "Ended": 5,
-    "Aborted": 6,
-    "EndState": 7,
-}
-_PREPARED = {"Waiting": 1, "Ready": 2, "Loaded": 3}
-SUBSTATES: Mapping[str, Mapping[str, int]] = {
-    "NotAllowedToStart": _PREPARED,
-    "AllowedToStart": _PREPARED,
-    "Interrupted": {"Held": 1, "Suspended": 2},
-    "Ended": {"Completed": 1, "Closed": 2},
-}
 
 MES_METHODS = (
     "Store",

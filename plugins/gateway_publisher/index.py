@@ -23,24 +23,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-# OPC 40001-3 state numbers: top level (table 39), substates (tables 42, 45, 48).
-TOP_STATE_NUMBERS: Mapping[str, int] = {
-    "InitialState": 0,
-    "NotAllowedToStart": 1,
-    "AllowedToStart": 2,
-    "Running": 3,
-    "Interrupted": 4,
-    "Ended": 5,
-    "Aborted": 6,
-    "EndState": 7,
-}
-_PREPARED = {"Waiting": 1, "Ready": 2, "Loaded": 3}
-SUBSTATE_NUMBERS: Mapping[str, Mapping[str, int]] = {
-    "NotAllowedToStart": _PREPARED,
-    "AllowedToStart": _PREPARED,
-    "Interrupted": {"Held": 1, "Suspended": 2},
-    "Ended": {"Completed": 1, "Closed": 2},
-}
+from gateway.jobstates import SUBSTATES, TOP_STATES
 
 
 def state_entries(path: str) -> list[dict[str, Any]]:
@@ -50,9 +33,9 @@ def state_entries(path: str) -> list[dict[str, Any]]:
     dropped: the MES still sees what the job management plugin wrote.
     """
     top, _, sub = path.partition(".")
-    entries = [_state(top, TOP_STATE_NUMBERS.get(top))]
+    entries = [_state(top, TOP_STATES.get(top))]
     if sub:
-        entries.append(_state(sub, SUBSTATE_NUMBERS.get(top, {}).get(sub)))
+        entries.append(_state(sub, SUBSTATES.get(top, {}).get(sub)))
     return entries
 
 
