@@ -19,6 +19,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
+import anyio
 from anyio.abc import ObjectReceiveStream
 
 from gateway.app import Gateway
@@ -166,6 +167,27 @@ async def change_records(store: Store, scope: str) -> list[dict[str, str]]:
     """The scope's change-stream records, oldest first."""
     entries = await store.client.xrange(store.keys.changes(scope))
     return [fields for _, fields in cast(list[tuple[str, dict[str, str]]], entries)]
+
+
+async def final_response(mes: JobsMes, job: str = "J1", timeout: float = 15) -> dict[str, Any]:
+    """The Job Response once the job has ended (Ended or Aborted), asked for over MQTT until
+    then; ``TimeoutError`` after ``timeout`` seconds."""
+    with anyio.fail_after(timeout):
+        while True:
+            response: dict[str, Any] = (await mes.job_response(job)).data["JobResponse"]
+            if {"Ended", "Aborted"} & set(state_texts(response)):
+                return response
+            await anyio.sleep(0.05)
+
+
+def state_texts(response: Mapping[str, Any]) -> list[str]:
+    """A Job Response's state, top level first: ``["Ended", "Completed"]``."""
+    return [state["StateText"]["Text"] for state in response.get("JobState", [])]
+
+
+def response_data(response: Mapping[str, Any]) -> dict[str, Any]:
+    """A Job Response's ``JobResponseData`` by ``ID``: the action results, ``Error``..."""
+    return {entry["ID"]: entry.get("Value") for entry in response.get("JobResponseData", [])}
 
 
 def return_status(reply: CloudEvent) -> int:

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
 from gateway.app import Gateway
@@ -26,7 +25,9 @@ from gateway.testing import running, wait_until
 from gateway.testing.mqtt import connect_test_client
 from gateway.testing.services import free_port
 from gateway_jobs.model import ReturnStatus
-from gateway_jobs.testing import JobsMes, job_order, return_status, work_master
+from gateway_jobs.testing import JobsMes, final_response, job_order, return_status, work_master
+from gateway_jobs.testing import response_data as results
+from gateway_jobs.testing import state_texts as states
 from gateway_msgpack_rpc import MsgpackRpcBinding
 from gateway_sfc.model import DATASCHEMA
 from gateway_simulator.links import MqttDeviceLink, RpcDeviceLink
@@ -125,24 +126,6 @@ async def start_job(mes: JobsMes, recipe: dict[str, Any], job: str = "J1") -> No
     assert return_status(configured) == ReturnStatus.NO_ERROR, configured.data
     stored = await mes.store(job_order(job, work_masters=["WM"]), method="StoreAndStart")
     assert return_status(stored) == ReturnStatus.NO_ERROR
-
-
-async def final_response(mes: JobsMes, job: str = "J1", timeout: float = 15) -> dict[str, Any]:
-    """The Job Response once the job has ended (Ended or Aborted); never waits forever."""
-    with anyio.fail_after(timeout):
-        while True:
-            response: dict[str, Any] = (await mes.job_response(job)).data["JobResponse"]
-            if {"Ended", "Aborted"} & set(states(response)):
-                return response
-            await anyio.sleep(0.05)
-
-
-def states(response: dict[str, Any]) -> list[str]:
-    return [state["StateText"]["Text"] for state in response.get("JobState", [])]
-
-
-def results(response: dict[str, Any]) -> dict[str, Any]:
-    return {entry["ID"]: entry.get("Value") for entry in response.get("JobResponseData", [])}
 
 
 def driver_name(gateway: Gateway, equipment: str) -> str:

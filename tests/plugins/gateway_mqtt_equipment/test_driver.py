@@ -25,7 +25,9 @@ from gateway.testing import running, wait_until
 from gateway.testing.mqtt import MqttTestClient, connect_test_client
 from gateway.transport import Binding
 from gateway_jobs.model import ReturnStatus
-from gateway_jobs.testing import JobsMes, job_order, return_status, work_master
+from gateway_jobs.testing import JobsMes, final_response, job_order, return_status, work_master
+from gateway_jobs.testing import response_data as results
+from gateway_jobs.testing import state_texts as states
 from gateway_mqtt_equipment import (
     EQUIPMENT,
     HEARTBEAT_TYPE,
@@ -163,24 +165,6 @@ async def run_job(
         order["JobOrderParameters"] = [{"ID": k, "Value": v} for k, v in parameters.items()]
     stored = await mes.store(order, method="StoreAndStart")
     assert return_status(stored) == ReturnStatus.NO_ERROR
-
-
-async def final_response(mes: JobsMes, job: str = "J1", timeout: float = 10) -> dict[str, Any]:
-    """Ask for the job response until the job has ended (Ended or Aborted)."""
-    with anyio.fail_after(timeout):
-        while True:
-            response: dict[str, Any] = (await mes.job_response(job)).data["JobResponse"]
-            if {"Ended", "Aborted"} & set(states(response)):
-                return response
-            await anyio.sleep(0.05)
-
-
-def states(response: dict[str, Any]) -> list[str]:
-    return [state["StateText"]["Text"] for state in response.get("JobState", [])]
-
-
-def results(response: dict[str, Any]) -> dict[str, Any]:
-    return {entry["ID"]: entry.get("Value") for entry in response.get("JobResponseData", [])}
 
 
 def equipment_event(

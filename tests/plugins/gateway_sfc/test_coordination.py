@@ -21,7 +21,9 @@ from gateway.testing import running, wait_until
 from gateway.testing.equipment import EquipmentFailure, NoAnswer, TestEquipment
 from gateway.testing.mqtt import connect_test_client
 from gateway_jobs.model import ReturnStatus
-from gateway_jobs.testing import JobsMes, job_order, return_status, work_master
+from gateway_jobs.testing import JobsMes, final_response, job_order, return_status, work_master
+from gateway_jobs.testing import response_data as data_of
+from gateway_jobs.testing import state_texts as state_of
 from gateway_sfc.coordination import lost_command
 from gateway_sfc.model import DATASCHEMA
 from gateway_sfc.state import Status
@@ -85,33 +87,11 @@ async def run_job(
     assert return_status(await mes.store(order, method="StoreAndStart")) == OK
 
 
-async def final_response(mes: JobsMes, job: str, timeout: float = 10) -> dict[str, Any]:
-    """Poll the job response until the job has ended (Ended or Aborted)."""
-    response: dict[str, Any] = {}
-
-    async def ended() -> bool:
-        nonlocal response
-        response = (await mes.job_response(job)).data["JobResponse"]
-        states = [state["StateText"]["Text"] for state in response.get("JobState", [])]
-        return bool({"Ended", "Aborted"} & set(states))
-
-    await poll_until(ended, timeout)
-    return response
-
-
 async def poll_until(condition: Callable[[], Awaitable[bool]], timeout: float = 10) -> None:
     """Ask the MES interface until ``condition`` holds (there is no event to wait on)."""
     with anyio.fail_after(timeout):
         while not await condition():  # noqa: ASYNC110
             await anyio.sleep(0.05)
-
-
-def state_of(response: dict[str, Any]) -> list[str]:
-    return [state["StateText"]["Text"] for state in response["JobState"]]
-
-
-def data_of(response: dict[str, Any]) -> dict[str, Any]:
-    return {entry["ID"]: entry.get("Value") for entry in response.get("JobResponseData", [])}
 
 
 def tightener(equipment: TestEquipment, torque: float = 85.2) -> dict[str, Any]:

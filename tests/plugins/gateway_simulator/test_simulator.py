@@ -22,7 +22,9 @@ from gateway.errors import SettingsError
 from gateway.testing import running
 from gateway.testing.mqtt import connect_test_client
 from gateway_jobs.model import ReturnStatus
-from gateway_jobs.testing import JobsMes, job_order, return_status, work_master
+from gateway_jobs.testing import JobsMes, final_response, job_order, return_status, work_master
+from gateway_jobs.testing import response_data as results
+from gateway_jobs.testing import state_texts as states
 from gateway_mqtt_equipment import EQUIPMENT, JOB_ORDER, EquipmentTopics, MqttEquipmentDriver
 from gateway_sfc.model import DATASCHEMA
 from gateway_simulator.service import SimulatorService
@@ -97,23 +99,6 @@ async def start_jobs(mes: JobsMes, recipe: Any, *jobs: str) -> None:
     for job in jobs:
         stored = await mes.store(job_order(job, work_masters=["WM"]), method="StoreAndStart")
         assert return_status(stored) == ReturnStatus.NO_ERROR
-
-
-async def final_response(mes: JobsMes, job: str, timeout: float = 15) -> dict[str, Any]:
-    with anyio.fail_after(timeout):
-        while True:
-            response: dict[str, Any] = (await mes.job_response(job)).data["JobResponse"]
-            if {"Ended", "Aborted"} & set(states(response)):
-                return response
-            await anyio.sleep(0.05)
-
-
-def states(response: dict[str, Any]) -> list[str]:
-    return [state["StateText"]["Text"] for state in response.get("JobState", [])]
-
-
-def results(response: dict[str, Any]) -> dict[str, Any]:
-    return {entry["ID"]: entry.get("Value") for entry in response.get("JobResponseData", [])}
 
 
 async def eventually(condition: Callable[[], Awaitable[bool]], timeout: float = 5) -> None:
