@@ -73,8 +73,11 @@ class TestEquipment:
         )
 
     def _hub(self, command: EquipmentCommand) -> Any:
-        # Any instance's hub will do: replies are routed through shared state.
-        return self.gateways[len(self.received) % len(self.gateways)].equipment
+        # Any running instance's hub will do: replies are routed through shared state. (A test
+        # that restarts a gateway registers the equipment with each instance; a stopped one's
+        # store is closed.)
+        running = [gateway for gateway in self.gateways if gateway.started] or self.gateways
+        return running[len(self.received) % len(running)].equipment
 
     # -- for tests --------------------------------------------------------------------------
 
