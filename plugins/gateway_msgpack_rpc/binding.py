@@ -25,6 +25,7 @@ from gateway.errors import CloudEventError, GatewayError, SettingsError
 from gateway.transport import Dispatcher
 from gateway_msgpack_rpc.codec import from_map, to_map
 from gateway_msgpack_rpc.connection import Limits, PendingCall, RpcConnection
+from gateway_msgpack_rpc.forwarding import Forwarding
 from gateway_msgpack_rpc.liveness import Liveness
 from gateway_msgpack_rpc.protocol import (
     INVALID_CLOUDEVENT,
@@ -114,7 +115,7 @@ class MsgpackRpcBinding:
 
     async def run(self, gateway: Gateway, *, task_status: TaskStatus[None]) -> None:
         self._gateway = gateway
-        self.liveness.attach(gateway.equipment)
+        self.liveness.attach(gateway.equipment, owners=gateway.state.find(Forwarding))
         listener = await self._listen()
         async with anyio.create_task_group() as tasks:
             self._tasks = tasks
