@@ -14,7 +14,7 @@ from anyio.abc import TaskStatus
 
 from gateway.core import CoreSettings
 from gateway.equipment import EquipmentHub
-from gateway.errors import GatewayError, PluginError
+from gateway.errors import GatewayError, PluginError, SettingsError
 from gateway.instances import InstanceRegistry
 from gateway.metrics import Metrics
 from gateway.phases import BUILT_BY, PluginState
@@ -27,6 +27,19 @@ from gateway.transport import Binding, Dispatcher, Processor, Service
 log = logging.getLogger(__name__)
 
 ServiceRun = Callable[..., Awaitable[None]]
+
+
+def describe_error(error: BaseException) -> str:
+    """What went wrong, for a person: the errors inside task-group wrappers, not the wrapper.
+
+    ``unhandled errors in a TaskGroup (1 sub-exception)`` says nothing; the leaves do. An
+    ``OSError`` is shown by its reason (``Address already in use``), not its errno tuple.
+    """
+    if isinstance(error, BaseExceptionGroup):
+        return "; ".join(dict.fromkeys(describe_error(inner) for inner in error.exceptions))
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    return str(error) or type(error).__name__
 
 
 def settings_registry(plugins: GatewayPluginManager) -> SettingsRegistry:
@@ -105,6 +118,7 @@ class Gateway:
                 {"equipment", "recipe_interpreters", "job_control", "processors"},
             ),
         )
+        self._check_role()
         self.dispatcher = Dispatcher(
             [processor for processor in self.processors if self.runs(processor.roles)],
             source=self.source,
@@ -174,6 +188,24 @@ class Gateway:
             return self.bindings[name]
         except KeyError:
             raise PluginError(f"no binding named {name!r}") from None
+
+    @property
+    def known_roles(self) -> list[str]:
+        """``all``, ``gateway`` and every role a loaded plugin's service or processor declares."""
+        declared = {role for service in self.services for role in service.roles}
+        declared |= {role for processor in self.processors for role in processor.roles}
+        declared.discard("*")
+        return ["all", *sorted(declared | {"gateway"})]
+
+    def _check_role(self) -> None:
+        """An unknown role would start an instance that does nothing: refuse it."""
+        if self.role not in self.known_roles:
+            origin = self.settings.sources.get("gateway.role", "default")
+            raise SettingsError(
+                "gateway.role",
+                f"unknown role {self.role!r} (from {origin}); the loaded plugins know: "
+                f"{', '.join(self.known_roles)}",
+            )
 
     def services_for_role(self) -> list[Service]:
         return [service for service in self.services if self.runs(service.roles)]
@@ -307,9 +339,9 @@ class Gateway:
             await run(self, task_status=_StartedCallback(mark_started))
         except Exception as error:
             if not started:
-                raise GatewayError(f"{name} failed to start: {error}") from error
+                raise GatewayError(f"{name} failed to start: {describe_error(error)}") from error
             log.exception("%s failed", name)
-            self.request_stop(f"{name} failed: {error}", failed=True)
+            self.request_stop(f"{name} failed: {describe_error(error)}", failed=True)
         else:
             if not started:  # asked to stop before it was up: let start-up move on to stopping
                 task_status.started()
