@@ -73,8 +73,11 @@ class TestEquipment:
         )
 
     def _hub(self, command: EquipmentCommand) -> Any:
-        # Any instance's hub will do: replies are routed through shared state.
-        return self.gateways[len(self.received) % len(self.gateways)].equipment
+        # Any running instance's hub will do: replies are routed through shared state. A
+        # gateway stopped earlier in the test (a restart) has no store any more.
+        running = [gateway for gateway in self.gateways if not gateway.stopping.is_set()]
+        candidates = running or self.gateways
+        return candidates[len(self.received) % len(candidates)].equipment
 
     # -- for tests --------------------------------------------------------------------------
 
