@@ -15,7 +15,7 @@ from gateway_sfc.settings import SfcSettings
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-    from gateway.app import Gateway
+    from gateway.phases import InterpreterPhase
     from gateway.store import Store
 
 
@@ -25,7 +25,7 @@ class EngineContext:
     The store's client exists only once the gateway runs, so it is looked up on every use.
     """
 
-    def __init__(self, settings: SfcSettings, gateway: Gateway) -> None:
+    def __init__(self, settings: SfcSettings, gateway: InterpreterPhase) -> None:
         self.settings = settings
         self.gateway = gateway
         self.consumer = gateway.instance_id

@@ -37,7 +37,7 @@ from gateway_sfc.steps import StepHandlers
 from gateway_sfc.work import WorkQueue
 
 if TYPE_CHECKING:
-    from gateway.app import Gateway
+    from gateway.phases import InterpreterPhase
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 class Coordinator:
     """The SFC engine's Redis side: the interpreter's and the equipment hub's counterpart."""
 
-    def __init__(self, settings: SfcSettings, gateway: Gateway) -> None:
+    def __init__(self, settings: SfcSettings, gateway: InterpreterPhase) -> None:
         self.context = context = EngineContext(settings, gateway)
         self.scopes = ScopeRegistry(context)
         self.recipes = RecipeCache(context)
