@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import anyio
@@ -47,6 +49,49 @@ log = logging.getLogger(__name__)
 
 # Leaving a share group: how long no message must arrive before the connection closes.
 DRAIN_QUIET_SECONDS = 0.2
+
+
+@dataclass
+class BrokerOutage:
+    """Says that the broker cannot be reached: at once, then every ``report_seconds`` while it
+    lasts (each retry in between only at DEBUG), and once when it answers again."""
+
+    where: str
+    report_seconds: float
+    since: float | None = None
+    reported: float = 0.0
+
+    def failed(self, error: Exception, retry_in: float, *, started: bool) -> None:
+        now = time.monotonic()
+        if self.since is None:
+            self.since = now
+        elif now - self.reported < self.report_seconds:
+            log.debug("MQTT broker %s: %s; retrying in %.1f s", self.where, error, retry_in)
+            return
+        self.reported = now
+        consequence = (
+            "no commands are received or sent until it answers"
+            if started
+            else "the gateway starts once it answers"
+        )
+        log.warning(
+            "MQTT broker %s unreachable%s (%s): %s; check mqtt.url and that the broker runs "
+            "(retrying, next report in %.0f s)",
+            self.where,
+            f" for {now - self.since:.0f} s" if now > self.since else "",
+            error,
+            consequence,
+            self.report_seconds,
+        )
+
+    def ended(self) -> None:
+        if self.since is not None:
+            log.info(
+                "MQTT broker %s reachable again after %.1f s",
+                self.where,
+                time.monotonic() - self.since,
+            )
+        self.since = None
 
 
 class MqttBinding:
@@ -85,6 +130,7 @@ class MqttBinding:
         ).labels(self.name)
         delay = self.settings.reconnect_min_seconds
         started = False
+        unreachable = BrokerOutage(self.connector.where, self.settings.unreachable_report_seconds)
 
         def stop_event() -> anyio.Event:
             # Until the first connection, a stop request ends the retrying; after it, the
@@ -98,6 +144,7 @@ class MqttBinding:
                     self._client = client
                     self._connected.set()
                     log.info("MQTT connected to %s as %s", self.connector.where, self.client_id)
+                    unreachable.ended()
                     if not started:
                         started = True
                         task_status.started()
@@ -112,12 +159,7 @@ class MqttBinding:
                     ) from None
                 self.reconnects += 1
                 reconnects.inc()
-                log.warning(
-                    "MQTT connection to %s lost or refused (%s); retrying in %.1f s",
-                    self.connector.where,
-                    error,
-                    delay,
-                )
+                unreachable.failed(error, delay, started=started)
                 with anyio.move_on_after(delay):
                     await stop_event().wait()
                 delay = min(delay * 2 or 0.1, self.settings.reconnect_max_seconds)

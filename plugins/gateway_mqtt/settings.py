@@ -33,6 +33,9 @@ class MqttSettings:
     keepalive_seconds: int = setting(30, "MQTT keep-alive interval", minimum=5)
     reconnect_min_seconds: float = setting(0.2, "First reconnect delay", minimum=0)
     reconnect_max_seconds: float = setting(30.0, "Longest reconnect delay (exponential backoff)")
+    unreachable_report_seconds: float = setting(
+        60.0, "While the broker cannot be reached, say so this often (WARNING)", minimum=1
+    )
     reply_topic_prefix: str = setting(
         "gateway/replies",
         "Replies to commands this instance sends arrive on <prefix>/<instance id>",
