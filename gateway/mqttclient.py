@@ -9,6 +9,7 @@ broker (``mqtt://host:port``) or to the in-process broker (``memory://<name>``,
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import ssl
 import uuid
@@ -20,6 +21,7 @@ from urllib.parse import unquote, urlsplit
 import aiomqtt
 import anyio
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
+from anyio.streams.memory import MemoryObjectSendStream
 
 from gateway import inprocess
 from gateway.cloudevents import CloudEvent
@@ -49,17 +51,23 @@ class CloudEventClient:
         self._connection = connection
         self.client_id = client_id
         self.reply_topic = f"{reply_prefix}/{client_id}"
-        self._pending: dict[bytes, ObjectSendStream[MqttMessage]] = {}
+        self._pending: dict[bytes, MemoryObjectSendStream[MqttMessage]] = {}
         self._watchers: list[tuple[str, ObjectSendStream[MqttMessage]]] = []
 
     async def _route(self) -> None:
         async for incoming in self._connection.messages():
             if incoming.topic == self.reply_topic and incoming.correlation_data in self._pending:
-                await self._pending[incoming.correlation_data].send(incoming)
+                # No await between the lookup and the hand-over: a request that gives up at
+                # that moment cannot close the stream under us. A reply nobody waits for any
+                # more (late, or a repeat) is dropped.
+                with contextlib.suppress(anyio.WouldBlock, anyio.ClosedResourceError):
+                    self._pending[incoming.correlation_data].send_nowait(incoming)
                 continue
-            for topic_filter, stream in self._watchers:
+            for topic_filter, stream in list(self._watchers):
                 if topic_matches(topic_filter, incoming.topic):
-                    await stream.send(incoming)
+                    # A watcher that left while we waited for room has closed its stream.
+                    with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+                        await stream.send(incoming)
 
     async def publish(self, message: MqttMessage) -> None:
         await self._connection.publish(message)
@@ -67,7 +75,7 @@ class CloudEventClient:
     async def send(self, topic: str, event: CloudEvent) -> None:
         await self.publish(to_mqtt(event, topic))
 
-    async def request_raw(self, message: MqttMessage, *, timeout: float = 5.0) -> MqttMessage:
+    async def request_raw(self, message: MqttMessage, *, timeout: float = 10.0) -> MqttMessage:
         """Publish ``message`` (its Correlation Data set here) and return the raw reply."""
         correlation = message.correlation_data or uuid.uuid4().hex.encode()
         send, receive = anyio.create_memory_object_stream[MqttMessage](4)
@@ -92,7 +100,7 @@ class CloudEventClient:
             send.close()
             receive.close()
 
-    async def request(self, topic: str, event: CloudEvent, *, timeout: float = 5.0) -> CloudEvent:
+    async def request(self, topic: str, event: CloudEvent, *, timeout: float = 10.0) -> CloudEvent:
         """Send ``event`` and return the decoded reply."""
         reply = await self.request_raw(to_mqtt(event, topic), timeout=timeout)
         return from_mqtt(reply)
