@@ -22,6 +22,7 @@ Globally: ``sfc:scopes`` (every scope that ran a job, for discovery) and ``sfc:j
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -38,6 +39,7 @@ from gateway.equipment import EquipmentCommand, EquipmentEvent, EquipmentReply
 from gateway.errors import GatewayError, ValidationError
 from gateway.logs import log_context
 from gateway.recipes import JobCommand, JobOutcome, ProcessValue, RecipeJob
+from gateway.resilience import is_transient
 from gateway_sfc.chart import Chart
 from gateway_sfc.engine import Effects, Executor, Timer
 from gateway_sfc.metrics import EngineMetrics
@@ -239,24 +241,36 @@ class Coordinator:
         # Leaving the block stops the loops first, then lets the entries in hand finish
         # (unfinished ones stay pending in the group and another instance claims them).
         async with anyio.create_task_group() as handlers, anyio.create_task_group() as loops:
+            settings = self.settings
             loops.start_soon(self._read_loop, handlers)
-            loops.start_soon(self._every, self.settings.timer_poll_seconds, self._fire_due_timers)
             loops.start_soon(
-                self._every, self.settings.claim_idle_seconds / 2, self._claim_orphans, handlers
+                self._every, "sfc-engine.timers", settings.timer_poll_seconds, self._fire_due_timers
             )
-            loops.start_soon(self._every, self.settings.scope_poll_seconds, self._discover_scopes)
-            loops.start_soon(self._every, self.settings.reconcile_seconds, self._reconcile)
+            loops.start_soon(
+                self._every,
+                "sfc-engine.claims",
+                settings.claim_idle_seconds / 2,
+                self._claim_orphans,
+                handlers,
+            )
+            loops.start_soon(
+                self._every, "sfc-engine.scopes", settings.scope_poll_seconds, self._discover_scopes
+            )
+            loops.start_soon(
+                self._every, "sfc-engine.reconcile", settings.reconcile_seconds, self._reconcile
+            )
             await self.gateway.stopping.wait()
             loops.cancel_scope.cancel()
 
-    async def _every(self, seconds: float, work: Callable[..., Awaitable[Any]], *args: Any) -> None:
-        """Run ``work`` every ``seconds`` (first after one interval), surviving its failures."""
-        while True:
-            await anyio.sleep(seconds)
-            try:
-                await work(*args)
-            except Exception:
-                log.exception("SFC engine background task %s failed; retrying", work.__name__)
+    async def _every(
+        self, check: str, seconds: float, work: Callable[..., Awaitable[Any]], *args: Any
+    ) -> None:
+        """Run ``work`` every ``seconds`` (first after one interval), surviving its failures:
+        a store outage fails the readiness ``check`` (logged once) until ``work`` succeeds."""
+        await anyio.sleep(seconds)
+        await self.gateway.resilience.forever(
+            check, lambda: work(*args), interval=seconds, logger=log
+        )
 
     async def _adopt_scope(self, scope: str, *, announce: bool) -> None:
         try:
@@ -313,19 +327,23 @@ class Coordinator:
         await self.enqueue(scope, {"kind": "command", "job": job, "command": command.value})
 
     async def _read_loop(self, handlers: anyio.abc.TaskGroup) -> None:
-        await self._read_backlog(handlers)
-        while True:
-            if not self.scopes:
-                assert self._scope_added is not None
-                with anyio.move_on_after(self.settings.scope_poll_seconds):
-                    await self._scope_added.wait()
-                continue
-            streams = {self._stream(scope): ">" for scope in self.scopes}
-            # A short block: a scope adopted meanwhile joins the next read.
-            for stream, batch in await self._read_group(streams, block_ms=100):
-                for entry_id, fields in batch:
-                    if fields:
-                        await self._take(handlers, stream, entry_id, fields)
+        """Read work entries for ever; a store outage fails ``sfc-engine.read`` meanwhile."""
+        resilience = self.gateway.resilience
+        await resilience.retry("sfc-engine.read", lambda: self._read_backlog(handlers), logger=log)
+        await resilience.forever("sfc-engine.read", lambda: self._read_once(handlers), logger=log)
+
+    async def _read_once(self, handlers: anyio.abc.TaskGroup) -> None:
+        if not self.scopes:
+            assert self._scope_added is not None
+            with anyio.move_on_after(self.settings.scope_poll_seconds):
+                await self._scope_added.wait()
+            return
+        streams = {self._stream(scope): ">" for scope in self.scopes}
+        # A short block: a scope adopted meanwhile joins the next read.
+        for stream, batch in await self._read_group(streams, block_ms=100):
+            for entry_id, fields in batch:
+                if fields:
+                    await self._take(handlers, stream, entry_id, fields)
 
     async def _read_backlog(self, handlers: anyio.abc.TaskGroup) -> None:
         """Entries handed to this consumer name before a restart and never acknowledged."""
@@ -379,17 +397,35 @@ class Coordinator:
         correlation = (
             f"{job}:{fields['action']}:{fields['attempt']}" if "attempt" in fields else None
         )
+        resilience, stopping = self.gateway.resilience, self.gateway.stopping
         try:
             with log_context(scope=scope, job=job, correlationid=correlation):
-                await self.handle(scope, fields)
+                # A store outage (or a broker one, for a send) is waited out here, so the
+                # entry is handled as soon as the server is back; if the instance stops
+                # first, the entry stays pending and another instance claims it.
+                await resilience.retry(
+                    "sfc-engine.work", lambda: self.handle(scope, fields), stop=stopping, logger=log
+                )
+                await resilience.retry(
+                    "sfc-engine.work",
+                    lambda: self._acknowledge(stream, entry_id),
+                    stop=stopping,
+                    logger=log,
+                )
         except (ValidationError, KeyError, ValueError) as error:
             # The entry itself is wrong: retrying cannot help, so say so and drop it.
             log.error("SFC work entry %s of %s dropped: %s (%s)", entry_id, scope, error, fields)
-        except Exception:
-            log.exception("SFC work entry %s of %s failed; it will be retried", entry_id, scope)
-            return
+            with contextlib.suppress(Exception):  # else claimed again later, and dropped then
+                await self._acknowledge(stream, entry_id)
+        except Exception as error:
+            if is_transient(error):  # stopping: another instance claims the entry
+                log.info("SFC work entry %s of %s left pending: %s", entry_id, scope, error)
+            else:
+                log.exception("SFC work entry %s of %s failed; it will be retried", entry_id, scope)
         finally:
             self._slots.release()
+
+    async def _acknowledge(self, stream: str, entry_id: str) -> None:
         async with self.client.pipeline(transaction=True) as pipe:
             pipe.xack(stream, GROUP, entry_id)
             pipe.xdel(stream, entry_id)
@@ -423,7 +459,12 @@ class Coordinator:
                 scope,
                 job,
                 lambda ex, execution, now: ex.on_reply(
-                    execution, fields["action"], attempt, data, fields.get("error"), now
+                    _noting_late_reply(execution, fields["action"], attempt),
+                    fields["action"],
+                    attempt,
+                    data,
+                    fields.get("error"),
+                    now,
                 ),
             )
         elif kind == "timer":
@@ -597,6 +638,8 @@ class Coordinator:
             await self.gateway.equipment.send(command)
             self.metrics.commands.labels(command.type).inc()
         except GatewayError as error:
+            if is_transient(error):
+                raise  # the broker is away: sent again once it is back (same correlation id)
             # No driver, or the driver could not deliver: this try failed.
             log.warning("job %s/%s: %s not delivered: %s", scope, job, action_name, error)
             await self._fail_try(scope, job, action_name, attempt, str(error))
@@ -628,6 +671,14 @@ class Coordinator:
             ],
             error=execution.error,
             side_effects=execution.side_effects,
+            correlation_id=next(
+                (
+                    f"{job}:{run.name}:{run.attempt}"
+                    for run in execution.actions.values()
+                    if run.phase is Phase.FAILED
+                ),
+                None,
+            ),
         )
         if execution.outcome == "completed":
             await control.complete(scope, job, outcome)
@@ -720,6 +771,16 @@ def lost_command(state: str | None, status: Status) -> JobCommand | None:
     if state == "Running" and status is Status.PAUSED:
         return JobCommand.RESUME
     return None
+
+
+def _noting_late_reply(execution: Execution, action: str, attempt: int) -> Execution:
+    """Log a reply that comes after its try ended (timed out, retried, cancelled): it is
+    taken off the work stream and changes nothing."""
+    run = execution.actions.get(action)
+    if run is None or run.attempt != attempt or run.phase is not Phase.DISPATCHED:
+        now = f"try {run.attempt} {run.phase.value}" if run is not None else "gone"
+        log.info("reply to %s try %d came after that try ended (%s); ignored", action, attempt, now)
+    return execution
 
 
 def _mark_ended(executor: Executor, execution: Execution, now: float) -> Effects:
