@@ -54,14 +54,14 @@ offline, with the reason, as soon as the connection ends (``gateway_msgpack_rpc.
 
 Errors (``error.code``): ``parse-error`` (not MessagePack), ``invalid-message`` (not a
 request/response/notification array of the right shape), ``request-too-large`` (frame over
-``max_request_bytes``), ``method-not-found``, ``invalid-params``, ``invalid-request`` (an
-invalid CloudEvent; the message names the attribute), ``not-identified`` (``publish`` before
-``hello``), ``not-authorized`` (a refused credential), ``internal-error``. A malformed
-request is answered with its msgid, or with msgid ``nil`` when it has none that can be read; a
-malformed notification or response is only logged. The connection stays open, except after an oversize frame longer than
-``max_skip_bytes``. After bytes that are not MessagePack at all, the bytes of that read are
-dropped (there is no way to find the next frame in them); a request pipelined right behind
-garbage may therefore go unanswered.
+``max_request_bytes``), ``method-not-found``, ``invalid-params``, ``invalid-request`` (an invalid
+CloudEvent; the message names the attribute), ``not-identified`` (``publish`` before ``hello``),
+``not-authorized`` (a refused credential), ``internal-error``. A malformed request is answered with
+its msgid, or with msgid ``nil`` when it has none that can be read; a malformed notification or
+response is only logged. The connection stays open, except after an oversize frame longer than
+``max_skip_bytes``. After bytes that are not MessagePack at all, the bytes of that read are dropped
+(there is no way to find the next frame in them); a request pipelined right behind garbage may
+therefore go unanswered.
 
 What other plugins and equipment-side tools may use is exported here: ``RpcDevice`` (equipment
 that connects to the gateway, e.g. the simulator's RPC devices), ``RpcEquipmentServer``
