@@ -40,10 +40,12 @@ class _Connection(Protocol):
 class MqttTestClient:
     """Use through ``connect_test_client``; every reply topic and client id is unique."""
 
-    def __init__(self, connection: _Connection, client_id: str) -> None:
+    def __init__(
+        self, connection: _Connection, client_id: str, reply_topic_prefix: str = "test-replies"
+    ) -> None:
         self._connection = connection
         self.client_id = client_id
-        self.reply_topic = f"test-replies/{client_id}"
+        self.reply_topic = f"{reply_topic_prefix}/{client_id}"
         self._pending: dict[bytes, ObjectSendStream[MqttMessage]] = {}
         self._watchers: list[tuple[str, ObjectSendStream[MqttMessage]]] = []
 
@@ -109,12 +111,14 @@ class MqttTestClient:
 
 @asynccontextmanager
 async def connect_test_client(
-    url: str, client_id: str | None = None
+    url: str, client_id: str | None = None, *, reply_topic_prefix: str = "test-replies"
 ) -> AsyncIterator[MqttTestClient]:
-    """Connect a ``MqttTestClient`` to ``url``: mqtt://host:port or memory://<broker name>."""
+    """Connect a ``MqttTestClient`` to ``url``: mqtt://[user:password@]host:port or
+    memory://<broker name>. Replies come to ``<reply_topic_prefix>/<client id>`` (a broker's
+    ACL may say where the MES may read, e.g. ``mes/replies``)."""
     client_id = client_id or f"test-{uuid.uuid4().hex[:10]}"
     async with _connect(url, client_id) as connection, anyio.create_task_group() as tasks:
-        tester = MqttTestClient(connection, client_id)
+        tester = MqttTestClient(connection, client_id, reply_topic_prefix)
         await connection.subscribe(tester.reply_topic)
         tasks.start_soon(tester._route)
         yield tester

@@ -26,7 +26,7 @@ import yaml
 from gateway.app import Gateway, settings_registry
 from gateway.plugins import build_plugin_manager
 from gateway.settings import SettingsRegistry, env_name, load_settings
-from gateway.testing.services import find_executable, free_port
+from gateway.testing.services import find_executable, mosquitto_deployed
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -35,9 +35,14 @@ K8S = DEPLOY / "k8s"
 DOCKERFILE = DEPLOY / "Dockerfile"
 DRIVER_DOCKERFILE = DEPLOY / "examples" / "acme-driver.Dockerfile"
 MOSQUITTO_CONF = DEPLOY / "mosquitto" / "mosquitto.conf"
+MOSQUITTO_ACL = DEPLOY / "mosquitto" / "acl"
 # Read by the plugin manager, not settings (GATEWAY_PLUGINS_BLOCK / _ALLOW).
 PLUGIN_VARIABLES = {"GATEWAY_PLUGINS_BLOCK", "GATEWAY_PLUGINS_ALLOW"}
 HTTP_PORT = env_name("http", "port")
+# What a secret file holds, where a plain word would not do.
+STAND_INS = {
+    env_name("simulator", "device_passwords") + "_FILE": "positioner=a,tightener=b,camera=c",
+}
 HEALTH_PATHS = {
     "livenessProbe": "/healthz",
     "readinessProbe": "/readyz",
@@ -389,9 +394,7 @@ def test_every_gateway_container_has_valid_settings(
         for name in list(environ):
             if name.endswith("_FILE") and name.startswith("GATEWAY_"):
                 stand_in = tmp_path / f"{index}-{name}"
-                stand_in.write_text(
-                    "mqtt://equipment:pw@mosquitto:1883\n" if "URL" in name else "secret\n"
-                )
+                stand_in.write_text(STAND_INS.get(name, "secret") + "\n")
                 environ[name] = str(stand_in)
         settings = load_settings(registry, _settings_file(container, tmp_path), environ)
         assert settings.section("gateway").log_format == "json", container.where
@@ -598,7 +601,7 @@ def test_k8s_runs_several_gateways_and_exactly_one_publisher() -> None:
 # -- mosquitto and redis configuration --------------------------------------------------------
 
 
-def test_mosquitto_configuration_has_authentication_and_persistence() -> None:
+def test_mosquitto_configuration_has_authentication_an_acl_and_persistence() -> None:
     lines = {
         tuple(line.split(None, 1))
         for line in MOSQUITTO_CONF.read_text().splitlines()
@@ -608,12 +611,39 @@ def test_mosquitto_configuration_has_authentication_and_persistence() -> None:
     assert ("set_tcp_nodelay", "true") in lines
     assert ("persistence", "true") in lines
     (password_file,) = [value for key, value in lines if key == "password_file"]
+    (acl_file,) = [value for key, value in lines if key == "acl_file"]
     mosquitto = compose()["services"]["mosquitto"]
+    mounted = {config["target"]: config["source"] for config in mosquitto["configs"]}
+    assert compose()["configs"][mounted[acl_file]]["file"] == "./mosquitto/acl"
     script = "\n".join(mosquitto["command"])
-    assert f"mosquitto_passwd -c -b {password_file} gateway" in script
+    passwd = next(target for target, source in mounted.items() if source == "mosquitto_passwd")
+    assert f"sh {passwd} /run/secrets {password_file}" in script
+    assert compose()["configs"]["mosquitto_passwd"]["file"] == "./mosquitto/passwd.sh"
     assert urlsplit(tomllib.loads((DEPLOY / "gateway.toml").read_text())["mqtt"]["url"]).port in {
         int(str(port).split(":")[-1]) for port in mosquitto["ports"]
     }
+
+
+def test_the_acl_is_written_for_the_shipped_topic_prefixes_and_users(
+    registry: SettingsRegistry,
+) -> None:
+    """The ACL names the default prefixes; the deployment must not move them elsewhere."""
+    defaults = {
+        (info.section, info.key): info.default
+        for info in registry.describe()
+        if info.key in ("topic_prefix", "reply_topic_prefix")
+    }
+    acl = MOSQUITTO_ACL.read_text()
+    for (section, _), prefix in defaults.items():
+        if section in ("jobs", "mqtt_equipment", "simulator"):
+            assert f" {prefix}/" in acl, (section, prefix)
+    assert f"topic read {defaults[('mqtt', 'reply_topic_prefix')]}/#" in acl
+    toml = tomllib.loads((DEPLOY / "gateway.toml").read_text())
+    for section in ("jobs", "mqtt_equipment", "simulator", "publisher"):
+        assert "topic_prefix" not in toml.get(section, {}), f"{section}.topic_prefix moved"
+    assert toml["mqtt"]["username"] == "gateway"
+    assert "user gateway" in acl
+    assert "user mes" in acl
 
 
 def test_redis_has_an_acl_user_for_the_gateway_keys_only() -> None:
@@ -628,52 +658,24 @@ def test_redis_has_an_acl_user_for_the_gateway_keys_only() -> None:
 
 @pytest.mark.integration
 def test_mosquitto_runs_the_configuration(tmp_path: Path) -> None:
-    """The file as compose mounts it, paths moved into a temporary directory: mosquitto starts,
-    takes the user its password file names and refuses anonymous clients."""
+    """The file as compose mounts it (with the ACL), paths moved into a temporary directory:
+    mosquitto starts, takes the user its password file names and refuses anonymous clients.
+    tests/deploy/test_mosquitto_acl.py checks what each user may do."""
     try:
-        broker = find_executable("mosquitto")
         passwd = find_executable("mosquitto_passwd")
     except RuntimeError as error:
         pytest.fail(f"{error} (.ci/run installs mosquitto)")
-    port = free_port()
-    (tmp_path / "data").mkdir()
-    (tmp_path / "auth").mkdir()
-    subprocess.run(
-        [passwd, "-c", "-b", str(tmp_path / "auth" / "passwd"), "gateway", "pw"], check=True
-    )
-    config = MOSQUITTO_CONF.read_text().replace("/mosquitto/", f"{tmp_path}/")
-    config = config.replace("listener 1883", f"listener {port} 127.0.0.1")
-    (tmp_path / "mosquitto.conf").write_text(config + "user root\n")  # tests may run as root
-    process = subprocess.Popen(
-        [broker, "-c", str(tmp_path / "mosquitto.conf")],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
+    subprocess.run([passwd, "-c", "-b", str(tmp_path / "passwd"), "gateway", "pw"], check=True)
+    files = {"config/acl": MOSQUITTO_ACL, "auth/passwd": tmp_path / "passwd"}
+    broker = mosquitto_deployed(MOSQUITTO_CONF, files, directory=tmp_path / "broker").start()
     try:
-        _wait_listening(port, process)
-        assert _mqtt_connect(port, "gateway", "pw") == 0
-        assert _mqtt_connect(port, None, None) != 0
-        assert _mqtt_connect(port, "gateway", "wrong") != 0
+        assert _mqtt_connect(broker.port, "gateway", "pw") == 0
+        assert _mqtt_connect(broker.port, None, None) != 0
+        assert _mqtt_connect(broker.port, "gateway", "wrong") != 0
     finally:
-        process.terminate()
-        output = process.communicate(timeout=10)[0].decode()
+        broker.stop()
+    output = broker.log_path.read_text()
     assert "Error" not in output, output
-
-
-def _wait_listening(port: int, process: subprocess.Popen[bytes]) -> None:
-    import socket
-    import time
-
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(process.communicate()[0].decode())
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            return
-        except OSError:
-            time.sleep(0.02)
-    raise AssertionError("mosquitto did not listen")
 
 
 def _mqtt_connect(port: int, username: str | None, password: str | None) -> int:
