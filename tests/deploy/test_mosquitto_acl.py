@@ -128,7 +128,7 @@ class Station:
     @asynccontextmanager
     async def client(self, user: str) -> AsyncIterator[MqttTestClient]:
         """A client logged in as ``user``; the MES's replies come to mes/replies/<id>."""
-        async with connect_test_client(self.url(user), reply_topic_prefix="mes/replies") as client:
+        async with connect_test_client(self.url(user), reply_prefix="mes/replies") as client:
             yield client
 
     @asynccontextmanager
