@@ -6,11 +6,13 @@ import json
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from gateway_sfc.chart import Chart
 from gateway_sfc.context import EngineContext
 from gateway_sfc.engine import Executor
+from gateway_sfc.model import Action
 from gateway_sfc.validation import load_chart
 
 
@@ -21,6 +23,14 @@ class Snapshot:
     chart: Chart
     parameters: Mapping[str, Any]
     recipe: Any
+
+    @cached_property
+    def _actions(self) -> dict[str, Action]:
+        return {action.name: action for action in self.chart.recipe.actions}
+
+    def action(self, name: str) -> Action:
+        """The recipe's action of that name (``KeyError``: none)."""
+        return self._actions[name]
 
 
 class RecipeCache:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from gateway.equipment import EquipmentCommand
 from gateway.errors import GatewayError, ValidationError
@@ -13,9 +14,9 @@ from gateway.recipes import JobCommand, JobOutcome, ProcessValue
 from gateway_sfc.context import EngineContext
 from gateway_sfc.engine import Timer
 from gateway_sfc.events import EventRouter
-from gateway_sfc.executions import ExecutionStore, mark_ended, timer_from_json
+from gateway_sfc.executions import ExecutionStore, mark_ended, outbox_member, timer_from_json
 from gateway_sfc.snapshots import RecipeCache
-from gateway_sfc.state import Phase, Status
+from gateway_sfc.state import Execution, Phase, Status
 from gateway_sfc.validation import load_chart
 
 log = logging.getLogger(__name__)
@@ -49,18 +50,12 @@ class StepHandlers:
             await self.send(scope, job, fields["action"], int(fields["attempt"]))
         elif kind == "report":
             await self.report(scope, job)
-        elif kind == "reply":
+        elif kind == "reply":  # written by earlier versions, which queued replies
             data = json.loads(fields.get("data") or "null")
             attempt = int(fields["attempt"])
-            await mutate(
-                scope,
-                job,
-                lambda ex, execution, now: ex.on_reply(
-                    execution, fields["action"], attempt, data, fields.get("error"), now
-                ),
-            )
+            await self.reply(scope, job, fields["action"], attempt, data, fields.get("error"))
         elif kind == "timer":
-            timer = timer_from_json(fields["timer"])
+            timer = timer_from_json(fields["timer"], fields.get("due"))
             offline = await self._offline_reason(scope, job, timer)
             await mutate(
                 scope, job, lambda ex, execution, now: ex.on_timer(execution, timer, now, offline)
@@ -74,6 +69,16 @@ class StepHandlers:
             await mutate(scope, job, lambda ex, execution, now: ex.on_resume(execution, now))
         else:
             raise ValueError(f"unknown work entry kind {kind!r}")
+
+    async def reply(
+        self, scope: str, job: str, action: str, attempt: int, data: Any, error: str | None
+    ) -> None:
+        """Apply an equipment reply (repeated or late ones change nothing)."""
+        await self.executions.mutate(
+            scope,
+            job,
+            lambda ex, execution, now: ex.on_reply(execution, action, attempt, data, error, now),
+        )
 
     async def start(self, scope: str, job: str) -> None:
         control = self.context.gateway.job_control
@@ -109,14 +114,30 @@ class StepHandlers:
         return await self.context.gateway.equipment.offline_reason(action.equipment)
 
     async def send(self, scope: str, job: str, action_name: str, attempt: int) -> None:
+        """Send a command again (a work entry: its first publication was not confirmed)."""
         execution = await self.executions.read(scope, job)
         if execution is None:
             return
         run = execution.actions.get(action_name)
         if run is None or run.attempt != attempt or run.phase is not Phase.DISPATCHED:
             return  # cancelled or answered meanwhile
+        await self._publish(scope, job, action_name, attempt)
+
+    async def publish(self, execution: Execution, sends: Sequence[str]) -> None:
+        """Send the commands a commit just dispatched, then drop them from the outbox."""
+        scope, job = execution.scope, execution.job
+        published = []
+        for action in sends:
+            attempt = execution.actions[action].attempt
+            if await self._publish(scope, job, action, attempt):
+                published.append(outbox_member(job, action, attempt))
+        if published:
+            await self.context.client.zrem(self.context.keys.outbox(scope), *published)
+
+    async def _publish(self, scope: str, job: str, action_name: str, attempt: int) -> bool:
+        """Send one try's command (``False``: it could not be delivered, and the try failed)."""
         snapshot = await self.recipes.get(scope, job)
-        action = next(a for a in snapshot.chart.recipe.actions if a.name == action_name)
+        action = snapshot.action(action_name)
         command = EquipmentCommand(
             correlation_id=f"{job}:{action_name}:{attempt}",
             type=action.type_id,
@@ -130,11 +151,13 @@ class StepHandlers:
         )
         try:
             await self.context.gateway.equipment.send(command)
-            self.context.metrics.commands.labels(command.type).inc()
         except GatewayError as error:
             # No driver, or the driver could not deliver: this try failed.
             log.warning("job %s/%s: %s not delivered: %s", scope, job, action_name, error)
             await self._fail_try(scope, job, action_name, attempt, str(error))
+            return False
+        self.context.metrics.commands.labels(command.type).inc()
+        return True
 
     async def _fail_try(self, scope: str, job: str, action: str, attempt: int, error: str) -> None:
         await self.executions.mutate(
