@@ -134,6 +134,7 @@ class Coordinator:
             loops.start_soon(
                 _every, settings.claim_idle_seconds / 2, self.consumer.claim_orphans, handlers
             )
+            loops.start_soon(_every, settings.timer_poll_seconds, self.steps.flush_published)
             loops.start_soon(_every, settings.scope_poll_seconds, self.scopes.discover)
             loops.start_soon(_every, settings.reconcile_seconds, self.reconciler.reconcile)
             await self.context.gateway.stopping.wait()

@@ -17,7 +17,6 @@ from gateway_sfc.events import EventRouter
 from gateway_sfc.executions import ExecutionStore, mark_ended, outbox_member, timer_from_json
 from gateway_sfc.snapshots import RecipeCache
 from gateway_sfc.state import Execution, Phase, Status
-from gateway_sfc.validation import load_chart
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +35,7 @@ class StepHandlers:
         self.executions = executions
         self.recipes = recipes
         self.events = events
+        self._published: dict[str, set[str]] = {}  # scope -> outbox entries sent
 
     async def handle(self, scope: str, fields: Mapping[str, str]) -> None:
         kind = fields["kind"]
@@ -92,12 +92,12 @@ class StepHandlers:
                 log.info("job %s/%s not started: it is %s", scope, job, state)
                 return
         try:
-            chart = load_chart(recipe_job.recipe)
+            chart = self.recipes.chart(recipe_job.recipe)
         except ValidationError as error:
             await control.abort(scope, job, JobOutcome(error=f"invalid recipe: {error}"))
             return
         parameters = recipe_job.parameters()
-        await self.recipes.save(scope, job, recipe_job.recipe, parameters)
+        await self.recipes.save(scope, job, chart, recipe_job.recipe, parameters)
         executor = self.context.executor(chart, parameters)
         execution, effects = executor.start(scope, job, time.time())
         if await self.executions.create(execution, effects):
@@ -124,15 +124,20 @@ class StepHandlers:
         await self._publish(scope, job, action_name, attempt)
 
     async def publish(self, execution: Execution, sends: Sequence[str]) -> None:
-        """Send the commands a commit just dispatched, then drop them from the outbox."""
+        """Send the commands a commit just dispatched; ``flush_published`` then drops them
+        from the outbox (or the commit of their reply does, whichever comes first)."""
         scope, job = execution.scope, execution.job
-        published = []
         for action in sends:
             attempt = execution.actions[action].attempt
             if await self._publish(scope, job, action, attempt):
-                published.append(outbox_member(job, action, attempt))
-        if published:
-            await self.context.client.zrem(self.context.keys.outbox(scope), *published)
+                self._published.setdefault(scope, set()).add(outbox_member(job, action, attempt))
+
+    async def flush_published(self) -> None:
+        """Drop the commands published since the last flush from the outbox, one command per
+        scope. (An instance that dies first leaves them there: they are sent once more.)"""
+        published, self._published = self._published, {}
+        for scope, members in published.items():
+            await self.context.client.zrem(self.context.keys.outbox(scope), *members)
 
     async def _publish(self, scope: str, job: str, action_name: str, attempt: int) -> bool:
         """Send one try's command (``False``: it could not be delivered, and the try failed)."""
@@ -193,5 +198,6 @@ class StepHandlers:
         else:  # stopped or aborted by the MES: the job's state is already set
             await control.record_results(scope, job, outcome.results)
         await self.executions.mutate(scope, job, mark_ended)
+        self.recipes.forget(scope, job)
         self.context.metrics.charts.labels(execution.outcome or "unknown").inc()
         log.info("job %s/%s: chart %s", scope, job, execution.outcome)
