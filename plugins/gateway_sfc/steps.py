@@ -11,6 +11,7 @@ from typing import Any
 from gateway.equipment import EquipmentCommand
 from gateway.errors import GatewayError, ValidationError
 from gateway.recipes import JobCommand, JobOutcome, ProcessValue
+from gateway.resilience import is_transient
 from gateway_sfc.context import EngineContext
 from gateway_sfc.engine import Timer
 from gateway_sfc.events import EventRouter
@@ -77,7 +78,9 @@ class StepHandlers:
         await self.executions.mutate(
             scope,
             job,
-            lambda ex, execution, now: ex.on_reply(execution, action, attempt, data, error, now),
+            lambda ex, execution, now: ex.on_reply(
+                _noting_late_reply(execution, action, attempt), action, attempt, data, error, now
+            ),
         )
 
     async def start(self, scope: str, job: str) -> None:
@@ -129,7 +132,14 @@ class StepHandlers:
         scope, job = execution.scope, execution.job
         for action in sends:
             attempt = execution.actions[action].attempt
-            if await self._publish(scope, job, action, attempt):
+            try:
+                published = await self._publish(scope, job, action, attempt)
+            except GatewayError as error:  # transient: the broker is away
+                # The commit stands and the command waits in the outbox, which sends it again
+                # after ``outbox_grace_seconds`` (the same correlation id).
+                log.info("job %s/%s: %s not sent yet (%s)", scope, job, action, error)
+                continue
+            if published:
                 self._published.setdefault(scope, set()).add(outbox_member(job, action, attempt))
 
     async def flush_published(self) -> None:
@@ -157,6 +167,8 @@ class StepHandlers:
         try:
             await self.context.gateway.equipment.send(command)
         except GatewayError as error:
+            if is_transient(error):
+                raise  # the broker is away: sent again once it is back (same correlation id)
             # No driver, or the driver could not deliver: this try failed.
             log.warning("job %s/%s: %s not delivered: %s", scope, job, action_name, error)
             await self._fail_try(scope, job, action_name, attempt, str(error))
@@ -190,6 +202,7 @@ class StepHandlers:
             ],
             error=execution.error,
             side_effects=execution.side_effects,
+            correlation_id=_failed_command(execution),
         )
         if execution.outcome == "completed":
             await control.complete(scope, job, outcome)
@@ -201,3 +214,21 @@ class StepHandlers:
         self.recipes.forget(scope, job)
         self.context.metrics.charts.labels(execution.outcome or "unknown").inc()
         log.info("job %s/%s: chart %s", scope, job, execution.outcome)
+
+
+def _noting_late_reply(execution: Execution, action: str, attempt: int) -> Execution:
+    """Log a reply that comes after its try ended (timed out, retried, cancelled): it is
+    taken off the work stream and changes nothing."""
+    run = execution.actions.get(action)
+    if run is None or run.attempt != attempt or run.phase is not Phase.DISPATCHED:
+        now = f"try {run.attempt} {run.phase.value}" if run is not None else "gone"
+        log.info("reply to %s try %d came after that try ended (%s); ignored", action, attempt, now)
+    return execution
+
+
+def _failed_command(execution: Execution) -> str | None:
+    """The correlation id of the command whose failure ended the chart, if one did."""
+    for run in execution.actions.values():
+        if run.phase is Phase.FAILED:
+            return f"{execution.job}:{run.name}:{run.attempt}"
+    return None
