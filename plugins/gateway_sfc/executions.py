@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 Apply = Callable[[Executor, Execution, float], Effects]
 WaitStarted = Callable[[str, str], Awaitable[None]]
-Committed = Callable[[Execution, Sequence[str]], Awaitable[None]]
+Committed = Callable[[str, str, Sequence[tuple[str, int]]], Awaitable[None]]
 Try = tuple[str, int]  # action name, attempt
 
 # Timers of one try: at most one of these per (action, attempt), so each has a fixed name.
@@ -46,7 +46,7 @@ class ExecutionStore:
         # Called after a write that made the job wait for an equipment event (the event router
         # then offers it the events that came early).
         self.wait_started: WaitStarted | None = None
-        # Called after every write that dispatched commands (their names): they are sent then.
+        # Called after every write that dispatched commands (scope, job, the tries to send).
         self.committed: Committed | None = None
 
     def start(self) -> None:
@@ -67,6 +67,7 @@ class ExecutionStore:
             return False
         self.announce_steps(execution, {}, time.time())
         await self._after(execution, effects, was_waiting=set())
+        self._remember(execution)
         return True
 
     async def mutate(self, scope: str, job: str, apply: Apply) -> None:
@@ -102,15 +103,20 @@ class ExecutionStore:
                         seconds
                     )
                 await self._after(execution, effects, was_waiting)
+                # Remembered only now: the steps above may wait, and another task must not
+                # change this object meanwhile (it reads the stored state instead).
+                self._remember(execution)
                 return
         raise GatewayError(
             f"job {scope}/{job}: state kept changing under {settings.max_cas_retries} tries"
         )
 
     async def _after(self, execution: Execution, effects: Effects, was_waiting: set[str]) -> None:
-        if effects.sends and self.committed is not None:
-            await self.committed(execution, effects.sends)
-        if waiting(execution) - was_waiting and self.wait_started is not None:
+        started_waiting = bool(waiting(execution) - was_waiting)
+        tries = [(action, execution.actions[action].attempt) for action in effects.sends]
+        if tries and self.committed is not None:
+            await self.committed(execution.scope, execution.job, tries)
+        if started_waiting and self.wait_started is not None:
             await self.wait_started(execution.scope, execution.job)
 
     def _remember(self, execution: Execution) -> None:
@@ -181,8 +187,6 @@ class ExecutionStore:
         except BaseException:
             execution.version = previous_version
             raise
-        if written:
-            self._remember(execution)
         return bool(written)
 
 

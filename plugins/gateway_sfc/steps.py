@@ -126,12 +126,10 @@ class StepHandlers:
             return  # cancelled or answered meanwhile
         await self._publish(scope, job, action_name, attempt)
 
-    async def publish(self, execution: Execution, sends: Sequence[str]) -> None:
+    async def publish(self, scope: str, job: str, tries: Sequence[tuple[str, int]]) -> None:
         """Send the commands a commit just dispatched; ``flush_published`` then drops them
         from the outbox (or the commit of their reply does, whichever comes first)."""
-        scope, job = execution.scope, execution.job
-        for action in sends:
-            attempt = execution.actions[action].attempt
+        for action, attempt in tries:
             try:
                 published = await self._publish(scope, job, action, attempt)
             except GatewayError as error:  # transient: the broker is away
