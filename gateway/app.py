@@ -16,6 +16,7 @@ from gateway.core import CoreSettings
 from gateway.equipment import EquipmentHub
 from gateway.errors import GatewayError, PluginError
 from gateway.instances import InstanceRegistry
+from gateway.jobmethods import JobMethods
 from gateway.metrics import Metrics
 from gateway.plugins import GatewayPluginManager, build_plugin_manager
 from gateway.recipes import JobControl, RecipeInterpreter
@@ -66,6 +67,7 @@ class Gateway:
             register=self._add_interpreter, settings=settings, gateway=self
         )
         self._job_control: JobControl | None = plugins.hook.gateway_make_job_control(gateway=self)
+        self._job_methods: JobMethods | None = plugins.hook.gateway_make_job_methods(gateway=self)
         self.processors: list[Processor] = []
         plugins.hook.gateway_register_processors(
             register=self._add_processor, settings=settings, gateway=self
@@ -117,6 +119,13 @@ class Gateway:
         if self._job_control is None:
             raise PluginError("no plugin provides job control (is the jobs plugin blocked?)")
         return self._job_control
+
+    @property
+    def job_methods(self) -> JobMethods:
+        """The MES's job methods, for northbound protocols (provided by job management)."""
+        if self._job_methods is None:
+            raise PluginError("no plugin provides job methods (is the jobs plugin blocked?)")
+        return self._job_methods
 
     def _add_processor(self, processor: Processor) -> None:
         if any(existing.name == processor.name for existing in self.processors):

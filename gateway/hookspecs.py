@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from gateway.app import Gateway
     from gateway.cli import Command
     from gateway.equipment import EquipmentDriver
+    from gateway.jobmethods import JobMethods
     from gateway.recipes import JobControl, RecipeInterpreter
     from gateway.settings import Settings
     from gateway.store import Store
@@ -83,6 +84,15 @@ def gateway_make_job_control(gateway: Gateway) -> JobControl | None:
     """Build the job control recipe interpreters report to (``gateway.job_control``).
 
     Fires once, after the interpreters are registered and before the processors.
+    """
+
+
+@hookspec(firstresult=True)
+def gateway_make_job_methods(gateway: Gateway) -> JobMethods | None:
+    """Build the job methods northbound protocols call (``gateway.job_methods``).
+
+    Fires once, right after ``gateway_make_job_control``. Every protocol serving the MES (MQTT,
+    OPC UA) calls the same methods, so a job stored through one is controlled through another.
     """
 
 

@@ -14,12 +14,14 @@ from weakref import WeakKeyDictionary
 
 from gateway.cloudevents import CloudEvent
 from gateway.hookspecs import hookimpl
+from gateway.jobmethods import JobMethods
 from gateway.recipes import JobControl
 from gateway.settings import Settings
 from gateway.transport import Processor, Service
 from gateway_jobs.control import JobsControl
 from gateway_jobs.events import BindingEvents, MetadataService
 from gateway_jobs.jobs import JobManager
+from gateway_jobs.methods import JobsMethods
 from gateway_jobs.metrics import count_methods, sample_jobs_by_state
 from gateway_jobs.processor import JobsProcessor
 from gateway_jobs.settings import JobsSettings
@@ -30,8 +32,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 BINDING = "mqtt"
-# One manager per gateway object: the hooks below are called separately but share it.
+# One manager (and one set of job methods) per gateway object: the hooks below are called
+# separately but share them.
 _managers: WeakKeyDictionary[Gateway, JobManager] = WeakKeyDictionary()
+_methods: WeakKeyDictionary[Gateway, JobsMethods] = WeakKeyDictionary()
 
 
 class _LoggedEvents:
@@ -63,6 +67,18 @@ def manager_for(gateway: Gateway) -> JobManager | None:
     return manager
 
 
+def methods_for(gateway: Gateway) -> JobsMethods | None:
+    """The gateway's job methods; ``None`` without a store."""
+    manager = manager_for(gateway)
+    if manager is None:
+        return None
+    methods = _methods.get(gateway)
+    if methods is None:
+        methods = JobsMethods(manager, count=count_methods(gateway.metrics))
+        _methods[gateway] = methods
+    return methods
+
+
 @hookimpl
 def gateway_add_settings(register: Callable[[str, type[Any]], None]) -> None:
     register("jobs", JobsSettings)
@@ -78,14 +94,19 @@ def gateway_make_job_control(gateway: Gateway) -> JobControl | None:
 
 
 @hookimpl
+def gateway_make_job_methods(gateway: Gateway) -> JobMethods | None:
+    return methods_for(gateway)
+
+
+@hookimpl
 def gateway_register_processors(
     register: Callable[[Processor], None], settings: Settings, gateway: Gateway
 ) -> None:
-    manager = manager_for(gateway)
-    if manager is not None and BINDING in gateway.bindings:
+    manager, methods = manager_for(gateway), methods_for(gateway)
+    if manager is not None and methods is not None and BINDING in gateway.bindings:
         prefix = settings.get(JobsSettings).topic_prefix
         processor = JobsProcessor(
-            manager, source=gateway.source, count=count_methods(gateway.metrics)
+            manager, methods, source=gateway.source, count=count_methods(gateway.metrics)
         )
         register(processor.processor(prefix))
 
