@@ -39,7 +39,8 @@ class ScopeEvents:
     def __init__(self, nodes: ScopeNodes, generators: Sequence[EventGenerator]) -> None:
         self.nodes = nodes
         self.generators = generators
-        self.jobs: dict[str, Mapping[str, Any]] = {}  # JobOrderID -> JobOrderAndState JSON
+        # JobOrderID -> (list order, ISA95JobOrderAndStateDataType): converted once per change.
+        self.jobs: dict[str, tuple[tuple[int, str], Any]] = {}
 
     @classmethod
     async def create(
@@ -57,7 +58,9 @@ class ScopeEvents:
 
     async def load(self, job_orders: Sequence[Mapping[str, Any]]) -> None:
         """Start from the scope's jobs as they are now."""
-        self.jobs = {entry["JobOrder"]["JobOrderID"]: entry for entry in job_orders}
+        self.jobs.clear()
+        for entry in job_orders:
+            self._keep(entry)
         await self._write_list()
 
     async def publish(self, status: JobStatus) -> None:
@@ -85,32 +88,26 @@ class ScopeEvents:
             await generator.trigger(
                 message=f"{status.job_order_id}: {status.method} -> {status.state}"
             )
-        if status.state == END_STATE:
-            self.jobs.pop(status.job_order_id, None)
-        else:
-            self.jobs[status.job_order_id] = {
-                "JobOrder": status.job_order,
-                "State": status.job_state,
-            }
+        self.jobs.pop(status.job_order_id, None)
+        if status.state != END_STATE:
+            self._keep({"JobOrder": status.job_order, "State": status.job_state})
         await self._write_list()
 
+    def _keep(self, entry: Mapping[str, Any]) -> None:
+        order = entry["JobOrder"]
+        try:
+            value = from_json(dict(entry), ua_type("ISA95JobOrderAndStateDataType"), "JobOrderList")
+        except ConversionError as error:
+            log.error("job %s left out of the JobOrderList: %s", order.get("JobOrderID"), error)
+            return
+        self.jobs[order["JobOrderID"]] = (_list_order(order), value)
+
     async def _write_list(self) -> None:
-        kind = ua_type("ISA95JobOrderAndStateDataType")
-        entries = []
-        for entry in sorted(self.jobs.values(), key=_list_order):
-            try:
-                entries.append(from_json(dict(entry), kind, "JobOrderList"))
-            except ConversionError as error:
-                log.error(
-                    "job %s left out of the JobOrderList: %s",
-                    entry["JobOrder"].get("JobOrderID"),
-                    error,
-                )
+        entries = [value for _, value in sorted(self.jobs.values(), key=lambda job: job[0])]
         variant = ua.Variant(entries, ua.VariantType.ExtensionObject, is_array=True)
         await self.nodes.job_order_list.write_value(variant)
 
 
-def _list_order(entry: Mapping[str, Any]) -> tuple[int, str]:
+def _list_order(order: Mapping[str, Any]) -> tuple[int, str]:
     """Highest Priority first, then by JobOrderID (as job management lists them)."""
-    order = entry["JobOrder"]
     return -int(order.get("Priority") or 0), str(order["JobOrderID"])
