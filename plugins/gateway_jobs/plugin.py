@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
-from weakref import WeakKeyDictionary
 
 from gateway.cloudevents import CloudEvent
 from gateway.hookspecs import hookimpl
@@ -27,15 +26,11 @@ from gateway_jobs.processor import JobsProcessor
 from gateway_jobs.settings import JobsSettings
 
 if TYPE_CHECKING:
-    from gateway.app import Gateway
+    from gateway.phases import JobControlPhase, JobMethodsPhase, ProcessorPhase, ServicePhase
 
 log = logging.getLogger(__name__)
 
 BINDING = "mqtt"
-# One manager (and one set of job methods) per gateway object: the hooks below are called
-# separately but share them.
-_managers: WeakKeyDictionary[Gateway, JobManager] = WeakKeyDictionary()
-_methods: WeakKeyDictionary[Gateway, JobsMethods] = WeakKeyDictionary()
 
 
 class _LoggedEvents:
@@ -45,64 +40,46 @@ class _LoggedEvents:
         log.info("no %s binding: status event for %s not sent", BINDING, scope)
 
 
-def manager_for(gateway: Gateway) -> JobManager | None:
-    """The gateway's job manager; ``None`` without a store."""
-    if gateway.store is None:
-        return None
-    manager = _managers.get(gateway)
-    if manager is None:
-        settings = gateway.settings.get(JobsSettings)
-        binding = gateway.bindings.get(BINDING)
-        manager = JobManager(
-            store=gateway.store,
-            interpreters=gateway.recipe_interpreters,
-            settings=settings,
-            source=gateway.source,
-            events=_LoggedEvents()
-            if binding is None
-            else BindingEvents(binding, settings.topic_prefix),
-            observe=gateway.plugins.hook.gateway_job_state_changed,
-        )
-        _managers[gateway] = manager
-    return manager
-
-
-def methods_for(gateway: Gateway) -> JobsMethods | None:
-    """The gateway's job methods; ``None`` without a store."""
-    manager = manager_for(gateway)
-    if manager is None:
-        return None
-    methods = _methods.get(gateway)
-    if methods is None:
-        methods = JobsMethods(manager, count=count_methods(gateway.metrics))
-        _methods[gateway] = methods
-    return methods
-
-
 @hookimpl
 def gateway_add_settings(register: Callable[[str, type[Any]], None]) -> None:
     register("jobs", JobsSettings)
 
 
 @hookimpl
-def gateway_make_job_control(gateway: Gateway) -> JobControl | None:
-    manager = manager_for(gateway)
-    if manager is None:
+def gateway_make_job_control(gateway: JobControlPhase) -> JobControl | None:
+    """Build the gateway's ``JobManager`` (kept in ``gateway.state`` for the later hooks)."""
+    if gateway.store is None:
         log.info("no store: job management is off")
         return None
-    return JobsControl(manager)
+    settings = gateway.settings.get(JobsSettings)
+    binding = gateway.bindings.get(BINDING)
+    manager = JobManager(
+        store=gateway.store,
+        interpreters=gateway.recipe_interpreters,
+        settings=settings,
+        source=gateway.source,
+        events=_LoggedEvents()
+        if binding is None
+        else BindingEvents(binding, settings.topic_prefix),
+        observe=gateway.plugins.hook.gateway_job_state_changed,
+    )
+    return JobsControl(gateway.state.add(manager))
 
 
 @hookimpl
-def gateway_make_job_methods(gateway: Gateway) -> JobMethods | None:
-    return methods_for(gateway)
+def gateway_make_job_methods(gateway: JobMethodsPhase) -> JobMethods | None:
+    """The MES's methods over the ``JobManager`` (also kept in ``gateway.state``)."""
+    manager = gateway.state.find(JobManager)
+    if manager is None:
+        return None
+    return gateway.state.add(JobsMethods(manager, count=count_methods(gateway.metrics)))
 
 
 @hookimpl
 def gateway_register_processors(
-    register: Callable[[Processor], None], settings: Settings, gateway: Gateway
+    register: Callable[[Processor], None], settings: Settings, gateway: ProcessorPhase
 ) -> None:
-    manager, methods = manager_for(gateway), methods_for(gateway)
+    manager, methods = gateway.state.find(JobManager), gateway.state.find(JobsMethods)
     if manager is not None and methods is not None and BINDING in gateway.bindings:
         prefix = settings.get(JobsSettings).topic_prefix
         processor = JobsProcessor(
@@ -113,9 +90,9 @@ def gateway_register_processors(
 
 @hookimpl
 def gateway_register_services(
-    register: Callable[[Service], None], settings: Settings, gateway: Gateway
+    register: Callable[[Service], None], settings: Settings, gateway: ServicePhase
 ) -> None:
-    manager = manager_for(gateway)
+    manager = gateway.state.find(JobManager)
     if manager is None:
         return
     sample_jobs_by_state(gateway.metrics, manager.repository)

@@ -26,6 +26,7 @@ from gateway.errors import GatewayError, SettingsError
 from gateway.transport import Dispatcher
 from gateway_msgpack_rpc.client import RpcClient
 from gateway_msgpack_rpc.codec import to_map
+from gateway_msgpack_rpc.forwarding import Forwarding
 from gateway_msgpack_rpc.liveness import Liveness
 from gateway_msgpack_rpc.server import RpcServer
 from gateway_msgpack_rpc.sessions import EquipmentOffline, Sessions
@@ -98,7 +99,7 @@ class MsgpackRpcBinding:
 
     async def run(self, gateway: Gateway, *, task_status: TaskStatus[None]) -> None:
         self._gateway = gateway
-        self.liveness.attach(gateway.equipment)
+        self.liveness.attach(gateway.equipment, owners=gateway.state.find(Forwarding))
         listener = await self.server.listen()
         async with anyio.create_task_group() as tasks:
             accepting = anyio.CancelScope()

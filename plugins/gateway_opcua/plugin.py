@@ -17,7 +17,7 @@ from gateway.transport import Service
 from gateway_opcua.settings import OpcUaSettings
 
 if TYPE_CHECKING:
-    from gateway.app import Gateway
+    from gateway.phases import ServicePhase
 
 
 @hookimpl
@@ -27,7 +27,7 @@ def gateway_add_settings(register: Callable[[str, type[Any]], None]) -> None:
 
 @hookimpl
 def gateway_register_services(
-    register: Callable[[Service], None], settings: Settings, gateway: Gateway
+    register: Callable[[Service], None], settings: Settings, gateway: ServicePhase
 ) -> None:
     opcua = settings.get(OpcUaSettings)
     if not opcua.enabled:
@@ -37,6 +37,7 @@ def gateway_register_services(
             "opcua.enabled is true but asyncua is not installed: "
             "pip install 'station-gateway[opcua]'"
         )
+    gateway.job_methods  # noqa: B018  # PluginError now, not at run, when no plugin serves jobs
     from gateway_opcua.service import OpcUaService  # asyncua is imported from here on
 
     register(OpcUaService(opcua))

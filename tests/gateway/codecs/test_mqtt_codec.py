@@ -14,8 +14,8 @@ from typing import Any
 import aiomqtt
 import msgpack
 import pytest
-from hypothesis import event as note_outcome
 from hypothesis import HealthCheck, example, given, settings
+from hypothesis import event as note_outcome
 from hypothesis import strategies as st
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
