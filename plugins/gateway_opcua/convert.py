@@ -121,7 +121,11 @@ def _scalar(value: Any, kind: Any, path: str) -> Any:
     if kind is ua.LocalizedText:
         if not isinstance(value, dict):
             raise ConversionError(path, "expected an object with Locale and Text")
-        return ua.LocalizedText(Text=value.get("Text"), Locale=value.get("Locale"))
+        text, locale = value.get("Text"), value.get("Locale")
+        return ua.LocalizedText(
+            Text=None if text is None else _expect(text, str, f"{path}.Text"),
+            Locale=None if locale is None else _expect(locale, str, f"{path}.Locale"),
+        )
     if isinstance(kind, type) and dataclasses.is_dataclass(kind):
         return _structure(value, kind, path)
     if kind is ua.Boolean or kind is bool:
