@@ -21,6 +21,7 @@ from gateway.metrics import Metrics
 from gateway.phases import BUILT_BY, PluginState
 from gateway.plugins import GatewayPluginManager, build_plugin_manager
 from gateway.recipes import JobControl, RecipeInterpreter
+from gateway.resilience import Readiness, Resilience
 from gateway.settings import Settings, SettingsRegistry, load_settings
 from gateway.store import Store
 from gateway.transport import Binding, Dispatcher, Processor, Service
@@ -67,6 +68,14 @@ class Gateway:
         self.source = core.effective_source
         self.role = core.role
         self.grace_seconds = core.shutdown_grace_seconds
+        # Named readiness checks the long-running loops fail while the store or broker is
+        # away (``/readyz`` names them), and the retry policy they share.
+        self.readiness = Readiness()
+        self.resilience = Resilience(
+            self.readiness,
+            minimum_seconds=core.retry_min_seconds,
+            maximum_seconds=core.retry_max_seconds,
+        )
         self.state = PluginState()
         self.store: Store | None = plugins.hook.gateway_make_store(settings=settings)
         self.instances = InstanceRegistry(self.store, self.instance_id) if self.store else None
@@ -133,6 +142,7 @@ class Gateway:
             dedupe=self.store.dedupe if self.store is not None else None,
             on_failure=plugins.hook.gateway_message_failed,
             metrics=self.metrics,
+            resilience=self.resilience,
         )
         self.stop_reason: str | None = None
         self.failed = False
@@ -272,7 +282,7 @@ class Gateway:
                     await tasks.start(self._watch_signals, tasks.cancel_scope)
                 if self.instances is not None:
                     await self.instances.beat()
-                    tasks.start_soon(self.instances.run, self.stopping)
+                    tasks.start_soon(self.instances.run, self.stopping, self.resilience)
                 try:
                     await self._start_all(tasks, bindings, services)
                 except Exception as error:
@@ -291,7 +301,10 @@ class Gateway:
                 tasks.cancel_scope.cancel()
             if self.instances is not None:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(2):
-                    await self.instances.leave()
+                    try:
+                        await self.instances.leave()
+                    except Exception as error:  # the store is away: the entry ages out
+                        log.warning("instance entry not removed: %s", error)
         log.info("gateway %s stopped: %s", self.instance_id, self.stop_reason)
         if self.failed:
             raise GatewayError(f"gateway stopped: {self.stop_reason}")
@@ -438,6 +451,8 @@ class _PhaseView:
             "stopping",
             "binding",
             "runs",
+            "readiness",
+            "resilience",
         }
     )
 
