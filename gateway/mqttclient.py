@@ -57,10 +57,11 @@ class CloudEventClient:
     async def _route(self) -> None:
         async for incoming in self._connection.messages():
             if incoming.topic == self.reply_topic and incoming.correlation_data in self._pending:
-                # No await between the lookup and the hand-over: a request that gives up at
-                # that moment cannot close the stream under us. A reply nobody waits for any
-                # more (late, or a repeat) is dropped.
-                with contextlib.suppress(anyio.WouldBlock, anyio.ClosedResourceError):
+                # Not awaited: the request may give up (and close its stream) meanwhile, and
+                # a reply that comes as its request gives up is dropped, as one after it.
+                with contextlib.suppress(
+                    anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError
+                ):
                     self._pending[incoming.correlation_data].send_nowait(incoming)
                 continue
             for topic_filter, stream in list(self._watchers):

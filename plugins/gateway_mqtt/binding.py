@@ -53,8 +53,9 @@ DRAIN_QUIET_SECONDS = 0.2
 
 @dataclass
 class BrokerOutage:
-    """Says that the broker cannot be reached: at once, then every ``report_seconds`` while it
-    lasts (each retry in between only at DEBUG), and once when it answers again."""
+    """Says again, every ``report_seconds`` while the broker cannot be reached, that it cannot
+    (the outage's first failure and its end are logged once by ``gateway.resilience``); the
+    retries in between only at DEBUG."""
 
     where: str
     report_seconds: float
@@ -64,8 +65,9 @@ class BrokerOutage:
     def failed(self, error: Exception, retry_in: float, *, started: bool) -> None:
         now = time.monotonic()
         if self.since is None:
-            self.since = now
-        elif now - self.reported < self.report_seconds:
+            self.since = self.reported = now
+            return
+        if now - self.reported < self.report_seconds:
             log.debug("MQTT broker %s: %s; retrying in %.1f s", self.where, error, retry_in)
             return
         self.reported = now
@@ -75,22 +77,15 @@ class BrokerOutage:
             else "the gateway starts once it answers"
         )
         log.warning(
-            "MQTT broker %s unreachable%s (%s): %s; check mqtt.url and that the broker runs "
-            "(retrying, next report in %.0f s)",
+            "MQTT broker %s still unreachable for %.0f s (%s): %s; check mqtt.url and that "
+            "the broker runs",
             self.where,
-            f" for {now - self.since:.0f} s" if now > self.since else "",
+            now - self.since,
             error,
             consequence,
-            self.report_seconds,
         )
 
     def ended(self) -> None:
-        if self.since is not None:
-            log.info(
-                "MQTT broker %s reachable again after %.1f s",
-                self.where,
-                time.monotonic() - self.since,
-            )
         self.since = None
 
 
@@ -130,6 +125,9 @@ class MqttBinding:
         ).labels(self.name)
         delay = self.settings.reconnect_min_seconds
         started = False
+        # Logged once per outage (and its end once); /readyz shows "binding mqtt" meanwhile.
+        outage = gateway.resilience.outage("mqtt.connection", logger=log)
+        # ... and said again at an interval while it lasts, for whoever reads the log later.
         unreachable = BrokerOutage(self.connector.where, self.settings.unreachable_report_seconds)
 
         def stop_event() -> anyio.Event:
@@ -144,6 +142,7 @@ class MqttBinding:
                     self._client = client
                     self._connected.set()
                     log.info("MQTT connected to %s as %s", self.connector.where, self.client_id)
+                    outage.succeeded()
                     unreachable.ended()
                     if not started:
                         started = True
@@ -159,12 +158,20 @@ class MqttBinding:
                     ) from None
                 self.reconnects += 1
                 reconnects.inc()
+                what = "the gateway starts once it answers" if not started else "no commands flow"
+                outage.failed(
+                    TransientError(
+                        f"MQTT broker {self.connector.where} unreachable ({error}): {what}; "
+                        "check mqtt.url and that the broker runs"
+                    )
+                )
                 unreachable.failed(error, delay, started=started)
                 with anyio.move_on_after(delay):
                     await stop_event().wait()
                 delay = min(delay * 2 or 0.1, self.settings.reconnect_max_seconds)
             else:
                 self._disconnected()
+        outage.close()
         self._closed = True
         log.info("MQTT binding stopped; session %s kept by the broker", self.client_id)
 
