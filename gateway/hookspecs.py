@@ -8,7 +8,7 @@ whose async ``run`` the host starts in its task group.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -21,6 +21,16 @@ if TYPE_CHECKING:
     from gateway.settings import Settings
     from gateway.store import Store
     from gateway.transport import Binding, Processor, Service
+
+ASGIApp = Callable[
+    [
+        MutableMapping[str, Any],
+        Callable[[], Awaitable[MutableMapping[str, Any]]],
+        Callable[[MutableMapping[str, Any]], Awaitable[None]],
+    ],
+    Awaitable[None],
+]
+"""An ASGI 3 application (scope, receive, send), as Starlette, FastAPI and others build them."""
 
 PROJECT = "station_gateway"
 ENTRY_POINT_GROUP = "station_gateway.plugins"
@@ -106,6 +116,20 @@ def gateway_register_services(
 
     A service declares the roles it runs in (``gateway run --role ...``); the host starts the
     services of the selected role after the bindings are up.
+    """
+
+
+@hookspec
+def gateway_register_http_apps(
+    register: Callable[[str, ASGIApp], None], settings: Settings, gateway: Gateway
+) -> None:
+    """Contribute web applications to the HTTP endpoint (``register(prefix, app)``).
+
+    ``app`` is an ASGI 3 application served under the path ``prefix`` (``/ui``; its scope has
+    ``root_path`` = prefix and the full ``path``, as Starlette expects). Fires once, when the
+    HTTP plugin builds its service (only when ``http.port`` is set), after the processors, so
+    ``gateway.store``, ``gateway.job_control`` and the interpreters are there to be used once
+    requests arrive. Prefixes are unique; ``/healthz``, ``/readyz`` and ``/metrics`` are taken.
     """
 
 

@@ -9,6 +9,8 @@ from gateway.settings import setting
 
 @dataclass(frozen=True)
 class HttpSettings:
-    port: int = setting(0, "Port of /healthz, /readyz and /metrics; 0: no HTTP endpoint", minimum=0)
+    port: int = setting(
+        0, "Port of /healthz, /readyz, /metrics and the web UI; 0: no HTTP endpoint", minimum=0
+    )
     host: str = setting("127.0.0.1", "Address to listen on (0.0.0.0 in a container)")
     max_request_bytes: int = setting(8192, "Longest request head accepted", minimum=256)
