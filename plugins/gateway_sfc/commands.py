@@ -2,8 +2,9 @@
 
 ``gateway recipe validate FILE`` prints ``OK: <n> steps, <n> transitions, <n> actions`` or every
 problem on its own line (stderr, exit status 1); ``gateway recipe render FILE`` prints the chart
-as Mermaid text. FILE is a recipe, or a whole Work Master whose ``Data`` holds the recipe, as
-JSON; ``-`` reads standard input. So a recipe author sees every problem before the MES sends it.
+as Mermaid text, ``--format svg`` as the SVG drawing the web UI shows. FILE is a recipe, or a
+whole Work Master whose ``Data`` holds the recipe, as JSON; ``-`` reads standard input. So a
+recipe author sees every problem before the MES sends it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from gateway.plugins import GatewayPluginManager
 from gateway_sfc.chart import Chart, RecipeError
 from gateway_sfc.model import DATASCHEMA
 from gateway_sfc.render import render_mermaid
+from gateway_sfc.svg import render_svg
 from gateway_sfc.validation import load_chart
 
 
@@ -29,9 +31,15 @@ class _InputError(Exception):
 
 def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "action", choices=["validate", "render"], help="validate: check; render: Mermaid text"
+        "action", choices=["validate", "render"], help="validate: check; render: draw (--format)"
     )
     parser.add_argument("file", help="recipe or Work Master JSON file ('-' for stdin)")
+    parser.add_argument(
+        "--format",
+        choices=["mermaid", "svg"],
+        default="mermaid",
+        help="render: Mermaid flowchart text (default) or the SFC drawing as SVG",
+    )
 
 
 def _run(args: argparse.Namespace, plugins: GatewayPluginManager) -> int:
@@ -45,7 +53,7 @@ def _run(args: argparse.Namespace, plugins: GatewayPluginManager) -> int:
             print(problem, file=sys.stderr)
         return 1
     if args.action == "render":
-        sys.stdout.write(render_mermaid(chart))
+        sys.stdout.write(render_svg(chart) if args.format == "svg" else render_mermaid(chart))
     else:
         print(_summary(chart))
     return 0
