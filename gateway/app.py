@@ -57,7 +57,7 @@ class Gateway:
         self.metrics = Metrics()
         self.bindings: dict[str, Binding] = {}
         plugins.hook.gateway_register_bindings(register=self._add_binding, settings=settings)
-        self.equipment = EquipmentHub(lambda: self.store)
+        self.equipment = EquipmentHub(lambda: self.store, observers=plugins.hook)
         plugins.hook.gateway_register_equipment_drivers(
             register=self.equipment.add_driver, settings=settings, gateway=self
         )

@@ -16,7 +16,12 @@ import pluggy
 if TYPE_CHECKING:
     from gateway.app import Gateway
     from gateway.cli import Command
-    from gateway.equipment import EquipmentDriver
+    from gateway.equipment import (
+        EquipmentCommand,
+        EquipmentDriver,
+        EquipmentEvent,
+        EquipmentReply,
+    )
     from gateway.recipes import JobControl, RecipeInterpreter
     from gateway.settings import Settings
     from gateway.store import Store
@@ -167,6 +172,50 @@ def gateway_step_changed(scope: str, job_order_id: str, step: str, active: bool)
     Fires after the change is stored, on the instance that made it; a step entered and left
     within one change (no actions) is not reported. For progress displays, metrics and audit;
     must not raise or block.
+    """
+
+
+@hookspec
+def gateway_job_method_called(
+    scope: str,
+    job_order_id: str,
+    method: str,
+    status: str,
+    message: str | None,
+    requested_by: str,
+) -> None:
+    """Observer: a job method (Store, Start, Pause, Abort...) was called and answered.
+
+    ``status`` is the ReturnStatus name (``NO_ERROR`` when it was carried out), ``message`` why
+    not; ``requested_by`` says who called: ``MES <source>`` for the MES's CloudEvents, the
+    operator's name for a request from the web UI. Fires on the instance that answered, after
+    the change (if any) is stored. For audit and traces; must not raise or block.
+    """
+
+
+@hookspec
+def gateway_equipment_command_sent(command: EquipmentCommand, error: str | None) -> None:
+    """Observer: a recipe command was handed to its equipment driver.
+
+    ``error`` is why it could not be delivered (no driver, driver failure), ``None`` when the
+    driver took it. The reply comes later, maybe to another instance, matched by
+    ``command.correlation_id``. For traces and audit; must not raise or block.
+    """
+
+
+@hookspec
+def gateway_equipment_replied(reply: EquipmentReply) -> None:
+    """Observer: equipment answered a command (``reply.correlation_id``), and the answer was
+    handed to the recipe engine. Fires on the instance whose driver received it. For traces
+    and audit; must not raise or block.
+    """
+
+
+@hookspec
+def gateway_equipment_event_received(event: EquipmentEvent) -> None:
+    """Observer: equipment reported an event (for ``pull_event`` actions), handed to the recipe
+    engine. Fires on the instance whose driver received it. For traces and audit; must not
+    raise or block.
     """
 
 

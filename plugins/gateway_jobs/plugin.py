@@ -58,6 +58,7 @@ def manager_for(gateway: Gateway) -> JobManager | None:
             if binding is None
             else BindingEvents(binding, settings.topic_prefix),
             observe=gateway.plugins.hook.gateway_job_state_changed,
+            observe_method=gateway.plugins.hook.gateway_job_method_called,
         )
         _managers[gateway] = manager
     return manager

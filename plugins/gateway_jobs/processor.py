@@ -75,6 +75,13 @@ class JobsProcessor:
             method = METHOD_TYPES[event.type]
             outcome = await self._method(scope, method, event.data, cause)
             self.count(method, outcome.status.name)
+            self.manager.method_called(
+                scope,
+                _job_order_id(event.data),
+                method,
+                outcome,
+                requested_by=f"MES {event.source}",
+            )
             return [self._reply(event, MethodReply(outcome.status), outcome.message)]
         if event.type in QUERY_TYPES:
             return [self._reply(event, await self._query(scope, QUERY_TYPES[event.type], event))]
