@@ -179,6 +179,10 @@ class JobControl(Protocol):
         """The scope's jobs, highest priority first (for displays; not a consistent snapshot)."""
         ...
 
+    async def summary(self, scope: str, job_order_id: str) -> JobSummary | None:
+        """One job as ``jobs`` lists it, or ``None`` when it does not exist."""
+        ...
+
     async def response(self, scope: str, job_order_id: str) -> Mapping[str, Any] | None:
         """The job's Job Response as OPC UA JSON (``ISA95JobResponseDataType``), or ``None``."""
         ...

@@ -60,6 +60,10 @@ class JobsControl:
                 summaries.append(summary(job))
         return summaries
 
+    async def summary(self, scope: str, job_order_id: str) -> JobSummary | None:
+        job = await self.manager.repository.load(scope, job_order_id)
+        return None if job is None else summary(job)
+
     async def response(self, scope: str, job_order_id: str) -> Mapping[str, Any] | None:
         job = await self.manager.repository.load(scope, job_order_id)
         return None if job is None else dict(to_json(job.response))

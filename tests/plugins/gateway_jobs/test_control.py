@@ -213,6 +213,8 @@ async def test_jobs_lists_each_job_with_state_priority_times_and_recipe_version(
     assert j1.start_time is not None
     assert j2.start_time is None
     assert j1.work_master_id == "wm"
+    assert await jobs.control.summary(SCOPE, "j1") == j1
+    assert await jobs.control.summary(SCOPE, "nope") is None
     assert (await jobs.control.response(SCOPE, "j1") or {})["JobResponseData"] == [VERSION]
     assert await jobs.control.response(SCOPE, "nope") is None
 
