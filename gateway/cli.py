@@ -1,10 +1,15 @@
-"""The ``gateway`` command: ``run``, ``plugins``, ``config show``, plus plugin subcommands."""
+"""The ``gateway`` command: ``run``, ``plugins``, ``config show``, plus plugin subcommands.
+
+Plugins add commands through ``gateway_register_commands``; a command named ``"group action"``
+(``"config push"``) becomes an action of that group, beside the host's own (``config show``).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -37,7 +42,13 @@ def _add_config_argument(parser: argparse.ArgumentParser) -> None:
 
 def _configure_run(parser: argparse.ArgumentParser) -> None:
     _add_config_argument(parser)
-    parser.add_argument("--role", default=None, help="run only the services of this role")
+    parser.add_argument(
+        "--role",
+        default=None,
+        help="run only the services of this role: all (default), gateway, engine, publisher, "
+        "simulator (when enabled), or one a third-party plugin declares; an unknown role is "
+        "refused, naming the known ones",
+    )
 
 
 def _run(args: argparse.Namespace, plugins: GatewayPluginManager) -> int:
@@ -71,8 +82,7 @@ def _plugins(args: argparse.Namespace, plugins: GatewayPluginManager) -> int:
     return 0
 
 
-def _configure_config(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", choices=["show"], help="show: print the effective settings")
+def _configure_config_show(parser: argparse.ArgumentParser) -> None:
     _add_config_argument(parser)
 
 
@@ -107,8 +117,10 @@ def _toml_value(value: Any) -> str:
 BUILTIN_COMMANDS = (
     Command("run", "run the gateway until SIGINT/SIGTERM", _configure_run, _run),
     Command("plugins", "list loaded plugins, versions and hooks", _configure_plugins, _plugins),
-    Command("config", "inspect settings", _configure_config, _config),
+    Command("config show", "print the effective settings", _configure_config_show, _config),
 )
+# Help of command groups: ``gateway config show``, and ``config push`` from the jobs plugin.
+GROUP_HELP = {"config": "inspect settings, push station configuration"}
 
 
 def build_parser(plugins: GatewayPluginManager) -> argparse.ArgumentParser:
@@ -116,12 +128,25 @@ def build_parser(plugins: GatewayPluginManager) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subcommands = parser.add_subparsers(dest="command", required=True)
     commands: dict[str, Command] = {}
+    groups: dict[str, Any] = {}  # group name -> its subparsers ("config" -> show, push)
 
     def register(command: Command) -> None:
-        if command.name in commands:
+        """A name with a space (``"config push"``) is an action of a command group."""
+        group, _, action = command.name.partition(" ")
+        if command.name in commands or (action and group in commands):
             raise GatewayError(f"two plugins provide the command {command.name!r}")
+        if not action and command.name in groups:
+            raise GatewayError(f"the command {command.name!r} is a group of commands already")
         commands[command.name] = command
-        sub = subcommands.add_parser(command.name, help=command.help, description=command.help)
+        target = subcommands
+        if action:
+            if group not in groups:
+                help = GROUP_HELP.get(group, f"{group} commands")
+                parent = subcommands.add_parser(group, help=help, description=help)
+                groups[group] = parent.add_subparsers(dest="action", required=True)
+            target = groups[group]
+        name = action or command.name
+        sub = target.add_parser(name, help=command.help, description=command.help)
         command.configure(sub)
         sub.set_defaults(handler=command.run)
 
@@ -141,7 +166,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        return _reader_went_away()
     return status
+
+
+def _reader_went_away() -> int:
+    """The output's reader closed it (``gateway config show | head``): stop quietly.
+
+    Python would complain again when it flushes stdout at exit, so stdout becomes /dev/null.
+    The status is the shell's for a process ended by SIGPIPE.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from starlette.responses import PlainTextResponse
 from starlette.responses import Response as StarletteResponse
 from starlette.routing import BaseRoute, Mount, Route
 
+from gateway.errors import GatewayError
 from gateway.hookspecs import ASGIApp
 
 log = logging.getLogger(__name__)
@@ -94,9 +95,13 @@ class HttpServer:
             sock.bind((self.host, self.port))
             sock.listen(128)
             sock.setblocking(False)
-        except OSError:
+        except OSError as error:
             sock.close()
-            raise
+            reason = error.strerror or str(error)
+            raise GatewayError(
+                f"http.port: cannot listen on {self.host}:{self.port} ({reason}); choose a free "
+                "port, or 0 for no HTTP endpoint"
+            ) from None
         config = uvicorn.Config(
             self.app,
             log_config=None,

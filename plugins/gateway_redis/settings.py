@@ -20,6 +20,7 @@ class RedisSettings:
         "",
         "Redis URL: redis://host:port/db, rediss:// for TLS or unix:///path; "
         "empty: run an embedded Redis persisting under <gateway.data_dir>/redis",
+        schemes=URL_SCHEMES,
     )
     username: str = setting("", "User name (Redis ACL); overrides one given in the URL")
     password: Secret | None = setting(None, "Password; overrides one given in the URL", secret=True)
@@ -47,6 +48,16 @@ class RedisSettings:
     )
     connect_timeout_seconds: float = setting(
         5.0, "Timeout of one connection attempt (and of a health ping)", minimum=0.1
+    )
+    max_connections: int = setting(
+        128,
+        "Most connections this instance opens at once; more work waits for a free one",
+        minimum=4,
+    )
+    pool_timeout_seconds: float = setting(
+        10.0,
+        "How long work waits for a free connection before it counts as a (retried) failure",
+        minimum=0.1,
     )
 
     def __post_init__(self) -> None:

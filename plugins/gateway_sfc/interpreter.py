@@ -42,7 +42,7 @@ class SfcInterpreter:
         return render_svg(load_chart(recipe), active)
 
     async def progress(self, scope: str, job_order_id: str) -> RecipeProgress | None:
-        return await read_progress(self.coordinator.store, scope, job_order_id)
+        return await read_progress(self.coordinator.context.store, scope, job_order_id)
 
 
 class SfcEngineService:

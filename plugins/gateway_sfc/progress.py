@@ -1,9 +1,9 @@
 """A running job's progress as the web UI shows it (``gateway.recipes.RecipeProgress``).
 
-Read from the execution state the engine keeps per job (``sfc:exec:<job>``, see
-``coordination``) and the recipe snapshot it started with (``sfc:recipe:<job>``), never
-written: a display may be a moment behind, it never gets in the engine's way. The state of an
-ended job expires (``sfc.ended_ttl_seconds``); then there is no progress, only the Job Response.
+Read from the execution state the engine keeps per job (``sfc:exec:<job>``, see ``keys``) and
+the recipe snapshot it started with (``sfc:recipe:<job>``), never written: a display may be a
+moment behind, it never gets in the engine's way. The state of an ended job expires
+(``sfc.ended_ttl_seconds``); then there is no progress, only the Job Response.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import json
 from typing import TYPE_CHECKING
 
 from gateway.recipes import ActionProgress, RecipeProgress, StepProgress
+from gateway_sfc.keys import SfcKeys
 from gateway_sfc.model import RetryPolicy, load_recipe
 from gateway_sfc.state import load_execution
 
@@ -20,10 +21,8 @@ if TYPE_CHECKING:
 
 
 async def read_progress(store: Store, scope: str, job: str) -> RecipeProgress | None:
-    keys = store.keys
-    state, snapshot = await store.client.mget(
-        [keys.scoped(scope, "sfc", "exec", job), keys.scoped(scope, "sfc", "recipe", job)]
-    )
+    keys = SfcKeys(store.keys)
+    state, snapshot = await store.client.mget([keys.execution(scope, job), keys.recipe(scope, job)])
     if state is None:
         return None
     execution = load_execution(state)

@@ -35,7 +35,7 @@ from gateway_ui.trace import read_trace, with_latencies
 from gateway_ui.views import NotFound, UiData
 
 if TYPE_CHECKING:
-    from gateway.app import Gateway
+    from gateway.phases import ServicePhase
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def _error(status: int, message: str, request: Request) -> Response:
 
 
 class UiApplications:
-    def __init__(self, gateway: Gateway, settings: UiSettings) -> None:
+    def __init__(self, gateway: ServicePhase, settings: UiSettings) -> None:
         self.gateway = gateway
         self.settings = settings
         self.data = UiData(gateway)

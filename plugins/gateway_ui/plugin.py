@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +14,7 @@ from gateway_ui.settings import UiSettings
 from gateway_ui.trace import TraceObserver, TraceWriter
 
 if TYPE_CHECKING:
-    from gateway.app import Gateway
+    from gateway.phases import ServicePhase
 
 
 @hookimpl
@@ -23,21 +24,21 @@ def gateway_add_settings(register: Callable[[str, type[Any]], None]) -> None:
 
 @hookimpl
 def gateway_register_services(
-    register: Callable[[Service], None], settings: Settings, gateway: Gateway
+    register: Callable[[Service], None], settings: Settings, gateway: ServicePhase
 ) -> None:
     ui = settings.get(UiSettings)
     if gateway.store is None:
         return
-    writer = TraceWriter(ui, gateway)
+    writer = gateway.state.add(TraceWriter(ui, gateway))
     # The observer hooks do not say which gateway they concern (a process may run several):
     # each gateway gets an observer of its own, registered with its own plugin manager.
-    gateway.plugins.register(TraceObserver(writer), name=f"ui-trace-{id(gateway)}")
+    gateway.plugins.register(TraceObserver(writer), name=f"ui-trace-{uuid.uuid4().hex}")
     register(writer)
 
 
 @hookimpl
 def gateway_register_http_apps(
-    register: Callable[[str, ASGIApp], None], settings: Settings, gateway: Gateway
+    register: Callable[[str, ASGIApp], None], settings: Settings, gateway: ServicePhase
 ) -> None:
     ui = settings.get(UiSettings)
     if not ui.enabled or gateway.store is None:

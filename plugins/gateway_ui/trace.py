@@ -36,6 +36,7 @@ from gateway_ui.settings import UiSettings
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
+    from gateway.phases import ServicePhase
     from gateway.store import Store
 
 log = logging.getLogger(__name__)
@@ -132,7 +133,7 @@ class TraceWriter:
     name = "ui-trace"
     roles = frozenset({"*"})
 
-    def __init__(self, settings: UiSettings, gateway: Gateway) -> None:
+    def __init__(self, settings: UiSettings, gateway: ServicePhase) -> None:
         self.settings = settings
         self.gateway = gateway
         self.queue: deque[TraceEntry] = deque(maxlen=settings.trace_buffer)

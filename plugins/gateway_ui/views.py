@@ -19,7 +19,7 @@ from gateway.recipes import JobSummary, RecipeJob, RecipeProgress, RecipeViewer
 from gateway.store import Store, check_scope
 
 if TYPE_CHECKING:
-    from gateway.app import Gateway
+    from gateway.phases import ServicePhase
 
 
 class NotFound(Exception):
@@ -27,7 +27,7 @@ class NotFound(Exception):
 
 
 class UiData:
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: ServicePhase) -> None:
         self.gateway = gateway
 
     @property
