@@ -124,8 +124,8 @@ def job_page(
             f"{_e(view['stored_at'])} "
             f'(<span data-stored="{_e(view["stored_at"] or "")}"></span> ago)',
         ),
-        ("Started", _e(view["start_time"]) or "&ndash;"),
-        ("Ended", _e(view["end_time"]) or "&ndash;"),
+        ("Started", f'<span id="started">{_e(view["start_time"]) or "&ndash;"}</span>'),
+        ("Ended", f'<span id="ended">{_e(view["end_time"]) or "&ndash;"}</span>'),
     ]
     fact_list = "".join(f"<dt>{name}</dt><dd>{value}</dd>" for name, value in facts)
     buttons = ""

@@ -70,6 +70,9 @@
     }
     const description = response && response.Description ? response.Description.Text : "";
     const error = (live.progress && live.progress.error) || description;
+    for (const [id, field] of [["started", "StartTime"], ["ended", "EndTime"]]) {
+      if (response && response[field]) document.getElementById(id).textContent = response[field];
+    }
     const box = document.getElementById("error");
     box.textContent = text(error);
     box.hidden = !error;
