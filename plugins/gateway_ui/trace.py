@@ -61,6 +61,11 @@ class TraceEntry:
     fields: Mapping[str, Any]
     ts: float = field(default_factory=time.time)
 
+    @property
+    def refused(self) -> bool:
+        """A method call that changed nothing (it may name a job that does not exist)."""
+        return self.kind is TraceKind.METHOD and self.fields.get("status") != "NO_ERROR"
+
     def record(self, instance: str) -> dict[str, str]:
         """The stream entry: kind, time, instance and the fields as JSON."""
         return {
@@ -191,6 +196,10 @@ class TraceWriter:
                     if scope is None:
                         log.debug("trace entry for unknown job %s dropped", entry.job)
                         continue
+                    if entry.refused and not await store.client.exists(
+                        trace_key(store, scope, entry.job)
+                    ):
+                        continue  # a refused call about a job the station does not hold
                     self._queue_write(pipe, store, scope, entry)
                 await pipe.execute()
             for _ in batch:
