@@ -11,11 +11,13 @@ error in the response's ``Description``; ``hold`` says its reason there too.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gateway.logs import log_context
 from gateway.recipes import (
     RECIPE_VERSION_ID,
     JobCommand,
@@ -29,6 +31,8 @@ from gateway_jobs.events import Cause
 from gateway_jobs.jobs import JobManager
 from gateway_jobs.model import EUInformation, JobOrderIDCall, LocalizedText, Parameter, to_json
 from gateway_jobs.repository import Edit, StoredJob
+
+log = logging.getLogger(__name__)
 
 ERROR_ID = "Error"
 SIDE_EFFECTS_ID = "SideEffects"
@@ -93,7 +97,12 @@ class JobsControl:
             ProcessValue(SIDE_EFFECTS_ID, outcome.side_effects),
         ]
         edit = _response_edit([*outcome.results, *failure], description=f"Aborted: {error}")
-        return await self.manager.drive(scope, job_order_id, "Fail", edit)
+        failed = await self.manager.drive(scope, job_order_id, "Fail", edit)
+        if failed:
+            # Why a job failed belongs in the log, not only in its Job Response.
+            with log_context(scope=scope, job=job_order_id, correlationid=outcome.correlation_id):
+                log.warning("job %s/%s aborted: %s", scope, job_order_id, error)
+        return failed
 
     async def hold(self, scope: str, job_order_id: str, reason: str) -> bool:
         edit = _response_edit([], description=f"Held: {reason}")

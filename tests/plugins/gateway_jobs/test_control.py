@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
 
 import anyio
 import pytest
 
+from gateway.logs import ContextFilter
 from gateway.recipes import JobCommand, JobOutcome, ProcessValue, recipe_version
 from gateway.store import Store
 from gateway_jobs.events import Cause
@@ -234,3 +236,17 @@ async def test_an_operator_request_is_the_mes_method_and_says_who_asked(jobs: Lo
         ("Pause", "NO_ERROR", "operator alice"),
         ("Pause", "INVALID_JOB_ORDER_STATUS", "operator bob"),
     ]
+
+
+async def test_why_a_job_failed_is_logged_at_warning_with_scope_job_and_correlation_id(
+    jobs: LocalJobs, caplog: pytest.LogCaptureFixture
+) -> None:
+    await prepared(jobs)
+    assert await jobs.control.run(SCOPE, "j1")
+    caplog.handler.addFilter(ContextFilter())
+    outcome = JobOutcome(error="action tighten failed: no reply", correlation_id="j1:tighten:2")
+    with caplog.at_level(logging.WARNING, logger="gateway_jobs"):
+        assert await jobs.control.abort(SCOPE, "j1", outcome)
+    [record] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert "action tighten failed: no reply" in record.getMessage()
+    assert (record.scope, record.job, record.correlationid) == (SCOPE, "j1", "j1:tighten:2")  # type: ignore[attr-defined]
