@@ -61,8 +61,12 @@ def _endpoint(path: str, route: FixedRoute) -> Callable[[Request], Awaitable[Sta
         except Exception:
             log.exception("HTTP route %s failed", path)
             return PlainTextResponse("internal error\n", status_code=500)
+        # Probes and scrapers ask once and often read until the connection ends: close it.
         return StarletteResponse(
-            reply.body, status_code=reply.status, media_type=reply.content_type
+            reply.body,
+            status_code=reply.status,
+            media_type=reply.content_type,
+            headers={"Connection": "close"},
         )
 
     return endpoint

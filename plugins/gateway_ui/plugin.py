@@ -27,9 +27,10 @@ def gateway_register_services(
     register: Callable[[Service], None], settings: Settings, gateway: ServicePhase
 ) -> None:
     ui = settings.get(UiSettings)
-    if gateway.store is None:
+    writer = TraceWriter(ui, gateway)
+    if gateway.store is None or not gateway.runs(writer.roles):
         return
-    writer = gateway.state.add(TraceWriter(ui, gateway))
+    gateway.state.add(writer)
     # The observer hooks do not say which gateway they concern (a process may run several):
     # each gateway gets an observer of its own, registered with its own plugin manager.
     gateway.plugins.register(TraceObserver(writer), name=f"ui-trace-{uuid.uuid4().hex}")
