@@ -9,6 +9,7 @@ broker (``mqtt://host:port``) or to the in-process broker (``memory://<name>``,
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import ssl
 import uuid
@@ -55,7 +56,9 @@ class CloudEventClient:
     async def _route(self) -> None:
         async for incoming in self._connection.messages():
             if incoming.topic == self.reply_topic and incoming.correlation_data in self._pending:
-                await self._pending[incoming.correlation_data].send(incoming)
+                # The request may give up (time out) while the reply is handed over: drop it.
+                with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    await self._pending[incoming.correlation_data].send(incoming)
                 continue
             for topic_filter, stream in self._watchers:
                 if topic_matches(topic_filter, incoming.topic):
