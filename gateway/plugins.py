@@ -38,6 +38,7 @@ DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
     ("publisher", "gateway_publisher.plugin"),
     ("http", "gateway_http.plugin"),
     ("ui", "gateway_ui.plugin"),
+    ("opcua", "gateway_opcua.plugin"),
     ("demo", "gateway_demo.plugin"),
 )
 ALWAYS_LOADED = frozenset({"core"})
