@@ -13,13 +13,14 @@ import socket
 import ssl
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager, suppress
 from typing import Protocol
 from urllib.parse import unquote, urlsplit
 
 import aiomqtt
 import anyio
-from anyio.abc import ObjectReceiveStream, ObjectSendStream
+from anyio.abc import ObjectReceiveStream
+from anyio.streams.memory import MemoryObjectSendStream
 
 from gateway import inprocess
 from gateway.cloudevents import CloudEvent
@@ -49,17 +50,21 @@ class CloudEventClient:
         self._connection = connection
         self.client_id = client_id
         self.reply_topic = f"{reply_prefix}/{client_id}"
-        self._pending: dict[bytes, ObjectSendStream[MqttMessage]] = {}
-        self._watchers: list[tuple[str, ObjectSendStream[MqttMessage]]] = []
+        self._pending: dict[bytes, MemoryObjectSendStream[MqttMessage]] = {}
+        self._watchers: list[tuple[str, MemoryObjectSendStream[MqttMessage]]] = []
 
     async def _route(self) -> None:
         async for incoming in self._connection.messages():
-            if incoming.topic == self.reply_topic and incoming.correlation_data in self._pending:
-                await self._pending[incoming.correlation_data].send(incoming)
+            waiting = self._pending.get(incoming.correlation_data or b"")
+            if incoming.topic == self.reply_topic and waiting is not None:
+                # No await between the look-up and the hand-over: a request that gives up
+                # meanwhile would close the stream under an ``await send()`` (its checkpoint).
+                with suppress(anyio.WouldBlock):  # a fifth reply: nobody reads it
+                    waiting.send_nowait(incoming)
                 continue
-            for topic_filter, stream in self._watchers:
+            for topic_filter, stream in list(self._watchers):
                 if topic_matches(topic_filter, incoming.topic):
-                    await stream.send(incoming)
+                    await _hand_over(stream, incoming)
 
     async def publish(self, message: MqttMessage) -> None:
         await self._connection.publish(message)
@@ -220,3 +225,14 @@ class _InProcessConnection:
             if delivery.packet_id is not None:
                 self._connection.ack(delivery.packet_id)
             yield delivery.message
+
+
+async def _hand_over(stream: MemoryObjectSendStream[MqttMessage], message: MqttMessage) -> None:
+    """Give ``message`` to a watcher; one that stopped watching meanwhile is skipped."""
+    try:
+        stream.send_nowait(message)
+    except anyio.WouldBlock:
+        with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+            await stream.send(message)  # a slow watcher: wait for room
+    except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+        pass
