@@ -9,17 +9,18 @@ broker (``mqtt://host:port``) or to the in-process broker (``memory://<name>``,
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import ssl
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager, suppress
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from typing import Protocol
 from urllib.parse import unquote, urlsplit
 
 import aiomqtt
 import anyio
-from anyio.abc import ObjectReceiveStream
+from anyio.abc import ObjectReceiveStream, ObjectSendStream
 from anyio.streams.memory import MemoryObjectSendStream
 
 from gateway import inprocess
@@ -51,20 +52,21 @@ class CloudEventClient:
         self.client_id = client_id
         self.reply_topic = f"{reply_prefix}/{client_id}"
         self._pending: dict[bytes, MemoryObjectSendStream[MqttMessage]] = {}
-        self._watchers: list[tuple[str, MemoryObjectSendStream[MqttMessage]]] = []
+        self._watchers: list[tuple[str, ObjectSendStream[MqttMessage]]] = []
 
     async def _route(self) -> None:
         async for incoming in self._connection.messages():
-            waiting = self._pending.get(incoming.correlation_data or b"")
-            if incoming.topic == self.reply_topic and waiting is not None:
-                # No await between the look-up and the hand-over: a request that gives up
-                # meanwhile would close the stream under an ``await send()`` (its checkpoint).
-                with suppress(anyio.WouldBlock):  # a fifth reply: nobody reads it
-                    waiting.send_nowait(incoming)
+            if incoming.topic == self.reply_topic and incoming.correlation_data in self._pending:
+                # Not awaited: the request may give up (and close its stream) meanwhile, and
+                # a reply that comes as its request gives up is dropped, as one after it.
+                with contextlib.suppress(
+                    anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError
+                ):
+                    self._pending[incoming.correlation_data].send_nowait(incoming)
                 continue
-            for topic_filter, stream in list(self._watchers):
+            for topic_filter, stream in self._watchers:
                 if topic_matches(topic_filter, incoming.topic):
-                    await _hand_over(stream, incoming)
+                    await stream.send(incoming)
 
     async def publish(self, message: MqttMessage) -> None:
         await self._connection.publish(message)
@@ -225,14 +227,3 @@ class _InProcessConnection:
             if delivery.packet_id is not None:
                 self._connection.ack(delivery.packet_id)
             yield delivery.message
-
-
-async def _hand_over(stream: MemoryObjectSendStream[MqttMessage], message: MqttMessage) -> None:
-    """Give ``message`` to a watcher; one that stopped watching meanwhile is skipped."""
-    try:
-        stream.send_nowait(message)
-    except anyio.WouldBlock:
-        with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
-            await stream.send(message)  # a slow watcher: wait for room
-    except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-        pass
