@@ -123,7 +123,7 @@ class NamedConditions:
             for name in self._order:
                 own = self._bare(self.named[name]) - self.declared
                 inherited = (self._free.get(used, frozenset()) for used in self._uses[name])
-                self._free[name] = own.union(*inherited)
+                self._free[name] = frozenset(own.union(*inherited))
         names = self._bare(condition) - self.declared
         for used in self._bare(condition) & self.named.keys():
             names |= self._free[used]

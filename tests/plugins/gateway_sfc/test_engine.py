@@ -559,7 +559,7 @@ def test_a_field_the_result_lacks_holds_with_on_error_hold_and_resume_runs_the_a
     assert run.phase("label") is Phase.FAILED
     run.command(JobCommand.RESUME)  # the equipment was fixed
     assert run.sent == ["label", "label"]
-    assert run.status is Status.RUNNING
+    assert run.execution.status is Status.RUNNING
     run.reply("label", {"printed": True})
     assert run.execution.outcome == "completed"
     assert run.execution.results == {"label": {"printed": True}}
