@@ -14,9 +14,10 @@ from anyio.abc import TaskStatus
 
 from gateway.core import CoreSettings
 from gateway.equipment import EquipmentHub
-from gateway.errors import GatewayError, PluginError
+from gateway.errors import GatewayError, PluginError, SettingsError
 from gateway.instances import InstanceRegistry
 from gateway.metrics import Metrics
+from gateway.phases import BUILT_BY, PluginState
 from gateway.plugins import GatewayPluginManager, build_plugin_manager
 from gateway.recipes import JobControl, RecipeInterpreter
 from gateway.settings import Settings, SettingsRegistry, load_settings
@@ -26,6 +27,19 @@ from gateway.transport import Binding, Dispatcher, Processor, Service
 log = logging.getLogger(__name__)
 
 ServiceRun = Callable[..., Awaitable[None]]
+
+
+def describe_error(error: BaseException) -> str:
+    """What went wrong, for a person: the errors inside task-group wrappers, not the wrapper.
+
+    ``unhandled errors in a TaskGroup (1 sub-exception)`` says nothing; the leaves do. An
+    ``OSError`` is shown by its reason (``Address already in use``), not its errno tuple.
+    """
+    if isinstance(error, BaseExceptionGroup):
+        return "; ".join(dict.fromkeys(describe_error(inner) for inner in error.exceptions))
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    return str(error) or type(error).__name__
 
 
 def settings_registry(plugins: GatewayPluginManager) -> SettingsRegistry:
@@ -52,28 +66,59 @@ class Gateway:
         self.source = core.effective_source
         self.role = core.role
         self.grace_seconds = core.shutdown_grace_seconds
+        self.state = PluginState()
         self.store: Store | None = plugins.hook.gateway_make_store(settings=settings)
         self.instances = InstanceRegistry(self.store, self.instance_id) if self.store else None
         self.metrics = Metrics()
         self.bindings: dict[str, Binding] = {}
         plugins.hook.gateway_register_bindings(register=self._add_binding, settings=settings)
+        # From here on, hooks get a view of what is built so far (``gateway.phases``).
         self.equipment = EquipmentHub(lambda: self.store)
         plugins.hook.gateway_register_equipment_drivers(
-            register=self.equipment.add_driver, settings=settings, gateway=self
+            register=self.equipment.add_driver,
+            settings=settings,
+            gateway=_PhaseView(self, "gateway_register_equipment_drivers", {"equipment"}),
         )
         self.recipe_interpreters: dict[str, RecipeInterpreter] = {}
+        self._job_control: JobControl | None = None
+        self._job_control_built = False
         plugins.hook.gateway_register_recipe_interpreters(
-            register=self._add_interpreter, settings=settings, gateway=self
+            register=self._add_interpreter,
+            settings=settings,
+            gateway=_PhaseView(
+                self,
+                "gateway_register_recipe_interpreters",
+                {"equipment"},
+                job_control=_JobControlHandle(self),
+            ),
         )
-        self._job_control: JobControl | None = plugins.hook.gateway_make_job_control(gateway=self)
+        self._job_control = plugins.hook.gateway_make_job_control(
+            gateway=_PhaseView(
+                self, "gateway_make_job_control", {"equipment", "recipe_interpreters"}
+            )
+        )
+        self._job_control_built = True
         self.processors: list[Processor] = []
         plugins.hook.gateway_register_processors(
-            register=self._add_processor, settings=settings, gateway=self
+            register=self._add_processor,
+            settings=settings,
+            gateway=_PhaseView(
+                self,
+                "gateway_register_processors",
+                {"equipment", "recipe_interpreters", "job_control"},
+            ),
         )
         self.services: list[Service] = []
         plugins.hook.gateway_register_services(
-            register=self._add_service, settings=settings, gateway=self
+            register=self._add_service,
+            settings=settings,
+            gateway=_PhaseView(
+                self,
+                "gateway_register_services",
+                {"equipment", "recipe_interpreters", "job_control", "processors"},
+            ),
         )
+        self._check_role()
         self.dispatcher = Dispatcher(
             [processor for processor in self.processors if self.runs(processor.roles)],
             source=self.source,
@@ -115,6 +160,11 @@ class Gateway:
     def job_control(self) -> JobControl:
         """Where interpreters report job progress (provided by the job management plugin)."""
         if self._job_control is None:
+            if not self._job_control_built:
+                raise PluginError(
+                    "gateway.job_control is not built yet: gateway_make_job_control builds it "
+                    "after the recipe interpreters; call it once the gateway is built"
+                )
             raise PluginError("no plugin provides job control (is the jobs plugin blocked?)")
         return self._job_control
 
@@ -138,6 +188,24 @@ class Gateway:
             return self.bindings[name]
         except KeyError:
             raise PluginError(f"no binding named {name!r}") from None
+
+    @property
+    def known_roles(self) -> list[str]:
+        """``all``, ``gateway`` and every role a loaded plugin's service or processor declares."""
+        declared = {role for service in self.services for role in service.roles}
+        declared |= {role for processor in self.processors for role in processor.roles}
+        declared.discard("*")
+        return ["all", *sorted(declared | {"gateway"})]
+
+    def _check_role(self) -> None:
+        """An unknown role would start an instance that does nothing: refuse it."""
+        if self.role not in self.known_roles:
+            origin = self.settings.sources.get("gateway.role", "default")
+            raise SettingsError(
+                "gateway.role",
+                f"unknown role {self.role!r} (from {origin}); the loaded plugins know: "
+                f"{', '.join(self.known_roles)}",
+            )
 
     def services_for_role(self) -> list[Service]:
         return [service for service in self.services if self.runs(service.roles)]
@@ -271,9 +339,9 @@ class Gateway:
             await run(self, task_status=_StartedCallback(mark_started))
         except Exception as error:
             if not started:
-                raise GatewayError(f"{name} failed to start: {error}") from error
+                raise GatewayError(f"{name} failed to start: {describe_error(error)}") from error
             log.exception("%s failed", name)
-            self.request_stop(f"{name} failed: {error}", failed=True)
+            self.request_stop(f"{name} failed: {describe_error(error)}", failed=True)
         else:
             if not started:  # asked to stop before it was up: let start-up move on to stopping
                 task_status.started()
@@ -331,3 +399,63 @@ class _RunningSet:
     async def wait_empty(self) -> None:
         if self.names:
             await self._empty.wait()
+
+
+class _PhaseView:
+    """What a registration hook sees of the gateway being built (``gateway.phases``).
+
+    The basics and the parts named in ``parts`` read through to the gateway; a part a later
+    phase builds raises ``PluginError`` naming the hook that builds it.
+    """
+
+    _BASICS = frozenset(
+        {
+            "settings",
+            "plugins",
+            "instance_id",
+            "source",
+            "role",
+            "metrics",
+            "state",
+            "store",
+            "bindings",
+            "instances",
+            "stopping",
+            "binding",
+            "runs",
+        }
+    )
+
+    def __init__(
+        self, gateway: Gateway, hook: str, parts: set[str], *, job_control: Any = None
+    ) -> None:
+        self._gateway = gateway
+        self._hook = hook
+        self._parts = self._BASICS | parts
+        self._job_control = job_control
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "job_control" and self._job_control is not None:
+            return self._job_control
+        if name in self._parts:
+            return getattr(self._gateway, name)
+        if name in BUILT_BY:
+            raise PluginError(
+                f"gateway.{name} is not built yet when {self._hook} runs: it is built by "
+                f"{BUILT_BY[name]}"
+            )
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+
+    def __repr__(self) -> str:
+        return f"<gateway {self._gateway.instance_id} as seen by {self._hook}>"
+
+
+class _JobControlHandle:
+    """``gateway.job_control`` for interpreters, built before job control is: every call
+    goes to the job control once the gateway is built (``PluginError`` before)."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self._gateway = gateway
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._gateway.job_control, name)

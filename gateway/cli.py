@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -37,7 +38,13 @@ def _add_config_argument(parser: argparse.ArgumentParser) -> None:
 
 def _configure_run(parser: argparse.ArgumentParser) -> None:
     _add_config_argument(parser)
-    parser.add_argument("--role", default=None, help="run only the services of this role")
+    parser.add_argument(
+        "--role",
+        default=None,
+        help="run only the services of this role: all (default), gateway, engine, publisher, "
+        "simulator (when enabled), or one a third-party plugin declares; an unknown role is "
+        "refused, naming the known ones",
+    )
 
 
 def _run(args: argparse.Namespace, plugins: GatewayPluginManager) -> int:
@@ -141,7 +148,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        return _reader_went_away()
     return status
+
+
+def _reader_went_away() -> int:
+    """The output's reader closed it (``gateway config show | head``): stop quietly.
+
+    Python would complain again when it flushes stdout at exit, so stdout becomes /dev/null.
+    The status is the shell's for a process ended by SIGPIPE.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

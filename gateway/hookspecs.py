@@ -4,6 +4,17 @@ A plugin is a module or object with functions decorated ``@hookimpl`` and named 
 below. Registration hooks receive a ``register`` callback: the host checks names and duplicates in
 one place. Hooks are synchronous; long-running work is returned as a ``Binding`` or ``Service``
 whose async ``run`` the host starts in its task group.
+
+The host builds the gateway in the order of the hooks below. A registration hook's ``gateway``
+is a typed view of what is built before it (``gateway.phases``: ``DriverPhase``,
+``InterpreterPhase``, ``JobControlPhase``, ``ProcessorPhase``, ``ServicePhase``); reading a part
+a later hook builds raises ``PluginError`` naming that hook. Only the lifecycle hooks and the
+``run`` methods of bindings and services get the whole ``gateway.app.Gateway``.
+
+**Per-gateway state**: an object a plugin needs in several hooks is built in the first hook
+that has what it needs and kept with ``gateway.state.add(obj)``; later hooks, and services
+through their ``gateway``, find it with ``gateway.state.find(Type)`` / ``.get(Type)``. Never keep
+it in a module-level variable: one process may build several gateways.
 """
 
 from __future__ import annotations
@@ -17,6 +28,13 @@ if TYPE_CHECKING:
     from gateway.app import Gateway
     from gateway.cli import Command
     from gateway.equipment import EquipmentDriver
+    from gateway.phases import (
+        DriverPhase,
+        InterpreterPhase,
+        JobControlPhase,
+        ProcessorPhase,
+        ServicePhase,
+    )
     from gateway.recipes import JobControl, RecipeInterpreter
     from gateway.settings import Settings
     from gateway.store import Store
@@ -58,28 +76,31 @@ def gateway_register_bindings(register: Callable[[Binding], None], settings: Set
 
 @hookspec
 def gateway_register_equipment_drivers(
-    register: Callable[[EquipmentDriver], None], settings: Settings, gateway: Gateway
+    register: Callable[[EquipmentDriver], None], settings: Settings, gateway: DriverPhase
 ) -> None:
     """Contribute southbound equipment drivers (``register(driver)``).
 
-    Fires after the bindings are built. A driver delivers the commands it ``serves`` and hands
-    replies and events back through ``gateway.equipment``; see ``gateway.equipment``.
+    Fires after the store and bindings are built; ``gateway.equipment`` is the hub. A driver
+    delivers the commands it ``serves`` and hands replies and events back through the hub;
+    see ``gateway.equipment``.
     """
 
 
 @hookspec
 def gateway_register_recipe_interpreters(
-    register: Callable[[RecipeInterpreter], None], settings: Settings, gateway: Gateway
+    register: Callable[[RecipeInterpreter], None], settings: Settings, gateway: InterpreterPhase
 ) -> None:
     """Contribute recipe interpreters (``register(interpreter)``), one per ``dataschema`` URI.
 
-    Fires after the store and bindings are built, before job control and processors, so job
-    management finds the interpreters in ``gateway.recipe_interpreters``.
+    Fires after the equipment drivers, before job control and processors, so job management
+    finds the interpreters in ``gateway.recipe_interpreters``. ``gateway.job_control`` is a
+    handle to keep: it reaches the job control once the gateway is built (``PluginError`` when
+    called earlier).
     """
 
 
 @hookspec(firstresult=True)
-def gateway_make_job_control(gateway: Gateway) -> JobControl | None:
+def gateway_make_job_control(gateway: JobControlPhase) -> JobControl | None:
     """Build the job control recipe interpreters report to (``gateway.job_control``).
 
     Fires once, after the interpreters are registered and before the processors.
@@ -88,19 +109,19 @@ def gateway_make_job_control(gateway: Gateway) -> JobControl | None:
 
 @hookspec
 def gateway_register_processors(
-    register: Callable[[Processor], None], settings: Settings, gateway: Gateway
+    register: Callable[[Processor], None], settings: Settings, gateway: ProcessorPhase
 ) -> None:
     """Contribute message processors (``register(processor)``), after settings are loaded.
 
     A processor names its subscriptions, the event types it handles and its binding; the
     dispatcher routes each incoming event to the first matching processor. ``gateway`` gives
-    the store, bindings, interpreters and job control, to be used once messages arrive.
+    the store, bindings, equipment, interpreters and job control.
     """
 
 
 @hookspec
 def gateway_register_services(
-    register: Callable[[Service], None], settings: Settings, gateway: Gateway
+    register: Callable[[Service], None], settings: Settings, gateway: ServicePhase
 ) -> None:
     """Contribute long-running services (``register(service)``), after the processors.
 

@@ -28,6 +28,7 @@ value read from a ``..._FILE`` file, and for the password in a URL (``mqtt://use
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 import re
 import tomllib
@@ -37,10 +38,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args, get_origin
+from urllib.parse import urlsplit
 
 from gateway.errors import SettingsError
 
 ENV_PREFIX = "GATEWAY_"
+PORT_MAXIMUM = 65535
 FILE_SUFFIX = "_FILE"  # GATEWAY_<SECTION>_<KEY>_FILE names a file holding the value
 MASK = "********"
 T = TypeVar("T")
@@ -75,9 +78,23 @@ def setting(
     secret: bool = False,
     choices: tuple[Any, ...] = (),
     minimum: float | None = None,
+    maximum: float | None = None,
+    schemes: tuple[str, ...] = (),
 ) -> Any:
-    """Declare one settings field: its default, its help text and its checks."""
-    metadata = {"help": help, "secret": secret, "choices": choices, "minimum": minimum}
+    """Declare one settings field: its default, its help text and its checks.
+
+    ``minimum`` / ``maximum`` bound a number (``PORT_MAXIMUM`` for a TCP port); ``schemes``
+    makes a string a URL of one of those schemes (``mqtt``, ``memory``...) whose port, when
+    given, is a valid port; an empty string passes (it means "not set").
+    """
+    metadata = {
+        "help": help,
+        "secret": secret,
+        "choices": choices,
+        "minimum": minimum,
+        "maximum": maximum,
+        "schemes": schemes,
+    }
     if isinstance(default, list | dict):
         return dataclasses.field(default_factory=lambda: type(default)(default), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -207,8 +224,10 @@ def load_settings(
     file_values = _read_toml(path) if path is not None else {}
     for name in file_values:
         if name not in registry.sections:
-            known = ", ".join(sorted(registry.sections))
-            raise SettingsError(f"[{name}]", f"is not a known section (known: {known})")
+            raise SettingsError(
+                f"[{name}]",
+                f"is not a known section in {path}{_did_you_mean(name, registry.sections)}",
+            )
     sections: dict[str, Any] = {}
     sources: dict[str, str] = {}
     hidden: set[str] = set()
@@ -218,6 +237,14 @@ def load_settings(
             raise SettingsError(f"[{name}]", "must be a table")
         sections[name] = _build_section(name, model, table, environ, sources, hidden, path)
     return Settings(sections, sources, hidden)
+
+
+def _did_you_mean(name: str, known: Iterable[str]) -> str:
+    """``; did you mean 'x'?`` (the closest known name, if one is close) and the known names."""
+    names = sorted(known)
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"{hint} (known: {', '.join(names)})"
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -243,8 +270,9 @@ def _build_section(
     fields = {spec.name: spec for spec in dataclasses.fields(model)}
     for key in table:
         if key not in fields:
-            known = ", ".join(fields)
-            raise SettingsError(f"{name}.{key}", f"is not a known key (known: {known})")
+            raise SettingsError(
+                f"{name}.{key}", f"is not a known key in {path}{_did_you_mean(key, fields)}"
+            )
     # A key whose variable with _FILE appended is another key's variable has no _FILE form
     # (e.g. keys ``tls_ca`` and ``tls_ca_file``): that variable sets the other key.
     variables = {env_name(name, key) for key in fields}
@@ -321,7 +349,29 @@ def _check(
         raise SettingsError(
             element, f"expected a value >= {minimum}, got {shown(value)} (from {origin})"
         )
+    maximum = metadata.get("maximum")
+    if maximum is not None and value is not None and not value <= maximum:
+        raise SettingsError(
+            element, f"expected a value <= {maximum}, got {shown(value)} (from {origin})"
+        )
+    schemes = metadata.get("schemes") or ()
+    if schemes and value:
+        problem = url_problem(str(value), schemes)
+        if problem:
+            raise SettingsError(element, f"{problem}, got {shown(value)} (from {origin})")
     return value
+
+
+def url_problem(url: str, schemes: tuple[str, ...]) -> str | None:
+    """Why ``url`` is not a URL of one of ``schemes`` with a valid port; ``None`` if it is."""
+    parts = urlsplit(url)
+    if parts.scheme not in schemes:
+        return "expected a URL starting " + " or ".join(f"{scheme}://" for scheme in schemes)
+    try:
+        parts.port  # noqa: B018 - parsing the port is the check
+    except ValueError:
+        return f"expected a port from 1 to {PORT_MAXIMUM} in the URL"
+    return None
 
 
 _BOOLEAN_WORDS = {"true": True, "1": True, "yes": True, "on": True}

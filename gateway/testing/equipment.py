@@ -20,8 +20,8 @@ from gateway.equipment import EquipmentCommand, EquipmentEvent, EquipmentReply
 from gateway.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from gateway.app import Gateway
     from gateway.equipment import EquipmentDriver
+    from gateway.phases import DriverPhase
     from gateway.settings import Settings
 
 Behaviour = Callable[[EquipmentCommand], Any]
@@ -47,7 +47,7 @@ class TestEquipment:
     serve_all: bool = True
     name: str = "test-equipment"
     received: list[EquipmentCommand] = field(default_factory=list)
-    gateways: list[Gateway] = field(default_factory=list)
+    gateways: list[DriverPhase] = field(default_factory=list)
 
     # -- the driver -------------------------------------------------------------------------
 
@@ -73,15 +73,21 @@ class TestEquipment:
         )
 
     def _hub(self, command: EquipmentCommand) -> Any:
-        # Any instance's hub will do: replies are routed through shared state.
-        return self.gateways[len(self.received) % len(self.gateways)].equipment
+        # Any running instance's hub will do: replies are routed through shared state. (A
+        # stopped instance's hub would refuse: its store is closed.)
+        candidates = self._running()
+        return candidates[len(self.received) % len(candidates)].equipment
+
+    def _running(self) -> list[DriverPhase]:
+        running = [gateway for gateway in self.gateways if not gateway.stopping.is_set()]
+        return running or self.gateways
 
     # -- for tests --------------------------------------------------------------------------
 
     async def emit(self, type: str, data: Any = None, **where: Any) -> EquipmentEvent:
         """Publish a pull event (``where``: equipment, scope, job_order_id)."""
         event = EquipmentEvent(type=type, id=str(uuid.uuid4()), data=data, **where)
-        await self.gateways[0].equipment.event(event)
+        await self._running()[0].equipment.event(event)
         return event
 
     def sent(self, type: str | None = None) -> list[EquipmentCommand]:
@@ -92,7 +98,7 @@ class TestEquipment:
 
     @hookimpl
     def gateway_register_equipment_drivers(
-        self, register: Callable[[EquipmentDriver], None], settings: Settings, gateway: Gateway
+        self, register: Callable[[EquipmentDriver], None], settings: Settings, gateway: DriverPhase
     ) -> None:
         self.gateways.append(gateway)
         register(self)

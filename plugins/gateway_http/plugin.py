@@ -12,7 +12,7 @@ from gateway_http.service import HttpService
 from gateway_http.settings import HttpSettings
 
 if TYPE_CHECKING:
-    from gateway.app import Gateway
+    from gateway.phases import ServicePhase
 
 
 @hookimpl
@@ -22,7 +22,7 @@ def gateway_add_settings(register: Callable[[str, type[Any]], None]) -> None:
 
 @hookimpl
 def gateway_register_services(
-    register: Callable[[Service], None], settings: Settings, gateway: Gateway
+    register: Callable[[Service], None], settings: Settings, gateway: ServicePhase
 ) -> None:
     http = settings.get(HttpSettings)
     if http.port:

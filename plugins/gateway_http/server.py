@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import anyio
 from anyio.abc import ByteStream, SocketAttribute, TaskStatus
 
+from gateway.errors import GatewayError
+
 log = logging.getLogger(__name__)
 
 
@@ -43,7 +45,14 @@ class HttpServer:
 
     async def serve(self, *, task_status: TaskStatus[int]) -> None:
         """Listen, report the bound port through ``task_status``, serve until cancelled."""
-        listener = await anyio.create_tcp_listener(local_host=self.host, local_port=self.port)
+        try:
+            listener = await anyio.create_tcp_listener(local_host=self.host, local_port=self.port)
+        except OSError as error:
+            reason = error.strerror or str(error)
+            raise GatewayError(
+                f"http.port: cannot listen on {self.host}:{self.port} ({reason}); choose a free "
+                "port, or 0 for no HTTP endpoint"
+            ) from None
         async with listener:
             port = listener.extra(SocketAttribute.local_port)
             log.info("HTTP endpoint on %s:%d (/healthz, /readyz, /metrics)", self.host, port)

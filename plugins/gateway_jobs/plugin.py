@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
-from weakref import WeakKeyDictionary
 
 from gateway.cloudevents import CloudEvent
 from gateway.hookspecs import hookimpl
@@ -25,13 +24,11 @@ from gateway_jobs.processor import JobsProcessor
 from gateway_jobs.settings import JobsSettings
 
 if TYPE_CHECKING:
-    from gateway.app import Gateway
+    from gateway.phases import JobControlPhase, ProcessorPhase, ServicePhase
 
 log = logging.getLogger(__name__)
 
 BINDING = "mqtt"
-# One manager per gateway object: the hooks below are called separately but share it.
-_managers: WeakKeyDictionary[Gateway, JobManager] = WeakKeyDictionary()
 
 
 class _LoggedEvents:
@@ -41,47 +38,37 @@ class _LoggedEvents:
         log.info("no %s binding: status event for %s not sent", BINDING, scope)
 
 
-def manager_for(gateway: Gateway) -> JobManager | None:
-    """The gateway's job manager; ``None`` without a store."""
-    if gateway.store is None:
-        return None
-    manager = _managers.get(gateway)
-    if manager is None:
-        settings = gateway.settings.get(JobsSettings)
-        binding = gateway.bindings.get(BINDING)
-        manager = JobManager(
-            store=gateway.store,
-            interpreters=gateway.recipe_interpreters,
-            settings=settings,
-            source=gateway.source,
-            events=_LoggedEvents()
-            if binding is None
-            else BindingEvents(binding, settings.topic_prefix),
-            observe=gateway.plugins.hook.gateway_job_state_changed,
-        )
-        _managers[gateway] = manager
-    return manager
-
-
 @hookimpl
 def gateway_add_settings(register: Callable[[str, type[Any]], None]) -> None:
     register("jobs", JobsSettings)
 
 
 @hookimpl
-def gateway_make_job_control(gateway: Gateway) -> JobControl | None:
-    manager = manager_for(gateway)
-    if manager is None:
+def gateway_make_job_control(gateway: JobControlPhase) -> JobControl | None:
+    """Build the gateway's ``JobManager`` (kept in ``gateway.state`` for the later hooks)."""
+    if gateway.store is None:
         log.info("no store: job management is off")
         return None
-    return JobsControl(manager)
+    settings = gateway.settings.get(JobsSettings)
+    binding = gateway.bindings.get(BINDING)
+    manager = JobManager(
+        store=gateway.store,
+        interpreters=gateway.recipe_interpreters,
+        settings=settings,
+        source=gateway.source,
+        events=_LoggedEvents()
+        if binding is None
+        else BindingEvents(binding, settings.topic_prefix),
+        observe=gateway.plugins.hook.gateway_job_state_changed,
+    )
+    return JobsControl(gateway.state.add(manager))
 
 
 @hookimpl
 def gateway_register_processors(
-    register: Callable[[Processor], None], settings: Settings, gateway: Gateway
+    register: Callable[[Processor], None], settings: Settings, gateway: ProcessorPhase
 ) -> None:
-    manager = manager_for(gateway)
+    manager = gateway.state.find(JobManager)
     if manager is not None and BINDING in gateway.bindings:
         prefix = settings.get(JobsSettings).topic_prefix
         processor = JobsProcessor(
@@ -92,9 +79,9 @@ def gateway_register_processors(
 
 @hookimpl
 def gateway_register_services(
-    register: Callable[[Service], None], settings: Settings, gateway: Gateway
+    register: Callable[[Service], None], settings: Settings, gateway: ServicePhase
 ) -> None:
-    manager = manager_for(gateway)
+    manager = gateway.state.find(JobManager)
     if manager is None:
         return
     sample_jobs_by_state(gateway.metrics, manager.repository)

@@ -26,6 +26,7 @@ from gateway.app import Gateway
 from gateway.cloudevents import CloudEvent
 from gateway.codecs.mqtt import MqttMessage
 from gateway.hookspecs import hookimpl
+from gateway.phases import InterpreterPhase
 from gateway.recipes import JobCommand, JobControl, JobOutcome, ProcessValue, RecipeInterpreter
 from gateway.settings import Settings
 from gateway.store import Store
@@ -113,7 +114,10 @@ class ScriptedInterpreterPlugin:
 
     @hookimpl
     def gateway_register_recipe_interpreters(
-        self, register: Callable[[RecipeInterpreter], None], settings: Settings, gateway: Gateway
+        self,
+        register: Callable[[RecipeInterpreter], None],
+        settings: Settings,
+        gateway: InterpreterPhase,
     ) -> None:
         interpreter = ScriptedInterpreter(lambda: gateway.job_control)
         self.interpreters.append(interpreter)

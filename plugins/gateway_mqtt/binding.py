@@ -284,9 +284,15 @@ class MqttBinding:
 
         A command whose reply any instance may handle (the equipment drivers' shared reply
         topic) is sent this way rather than through ``request``, which waits on this instance.
+
+        Correlation Data goes only on requests (a ``response_topic`` is given), as MQTT v5
+        intends: a receiver that matches replies on Correlation Data must not take an event
+        that merely names its cause (``correlationid`` stays a user property) for a reply.
         """
         client = await self._connected_client()
         message = to_mqtt(event, topic, retain=retain, qos=qos, response_topic=response_topic)
+        if response_topic is None:
+            message = dataclasses.replace(message, correlation_data=None)
         await client.publish(message)
 
     async def request(self, topic: str, event: CloudEvent, *, timeout: float) -> CloudEvent:

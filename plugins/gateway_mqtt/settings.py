@@ -8,6 +8,8 @@ from urllib.parse import unquote, urlsplit
 from gateway.errors import SettingsError
 from gateway.settings import Secret, setting
 
+URL_SCHEMES = ("mqtt", "mqtts", "memory")
+
 
 @dataclass(frozen=True)
 class MqttSettings:
@@ -15,6 +17,7 @@ class MqttSettings:
         "mqtt://localhost:1883",
         "Broker URL: mqtt://host:port, mqtts:// for TLS, or memory://<name> for the broker "
         "in this process (no broker installed)",
+        schemes=URL_SCHEMES,
     )
     username: str = setting("", "User name (overrides one given in the URL)")
     password: Secret | None = setting(None, "Password", secret=True)
@@ -58,13 +61,13 @@ class BrokerAddress:
 def broker_address(settings: MqttSettings) -> BrokerAddress:
     """Host, port, TLS and credentials from the URL, with the explicit settings taking priority."""
     parts = urlsplit(settings.url)
-    if parts.scheme not in ("mqtt", "mqtts", "tcp", "ssl") or not parts.hostname:
+    if parts.scheme not in ("mqtt", "mqtts") or not parts.hostname:
         raise SettingsError(
             "mqtt.url",
             "expected mqtt://host:port, mqtts://host:port or memory://<name>, "
             f"got scheme {parts.scheme!r}",
         )
-    tls = parts.scheme in ("mqtts", "ssl")
+    tls = parts.scheme == "mqtts"
     try:
         port = parts.port or (8883 if tls else 1883)
     except ValueError:

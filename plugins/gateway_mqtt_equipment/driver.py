@@ -42,7 +42,7 @@ from gateway_mqtt_equipment.conventions import (
 from gateway_mqtt_equipment.settings import MqttEquipmentSettings
 
 if TYPE_CHECKING:
-    from gateway.app import Gateway
+    from gateway.phases import DriverPhase
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class MqttEquipmentDriver:
 
     def __init__(
         self,
-        gateway: Gateway,
+        gateway: DriverPhase,
         *,
         name: str = "mqtt-equipment",
         topic_prefix: str = "equipment",
@@ -79,7 +79,7 @@ class MqttEquipmentDriver:
 
     @classmethod
     def from_settings(
-        cls, gateway: Gateway, settings: MqttEquipmentSettings, *, name: str = "mqtt-equipment"
+        cls, gateway: DriverPhase, settings: MqttEquipmentSettings, *, name: str = "mqtt-equipment"
     ) -> Self:
         return cls(
             gateway,
@@ -143,18 +143,19 @@ class MqttEquipmentDriver:
     def _check_receiving(self) -> None:
         """Refuse to send when no processor would receive the reply (a clear error, not a
         timeout): the ``mqtt-equipment`` plugin registers the processors of every driver."""
-        if self._receiving:
-            return
-        replies = f"{self.name}-replies"
-        if not any(processor.name == replies for processor in self.gateway.processors):
+        if not self._receiving:
             raise GatewayError(
                 f"{self.name}: no processor receives the replies "
                 "(the mqtt-equipment plugin registers them: is it blocked?)"
             )
-        self._receiving = True
 
     def processors(self) -> list[Processor]:
-        """The processors that receive replies, events and heartbeats (any instance)."""
+        """The processors that receive replies, events and heartbeats (any instance).
+
+        Whoever asks registers them (the ``mqtt-equipment`` plugin does, for every driver):
+        from then on the driver sends commands.
+        """
+        self._receiving = True
         served = ["+"] if self.catch_all else sorted(self.equipment)
         processors = [
             Processor(

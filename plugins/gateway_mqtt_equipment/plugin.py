@@ -20,7 +20,7 @@ from gateway_mqtt_equipment.driver import MqttEquipmentDriver
 from gateway_mqtt_equipment.settings import MqttEquipmentSettings
 
 if TYPE_CHECKING:
-    from gateway.app import Gateway
+    from gateway.phases import DriverPhase, ProcessorPhase
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ def gateway_add_settings(register: Callable[[str, type[Any]], None]) -> None:
 
 @hookimpl
 def gateway_register_equipment_drivers(
-    register: Callable[[EquipmentDriver], None], settings: Settings, gateway: Gateway
+    register: Callable[[EquipmentDriver], None], settings: Settings, gateway: DriverPhase
 ) -> None:
     config = settings.get(MqttEquipmentSettings)
     if not config.equipment:
@@ -48,7 +48,7 @@ def gateway_register_equipment_drivers(
 
 @hookimpl
 def gateway_register_processors(
-    register: Callable[[Processor], None], settings: Settings, gateway: Gateway
+    register: Callable[[Processor], None], settings: Settings, gateway: ProcessorPhase
 ) -> None:
     for driver in gateway.equipment.drivers:
         if isinstance(driver, MqttEquipmentDriver):

@@ -26,11 +26,12 @@ from gateway.equipment import (
 )
 from gateway.transport import Processor, Subscription
 from gateway_msgpack_rpc.binding import BINDING, EquipmentOffline, MsgpackRpcBinding
+from gateway_msgpack_rpc.forwarding import Forwarding
 from gateway_msgpack_rpc.liveness import Liveness
 
 if TYPE_CHECKING:
     from gateway.equipment import EquipmentHub
-    from gateway_msgpack_rpc.forwarding import Forwarding
+    from gateway.phases import DriverPhase
 
 
 class MsgpackRpcDriver:
@@ -44,12 +45,20 @@ class MsgpackRpcDriver:
     name = BINDING
 
     def __init__(
-        self, binding: MsgpackRpcBinding, *, source: str, hub: EquipmentHub | None = None
+        self,
+        binding: MsgpackRpcBinding,
+        *,
+        source: str,
+        hub: EquipmentHub | None = None,
+        gateway: DriverPhase | None = None,
     ) -> None:
+        """``gateway``: forward commands for equipment connected to another instance through
+        its store (``forwarding``); its equipment hub is then the ``hub``."""
         self.binding = binding
         self.source = source
-        self.hub = hub
-        self.forwarding: Forwarding | None = None  # for equipment connected to another instance
+        self.hub = gateway.equipment if gateway is not None else hub
+        # For equipment connected to another instance (None: commands go out here only).
+        self.forwarding = Forwarding(gateway, self.send_here) if gateway is not None else None
 
     @property
     def liveness(self) -> Liveness:

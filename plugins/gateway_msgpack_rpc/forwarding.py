@@ -25,6 +25,7 @@ from gateway.errors import GatewayError
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
+    from gateway.phases import DriverPhase
     from gateway.store import Store
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ class Forwarding:
     name = "msgpack-rpc-forwarding"
     roles = frozenset({"*"})  # wherever the binding runs, its equipment can be commanded
 
-    def __init__(self, gateway: Gateway, deliver: Any) -> None:
+    def __init__(self, gateway: DriverPhase, deliver: Any) -> None:
         self.gateway = gateway
         self.deliver = deliver  # async (command) -> None, over this instance's connection
         self.owners: dict[str, str] = {}  # equipment -> instance, refreshed from the store

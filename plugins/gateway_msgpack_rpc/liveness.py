@@ -64,9 +64,11 @@ class Liveness:
         self._status: dict[str, EquipmentStatus] = {}
         self._reported: dict[str, float] = {}  # id -> time.monotonic() of the last hub write
 
-    def attach(self, hub: EquipmentHub) -> None:
-        """Report to ``hub`` from now on (the binding does it when the gateway runs)."""
+    def attach(self, hub: EquipmentHub, *, owners: Forwarding | None = None) -> None:
+        """Report to ``hub`` from now on, and record connections in ``owners`` (the binding
+        does it when the gateway runs)."""
         self.hub = hub
+        self.owners = owners
 
     @property
     def refresh_seconds(self) -> float:

@@ -14,8 +14,8 @@ from gateway_msgpack_rpc.forwarding import Forwarding
 from gateway_msgpack_rpc.settings import SECTION, MsgpackRpcSettings
 
 if TYPE_CHECKING:
-    from gateway.app import Gateway
     from gateway.equipment import EquipmentDriver
+    from gateway.phases import DriverPhase, ProcessorPhase, ServicePhase
     from gateway.settings import Settings
     from gateway.transport import Binding, Processor, Service
 
@@ -33,39 +33,39 @@ def gateway_register_bindings(register: Callable[[Binding], None], settings: Set
 
 @hookimpl
 def gateway_register_equipment_drivers(
-    register: Callable[[EquipmentDriver], None], settings: Settings, gateway: Gateway
+    register: Callable[[EquipmentDriver], None], settings: Settings, gateway: DriverPhase
 ) -> None:
-    binding = _binding(gateway)
-    driver = MsgpackRpcDriver(binding, source=gateway.source, hub=gateway.equipment)
-    driver.forwarding = Forwarding(gateway, driver.send_here)
-    binding.liveness.owners = driver.forwarding
+    # The driver builds its forwarding; the binding finds it in ``gateway.state`` when it runs.
+    driver = MsgpackRpcDriver(_binding(gateway), source=gateway.source, gateway=gateway)
+    if driver.forwarding is not None:
+        gateway.state.add(driver.forwarding)
     register(driver)
 
 
 @hookimpl
 def gateway_register_services(
-    register: Callable[[Service], None], settings: Settings, gateway: Gateway
+    register: Callable[[Service], None], settings: Settings, gateway: ServicePhase
 ) -> None:
     rpc = settings.get(MsgpackRpcSettings)
     if not (rpc.port or rpc.equipment):  # no RPC equipment: nothing to forward
         return
-    for driver in gateway.equipment.drivers:
-        if isinstance(driver, MsgpackRpcDriver) and driver.forwarding is not None:
-            register(driver.forwarding)
+    forwarding = gateway.state.find(Forwarding)
+    if forwarding is not None:
+        register(forwarding)
 
 
 # Last, so that processors other plugins register for this binding (for particular event
 # types) come first in the dispatcher and this catch-all only takes the rest.
 @hookimpl(trylast=True)
 def gateway_register_processors(
-    register: Callable[[Processor], None], settings: Settings, gateway: Gateway
+    register: Callable[[Processor], None], settings: Settings, gateway: ProcessorPhase
 ) -> None:
     rpc = settings.get(MsgpackRpcSettings)
     if rpc.port or rpc.equipment:  # otherwise nothing can arrive over RPC
         register(equipment_processor(gateway.equipment, rpc.topic_prefix))
 
 
-def _binding(gateway: Gateway) -> MsgpackRpcBinding:
+def _binding(gateway: DriverPhase) -> MsgpackRpcBinding:
     binding = gateway.binding(BINDING)
     if not isinstance(binding, MsgpackRpcBinding):
         raise PluginError(f"binding {BINDING!r} is not the MessagePack-RPC binding")

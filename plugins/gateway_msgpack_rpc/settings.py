@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from gateway.errors import SettingsError
-from gateway.settings import setting
+from gateway.settings import PORT_MAXIMUM, setting
 
 SECTION = "msgpack_rpc"
 
@@ -17,7 +17,12 @@ SECTION = "msgpack_rpc"
 @dataclass(frozen=True)
 class MsgpackRpcSettings:
     host: str = setting("127.0.0.1", "Address the RPC server listens on ('0.0.0.0': all)")
-    port: int = setting(0, "Port of the RPC server that equipment connects to; 0: no server")
+    port: int = setting(
+        0,
+        "Port of the RPC server that equipment connects to; 0: no server",
+        minimum=0,
+        maximum=PORT_MAXIMUM,
+    )
     equipment: list[str] = setting(
         [],
         "Equipment that is itself an RPC server, as 'id=host:port' (or 'id=tls://host:port'): "

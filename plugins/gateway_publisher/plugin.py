@@ -20,7 +20,7 @@ from gateway_publisher.service import PublisherService
 from gateway_publisher.settings import PublisherSettings, effective_topic_prefix
 
 if TYPE_CHECKING:
-    from gateway.app import Gateway
+    from gateway.phases import ServicePhase
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ class PublisherPlugin:
 
     @hookimpl
     def gateway_register_services(
-        self, register: Callable[[Service], None], settings: Settings, gateway: Gateway
+        self, register: Callable[[Service], None], settings: Settings, gateway: ServicePhase
     ) -> None:
         publisher = settings.get(PublisherSettings)
         if gateway.store is None or publisher.binding not in gateway.bindings:

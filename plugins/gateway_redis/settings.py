@@ -20,6 +20,7 @@ class RedisSettings:
         "",
         "Redis URL: redis://host:port/db, rediss:// for TLS or unix:///path; "
         "empty: run an embedded Redis persisting under <gateway.data_dir>/redis",
+        schemes=URL_SCHEMES,
     )
     username: str = setting("", "User name (Redis ACL); overrides one given in the URL")
     password: Secret | None = setting(None, "Password; overrides one given in the URL", secret=True)

@@ -1,21 +1,22 @@
 """``gateway recipe ...``: check and draw SFC recipes without running them.
 
-``gateway recipe validate FILE`` prints ``OK: <n> steps, <n> transitions, <n> actions`` or every
-problem on its own line (stderr, exit status 1); ``gateway recipe render FILE`` prints the chart
+``gateway recipe validate FILE...`` prints ``OK: <n> steps, <n> transitions, <n> actions`` or
+every problem on its own line (stderr, exit status 1); with several files (a shell glob) each
+line starts with its file's name, as grep does. ``gateway recipe render FILE`` prints the chart
 as Mermaid text. FILE is a recipe, or a whole Work Master whose ``Data`` holds the recipe, as
-JSON; ``-`` reads standard input. So a recipe author sees every problem before the MES sends it.
+JSON or YAML (``.yaml``/``.yml``); ``-`` reads standard input. So a recipe author sees every
+problem before the MES sends it.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from gateway.cli import Command
+from gateway.documents import DocumentError, read_document
 from gateway.plugins import GatewayPluginManager
 from gateway_sfc.chart import Chart, RecipeError
 from gateway_sfc.model import DATASCHEMA
@@ -31,41 +32,46 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "action", choices=["validate", "render"], help="validate: check; render: Mermaid text"
     )
-    parser.add_argument("file", help="recipe or Work Master JSON file ('-' for stdin)")
+    parser.add_argument(
+        "files",
+        nargs="+",
+        metavar="FILE",
+        help="recipe or Work Master, JSON or YAML ('-' for stdin); render takes one",
+    )
 
 
 def _run(args: argparse.Namespace, plugins: GatewayPluginManager) -> int:
+    files: list[str] = args.files
+    if args.action == "render":
+        if len(files) != 1:
+            print("gateway recipe render: give exactly one FILE", file=sys.stderr)
+            return 2
+        chart = _load(files[0], prefix="")
+        if chart is None:
+            return 1
+        sys.stdout.write(render_mermaid(chart))
+        return 0
+    status = 0
+    for file in files:
+        prefix = f"{file}: " if len(files) > 1 else ""
+        chart = _load(file, prefix)
+        if chart is None:
+            status = 1
+        else:
+            print(f"{prefix}{_summary(chart)}")
+    return status
+
+
+def _load(file: str, prefix: str) -> Chart | None:
+    """The chart in ``file``; ``None`` after printing why there is none."""
     try:
-        chart = load_chart(_recipe_data(_read_json(args.file)))
-    except _InputError as error:
-        print(f"{args.file}: {error}", file=sys.stderr)
-        return 1
+        return load_chart(_recipe_data(read_document(file)))
+    except (DocumentError, _InputError) as error:
+        print(f"{file}: {error}", file=sys.stderr)
     except RecipeError as error:
         for problem in error.problems:
-            print(problem, file=sys.stderr)
-        return 1
-    if args.action == "render":
-        sys.stdout.write(render_mermaid(chart))
-    else:
-        print(_summary(chart))
-    return 0
-
-
-def _read_json(file: str) -> Any:
-    try:
-        text = sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8")
-    except OSError as error:
-        raise _InputError(f"cannot read the file: {error.strerror or error}") from None
-    except UnicodeDecodeError:
-        raise _InputError("not UTF-8 text") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
-        raise _InputError(
-            f"invalid JSON at line {error.lineno} column {error.colno}: {error.msg}"
-        ) from None
-    except RecursionError:
-        raise _InputError("invalid JSON: nested too deeply") from None
+            print(f"{prefix}{problem}", file=sys.stderr)
+    return None
 
 
 def _recipe_data(document: Any) -> Any:

@@ -49,7 +49,7 @@ from gateway_sfc.validation import load_chart
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-    from gateway.app import Gateway
+    from gateway.phases import InterpreterPhase
     from gateway.store import Store
 
 log = logging.getLogger(__name__)
@@ -121,7 +121,7 @@ class Snapshot:
 class Coordinator:
     """The SFC engine's Redis side: work stream, CAS, timers, recovery, equipment sink."""
 
-    def __init__(self, settings: SfcSettings, gateway: Gateway) -> None:
+    def __init__(self, settings: SfcSettings, gateway: InterpreterPhase) -> None:
         self.settings = settings
         self.gateway = gateway
         self.consumer = gateway.instance_id

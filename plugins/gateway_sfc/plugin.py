@@ -14,11 +14,10 @@ from gateway.transport import Service
 from gateway_sfc.commands import recipe_command
 from gateway_sfc.coordination import Coordinator
 from gateway_sfc.interpreter import SfcEngineService, SfcInterpreter
-from gateway_sfc.model import DATASCHEMA
 from gateway_sfc.settings import SfcSettings
 
 if TYPE_CHECKING:
-    from gateway.app import Gateway
+    from gateway.phases import InterpreterPhase, ServicePhase
 
 log = logging.getLogger(__name__)
 
@@ -30,23 +29,23 @@ def gateway_add_settings(register: Callable[[str, type[Any]], None]) -> None:
 
 @hookimpl
 def gateway_register_recipe_interpreters(
-    register: Callable[[RecipeInterpreter], None], settings: Settings, gateway: Gateway
+    register: Callable[[RecipeInterpreter], None], settings: Settings, gateway: InterpreterPhase
 ) -> None:
     if gateway.store is None:
         log.warning("SFC engine off: it keeps its state in the store, and no store is configured")
         return
-    coordinator = Coordinator(settings.get(SfcSettings), gateway)
+    coordinator = gateway.state.add(Coordinator(settings.get(SfcSettings), gateway))
     gateway.equipment.attach(coordinator)
     register(SfcInterpreter(coordinator))
 
 
 @hookimpl
 def gateway_register_services(
-    register: Callable[[Service], None], settings: Settings, gateway: Gateway
+    register: Callable[[Service], None], settings: Settings, gateway: ServicePhase
 ) -> None:
-    interpreter = gateway.recipe_interpreters.get(DATASCHEMA)
-    if isinstance(interpreter, SfcInterpreter):
-        register(SfcEngineService(interpreter.coordinator))
+    coordinator = gateway.state.find(Coordinator)
+    if coordinator is not None:
+        register(SfcEngineService(coordinator))
 
 
 @hookimpl

@@ -23,7 +23,7 @@ from gateway_simulator.service import SimulatorService
 from gateway_simulator.settings import SimulatorSettings
 
 if TYPE_CHECKING:
-    from gateway.app import Gateway
+    from gateway.phases import DriverPhase, ServicePhase
 
 DRIVER_NAME = "simulator"
 RPC_SECTION = "msgpack_rpc"  # the MessagePack-RPC plugin's settings section
@@ -37,7 +37,7 @@ def gateway_add_settings(register: Callable[[str, type[Any]], None]) -> None:
 
 @hookimpl
 def gateway_register_equipment_drivers(
-    register: Callable[[EquipmentDriver], None], settings: Settings, gateway: Gateway
+    register: Callable[[EquipmentDriver], None], settings: Settings, gateway: DriverPhase
 ) -> None:
     config = settings.get(SimulatorSettings)
     if config.enabled and config.mqtt_devices:
@@ -54,7 +54,7 @@ def gateway_register_equipment_drivers(
 
 @hookimpl
 def gateway_register_services(
-    register: Callable[[Service], None], settings: Settings, gateway: Gateway
+    register: Callable[[Service], None], settings: Settings, gateway: ServicePhase
 ) -> None:
     config = settings.get(SimulatorSettings)
     if config.enabled and config.equipment:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.settings import setting
+from gateway.settings import PORT_MAXIMUM, setting
 from gateway_mqtt_equipment import check_topic_level, check_topic_prefix
 
 
@@ -16,7 +16,9 @@ class SimulatorSettings:
         "this process (roles 'simulator' and 'all') and drive it from every instance",
     )
     mqtt_url: str = setting(
-        "", "Broker the simulated equipment connects to; empty: the gateway's mqtt.url"
+        "",
+        "Broker the simulated equipment connects to; empty: the gateway's mqtt.url",
+        schemes=("mqtt", "mqtts", "memory"),
     )
     topic_prefix: str = setting(
         "simulator", "Topic prefix of the simulated equipment (<prefix>/<equipment>/commands...)"
@@ -67,7 +69,10 @@ class SimulatorSettings:
         "(127.0.0.1 when it listens on every address)",
     )
     rpc_port: int = setting(
-        0, "Port of that RPC server; 0: the gateway's msgpack_rpc.port", minimum=0
+        0,
+        "Port of that RPC server; 0: the gateway's msgpack_rpc.port",
+        minimum=0,
+        maximum=PORT_MAXIMUM,
     )
 
     def __post_init__(self) -> None:

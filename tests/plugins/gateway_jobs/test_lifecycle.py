@@ -103,13 +103,19 @@ async def test_completed_job_carries_its_results_in_the_event_and_the_response(
     assert [item["JobOrderID"] for item in by_state.data["JobResponses"]] == ["j2"]
 
 
-async def test_status_event_echoes_the_commands_correlation(station: Station) -> None:
+async def test_status_event_names_its_cause_without_correlation_data(station: Station) -> None:
     async with running(station.gateway()), station.mes() as mes, mes.events() as events:
         await configure(mes)
         await mes.call("Store", {"JobOrder": job_order("j3")}, correlationid="order-77")
         with anyio.fail_after(5):
-            event = from_mqtt(await events.receive())
+            message = await events.receive()
+    event = from_mqtt(message)
+    # Named as a user property, never as Correlation Data: an MES that matches replies on
+    # Correlation Data must not take the event for the Store reply.
+    assert message.correlation_data is None
+    assert ("correlationid", "order-77") in message.user_properties
     assert event.correlationid == "order-77"
+    assert event.causationid is not None
     assert event.subject == "cell1"
     assert event.data["JobOrder"]["JobOrderID"] == "j3"
     assert "JobResponse" not in event.data  # not final yet

@@ -47,7 +47,8 @@ def test_environment_overrides_and_password_is_masked() -> None:
 @pytest.mark.parametrize(
     ("variable", "value", "element"),
     [
-        ("GATEWAY_REDIS_URL", "http://db:6379", "[redis]"),
+        ("GATEWAY_REDIS_URL", "http://db:6379", "redis.url"),
+        ("GATEWAY_REDIS_URL", "redis://db:99999/0", "redis.url"),
         ("GATEWAY_REDIS_KEY_PREFIX", "gw{x}", "[redis]"),
         ("GATEWAY_REDIS_KEY_PREFIX", "", "[redis]"),
         ("GATEWAY_REDIS_CHANGE_STREAM_MAXLEN", "10", "redis.change_stream_maxlen"),

@@ -5,10 +5,14 @@ from __future__ import annotations
 import io
 import json
 import os
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from gateway.cli import main
 from gateway_sfc.model import DATASCHEMA
@@ -155,3 +159,45 @@ def test_unknown_action_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> 
         main(["recipe", "draw", str(REAR_AXLE)])
     assert caught.value.code == 2
     assert "invalid choice: 'draw'" in capsys.readouterr().err
+
+
+def test_several_files_each_line_names_its_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    broken = {"steps": [{"name": "A", "initial": True}, {"name": "B"}]}
+    bad = write(tmp_path, broken, "bad.json")
+    status, out, err = run(capsys, "validate", str(REAR_AXLE), bad)
+    assert status == 1  # one bad file fails the run; the good one is still reported
+    assert out == f"{REAR_AXLE}: OK: 7 steps, 4 transitions, 4 actions\n"
+    assert err == f"{bad}: step 'B': is not reachable from the initial step 'A'\n"
+
+
+def test_yaml_recipes_are_accepted(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    text = "# written by hand\n" + yaml.safe_dump(json.loads(REAR_AXLE.read_text()))
+    status, out, err = run(capsys, "validate", write(tmp_path, text, "axle.yaml"))
+    assert (status, out, err) == (0, "OK: 7 steps, 4 transitions, 4 actions\n", "")
+
+
+def test_yaml_syntax_errors_say_where(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = write(tmp_path, "steps:\n  - name: A\n   initial: true\n", "broken.yml")
+    status, out, err = run(capsys, "validate", path)
+    assert (status, out) == (1, "")
+    assert err.startswith(f"{path}: invalid YAML at line 3 column 4: ")
+
+
+def test_render_takes_one_file(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run(capsys, "render", str(REAR_AXLE), str(REAR_AXLE))
+    assert (status, out) == (2, "")
+    assert "exactly one FILE" in err
+
+
+def test_a_shell_glob_validates_every_example() -> None:
+    """As a user types it: the shell expands the glob, the command takes every file."""
+    command = f"{shlex.quote(sys.executable)} -m gateway.cli recipe validate {EXAMPLES}/*.json"
+    done = subprocess.run(
+        command, shell=True, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == len(list(EXAMPLES.glob("*.json"))) >= 3
+    assert all(": OK: " in line for line in lines)

@@ -25,7 +25,7 @@ from gateway.settings import Settings, setting
 from gateway_mqtt_equipment import MqttEquipmentDriver, MqttEquipmentSettings
 
 if TYPE_CHECKING:
-    from gateway.app import Gateway
+    from gateway.phases import DriverPhase
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def gateway_add_settings(register: Callable[[str, type[Any]], None]) -> None:
 
 @hookimpl
 def gateway_register_equipment_drivers(
-    register: Callable[[EquipmentDriver], None], settings: Settings, gateway: Gateway
+    register: Callable[[EquipmentDriver], None], settings: Settings, gateway: DriverPhase
 ) -> None:
     config = settings.get(AcmeSettings)
     if config.equipment:
