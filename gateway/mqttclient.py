@@ -1,0 +1,222 @@
+"""An MQTT v5 client for the MES (or equipment) side: ``gateway jobs``, the demo, tests.
+
+It speaks only MQTT: it sends CloudEvents (or raw, deliberately malformed messages) with its own
+Response Topic and waits for the reply carrying the same Correlation Data, and it watches topics
+(retained messages first). It connects to a real
+broker (``mqtt://host:port``) or to the in-process broker (``memory://<name>``,
+``gateway.inprocess``) with the same API, so a test runs unchanged on either.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from typing import Protocol
+from urllib.parse import unquote, urlsplit
+
+import aiomqtt
+import anyio
+from anyio.abc import ObjectReceiveStream, ObjectSendStream
+
+from gateway import inprocess
+from gateway.cloudevents import CloudEvent
+from gateway.codecs.mqtt import MqttMessage, from_client_message, from_mqtt, publish, to_mqtt
+from gateway.errors import GatewayError
+from gateway.transport import topic_matches
+
+_NODELAY = (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class _Connection(Protocol):
+    """What the client needs of a broker connection (acknowledging is automatic)."""
+
+    async def subscribe(self, topic_filter: str) -> None: ...
+
+    async def publish(self, message: MqttMessage) -> None: ...
+
+    def messages(self) -> AsyncIterator[MqttMessage]: ...
+
+
+class CloudEventClient:
+    """Use through ``connect_client``; every reply topic and client id is unique."""
+
+    def __init__(
+        self, connection: _Connection, client_id: str, reply_prefix: str = "test-replies"
+    ) -> None:
+        self._connection = connection
+        self.client_id = client_id
+        self.reply_topic = f"{reply_prefix}/{client_id}"
+        self._pending: dict[bytes, ObjectSendStream[MqttMessage]] = {}
+        self._watchers: list[tuple[str, ObjectSendStream[MqttMessage]]] = []
+
+    async def _route(self) -> None:
+        async for incoming in self._connection.messages():
+            if incoming.topic == self.reply_topic and incoming.correlation_data in self._pending:
+                await self._pending[incoming.correlation_data].send(incoming)
+                continue
+            for topic_filter, stream in self._watchers:
+                if topic_matches(topic_filter, incoming.topic):
+                    await stream.send(incoming)
+
+    async def publish(self, message: MqttMessage) -> None:
+        await self._connection.publish(message)
+
+    async def send(self, topic: str, event: CloudEvent) -> None:
+        await self.publish(to_mqtt(event, topic))
+
+    async def request_raw(self, message: MqttMessage, *, timeout: float = 5.0) -> MqttMessage:
+        """Publish ``message`` (its Correlation Data set here) and return the raw reply."""
+        correlation = message.correlation_data or uuid.uuid4().hex.encode()
+        send, receive = anyio.create_memory_object_stream[MqttMessage](4)
+        self._pending[correlation] = send
+        try:
+            await self.publish(
+                MqttMessage(
+                    topic=message.topic,
+                    payload=message.payload,
+                    qos=message.qos,
+                    content_type=message.content_type,
+                    correlation_data=correlation,
+                    response_topic=self.reply_topic,
+                    message_expiry_interval=message.message_expiry_interval,
+                    user_properties=message.user_properties,
+                )
+            )
+            with anyio.fail_after(timeout):
+                return await receive.receive()
+        finally:
+            del self._pending[correlation]
+            send.close()
+            receive.close()
+
+    async def request(self, topic: str, event: CloudEvent, *, timeout: float = 5.0) -> CloudEvent:
+        """Send ``event`` and return the decoded reply."""
+        reply = await self.request_raw(to_mqtt(event, topic), timeout=timeout)
+        return from_mqtt(reply)
+
+    @asynccontextmanager
+    async def watch(self, topic_filter: str) -> AsyncIterator[ObjectReceiveStream[MqttMessage]]:
+        """Subscribe to ``topic_filter`` and receive its messages from the yielded stream."""
+        send, receive = anyio.create_memory_object_stream[MqttMessage](1000)
+        entry = (topic_filter, send)
+        self._watchers.append(entry)
+        await self._connection.subscribe(topic_filter)
+        try:
+            yield receive
+        finally:
+            self._watchers.remove(entry)
+            send.close()
+            receive.close()
+
+
+class BrokerUnreachable(GatewayError):
+    """The broker refused the connection or did not answer (the message says which, and where)."""
+
+
+@asynccontextmanager
+async def connect_client(
+    url: str,
+    client_id: str | None = None,
+    *,
+    reply_prefix: str = "test-replies",
+    connect_timeout: float = 10.0,
+) -> AsyncIterator[CloudEventClient]:
+    """Connect a ``CloudEventClient`` to ``url``: mqtt://host:port, mqtts://host:port (TLS with
+    the system's CAs) or memory://<broker name>; ``BrokerUnreachable`` when it cannot."""
+    client_id = client_id or f"test-{uuid.uuid4().hex[:10]}"
+    connection_context = _connect(url, client_id, connect_timeout)
+    try:
+        async with connection_context as connection, anyio.create_task_group() as tasks:
+            tester = CloudEventClient(connection, client_id, reply_prefix)
+            await connection.subscribe(tester.reply_topic)
+            tasks.start_soon(tester._route)
+            yield tester
+            tasks.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        # The block's own error, not wrapped by the router's task group: callers catch it.
+        if len(group.exceptions) == 1 and isinstance(group.exceptions[0], Exception):
+            raise group.exceptions[0] from None
+        raise
+
+
+def _connect(
+    url: str, client_id: str, connect_timeout: float
+) -> AbstractAsyncContextManager[_Connection]:
+    name = inprocess.broker_name(url)
+    if name is not None:
+        return _InProcessConnection.connect(name, client_id)
+    return _AiomqttConnection.connect(url, client_id, connect_timeout)
+
+
+class _AiomqttConnection:
+    """A clean session over TCP; paho acknowledges on receipt."""
+
+    def __init__(self, client: aiomqtt.Client) -> None:
+        self._client = client
+
+    @classmethod
+    @asynccontextmanager
+    async def connect(
+        cls, url: str, client_id: str, connect_timeout: float
+    ) -> AsyncIterator[_Connection]:
+        parts = urlsplit(url)
+        tls = parts.scheme == "mqtts"
+        host, port = parts.hostname or "localhost", parts.port or (8883 if tls else 1883)
+        client = aiomqtt.Client(
+            host,
+            port,
+            identifier=client_id,
+            username=unquote(parts.username) if parts.username else None,
+            password=unquote(parts.password) if parts.password else None,
+            protocol=aiomqtt.ProtocolVersion.V5,
+            socket_options=[_NODELAY],
+            tls_context=ssl.create_default_context() if tls else None,
+            timeout=connect_timeout,
+        )
+        client.pending_calls_threshold = 1000  # tests send many requests at once on purpose
+        async with AsyncExitStack() as stack:
+            try:
+                await stack.enter_async_context(client)
+            except aiomqtt.MqttError as error:
+                raise BrokerUnreachable(
+                    f"cannot reach the MQTT broker at {host}:{port} ({error})"
+                ) from None
+            yield cls(client)
+
+    async def subscribe(self, topic_filter: str) -> None:
+        await self._client.subscribe(topic_filter, qos=1)
+
+    async def publish(self, message: MqttMessage) -> None:
+        await publish(self._client, message)
+
+    async def messages(self) -> AsyncIterator[MqttMessage]:
+        async for message in self._client.messages:
+            yield from_client_message(message)
+
+
+class _InProcessConnection:
+    """A clean session on the in-process broker, acknowledging each message as it is read."""
+
+    def __init__(self, connection: inprocess.Connection) -> None:
+        self._connection = connection
+
+    @classmethod
+    @asynccontextmanager
+    async def connect(cls, name: str, client_id: str) -> AsyncIterator[_Connection]:
+        async with inprocess.get_broker(name).connect(client_id) as connection:
+            yield cls(connection)
+
+    async def subscribe(self, topic_filter: str) -> None:
+        await self._connection.subscribe([(topic_filter, 1)])
+
+    async def publish(self, message: MqttMessage) -> None:
+        await self._connection.publish(message)
+
+    async def messages(self) -> AsyncIterator[MqttMessage]:
+        async for delivery in self._connection:
+            if delivery.packet_id is not None:
+                self._connection.ack(delivery.packet_id)
+            yield delivery.message
