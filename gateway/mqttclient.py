@@ -9,6 +9,7 @@ broker (``mqtt://host:port``) or to the in-process broker (``memory://<name>``,
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import ssl
 import uuid
@@ -55,11 +56,11 @@ class CloudEventClient:
     async def _route(self) -> None:
         async for incoming in self._connection.messages():
             if incoming.topic == self.reply_topic and incoming.correlation_data in self._pending:
-                await self._pending[incoming.correlation_data].send(incoming)
+                await _offer(self._pending[incoming.correlation_data], incoming)
                 continue
-            for topic_filter, stream in self._watchers:
+            for topic_filter, stream in list(self._watchers):
                 if topic_matches(topic_filter, incoming.topic):
-                    await stream.send(incoming)
+                    await _offer(stream, incoming)
 
     async def publish(self, message: MqttMessage) -> None:
         await self._connection.publish(message)
@@ -110,6 +111,13 @@ class CloudEventClient:
             self._watchers.remove(entry)
             send.close()
             receive.close()
+
+
+async def _offer(stream: ObjectSendStream[MqttMessage], message: MqttMessage) -> None:
+    """Hand ``message`` to a reader; one that stopped reading meanwhile (its request timed
+    out, its watch ended while this waited for room) no longer wants it."""
+    with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+        await stream.send(message)
 
 
 class BrokerUnreachable(GatewayError):
