@@ -98,6 +98,11 @@ class MqttBinding:
                     self._client = client
                     self._connected.set()
                     log.info("MQTT connected to %s as %s", self.connector.where, self.client_id)
+                    gateway.plugins.hook.gateway_transport_connected(
+                        binding=self.name,
+                        session_present=client.session_present,
+                        reconnect=started,
+                    )
                     if not started:
                         started = True
                         task_status.started()
