@@ -128,7 +128,8 @@ class MsgpackRpcBinding:
 
         A reply a ``request`` of this instance waits for goes to it; anything else is
         dispatched, marked with the sender's id in the ``equipment`` extension (the connection
-        says who sent it, whatever the event claims).
+        says who sent it, whatever the event claims). A dispatch that fails transiently is
+        retried until it succeeds or the gateway stops.
         """
         waiting = self._pending.get(event.correlationid or "")
         if waiting is not None:
@@ -139,8 +140,17 @@ class MsgpackRpcBinding:
             return []
         extensions = {**event.extensions, EQUIPMENT_ATTRIBUTE: equipment_id}
         topic = f"{self.settings.topic_prefix}/{equipment_id}/publish"
-        return await self._dispatcher().dispatch(
-            event.replace(extensions=extensions), binding=self.name, topic=topic
+        dispatcher = self._dispatcher()
+        marked = event.replace(extensions=extensions)
+        assert self._gateway is not None
+        # A failure that may pass (the store away) is tried again before the equipment gets
+        # its answer: what it published is recorded before it hears "accepted". If the
+        # gateway stops first, the equipment gets an error and may publish it again.
+        return await self._gateway.resilience.retry(
+            "msgpack-rpc.handlers",
+            lambda: dispatcher.dispatch(marked, binding=self.name, topic=topic),
+            stop=self._gateway.closing,
+            logger=log,
         )
 
     def report(self, where: str, code: str, message: str) -> None:
