@@ -97,8 +97,12 @@ async def test_a_publisher_frozen_past_its_lease_publishes_nothing_when_it_wakes
         mes = MesClient(client, station.name, SCOPE)
         async with anyio.create_task_group() as tasks:
 
+            def record(index: StateIndex) -> bool:
+                seen.append(index)
+                return False  # every index, until cancelled
+
             async def watch() -> None:
-                await mes.follow(lambda index: bool(seen.append(index)), timeout=120)
+                await mes.follow(record, timeout=120)
 
             tasks.start_soon(watch)
             async with station.mes() as line:
