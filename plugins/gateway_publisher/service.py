@@ -58,7 +58,12 @@ from gateway_publisher.documents import DocumentSourceFactory, Payloads
 from gateway_publisher.lease import Lease
 from gateway_publisher.persistence import START, Fenced, PublisherStore, ScopeState, StoreLost
 from gateway_publisher.settings import PublisherSettings
-from gateway_publisher.topics import EVENT_TYPES, STATE_INDEX_TYPE, RetainedTopics
+from gateway_publisher.topics import (
+    EVENT_TYPES,
+    STATE_INDEX_PAGE_TYPE,
+    STATE_INDEX_TYPE,
+    RetainedTopics,
+)
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
@@ -88,6 +93,7 @@ class PublisherStats:
     records: int = 0
     batches: int = 0
     index_publishes: int = 0
+    page_publishes: int = 0  # pages of the state index published (deletes included)
     topic_publishes: int = 0
     payload_bytes: int = 0
     busy_seconds: float = 0.0  # in ``process``: planning, publishing, committing
@@ -315,6 +321,7 @@ class Term:
         await self.persisted.claim(scope)
         state = await self.persisted.load(scope)
         await self._warn_if_trimmed(state)
+        state.index.mark_dirty()  # every page goes out with the first index of the term
         if state.stored or scope in self.service.published:
             # Published before: announce the new epoch with the current index.
             await self.publish_index(state)
@@ -406,16 +413,33 @@ class Term:
         self.stats.busy_seconds += time.perf_counter() - started
 
     async def publish_index(self, state: ScopeState) -> None:
+        """The next ``seq``, the pages changed since the last index, then the index itself
+        (after its pages, so an index never lists a page the broker does not have yet)."""
         published = self.service.published
         seq = await self.persisted.next_seq(state.scope, published.get(state.scope, 0))
-        payload = state.index.render(
-            seq=seq, epoch=self.epoch, scope=state.scope, published_at=format_time(utc_now())
-        )
-        topic = self.topics.state_index(state.scope)
-        await self._publish(topic, self.topics.event(STATE_INDEX_TYPE, state.scope, payload))
+        index = state.index
+        pages = index.take_dirty()
+        try:
+            async with anyio.create_task_group() as tasks:
+                for page in pages:
+                    payload = index.render_page(page, seq=seq, scope=state.scope)
+                    topic = self.topics.page(state.scope, page)
+                    event = self.topics.event(STATE_INDEX_PAGE_TYPE, state.scope, payload)
+                    tasks.start_soon(self._publish, topic, event)
+            existing = set(index.pages)
+            index.page_seqs.update({page: seq for page in pages if page in existing})
+            payload = index.render(
+                seq=seq, epoch=self.epoch, scope=state.scope, published_at=format_time(utc_now())
+            )
+            topic = self.topics.state_index(state.scope)
+            await self._publish(topic, self.topics.event(STATE_INDEX_TYPE, state.scope, payload))
+        except BaseException:
+            index.mark_dirty(page for page in pages if page in index.pages)
+            raise
         state.seq = seq
         published[state.scope] = max(seq, published.get(state.scope, 0))
         self.stats.index_publishes += 1
+        self.stats.page_publishes += len(pages)
 
     async def heal_broker(self, reason: str) -> None:
         """Publish every retained order, result and index again, from the store's mirror."""
@@ -431,6 +455,7 @@ class Term:
                     event = self.topics.event(EVENT_TYPES[kind], scope, payload.encode())
                     tasks.start_soon(self._publish, topic, event)
             topics += len(retained)
+            state.index.mark_dirty()
             await self.publish_index(state)
         self.stats.heals += 1
         log.info(
