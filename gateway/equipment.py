@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from gateway.cloudevents import JSON, CloudEvent, utc_now
-from gateway.errors import GatewayError, ValidationError
+from gateway.errors import GatewayError, NotPermitted, ValidationError
 
 if TYPE_CHECKING:
     from gateway.store import Store
@@ -46,6 +46,10 @@ log = logging.getLogger(__name__)
 DEFAULT_HEARTBEAT_TIMEOUT = 10.0
 """Seconds without a heartbeat after which equipment counts as offline, unless the driver
 reporting the heartbeat says otherwise."""
+
+SENT_RECORD_SECONDS = 86_400.0
+"""How long the hub remembers which equipment an unanswered command went to (longer when the
+command's own timeout is longer): a reply later than that is refused."""
 
 
 @dataclass(frozen=True)
@@ -69,12 +73,19 @@ class EquipmentCommand:
 
 @dataclass(frozen=True)
 class EquipmentReply:
-    """The equipment's answer to the command with ``correlation_id``; ``error`` if it failed."""
+    """The equipment's answer to the command with ``correlation_id``; ``error`` if it failed.
+
+    ``equipment``: who answered, as the driver's transport vouches for it (the topic the broker's
+    ACL let it publish on, the connection it authenticated). Set, the hub accepts the reply only
+    for a command it sent to that equipment. ``None``: a reply the driver itself makes (a
+    command it could not deliver), accepted as it is.
+    """
 
     correlation_id: str
     data: Any = None
     error: str | None = None
     scope: str | None = None  # the command's scope, when the reply carries it back
+    equipment: str | None = None
 
 
 @dataclass(frozen=True)
@@ -253,6 +264,7 @@ class EquipmentHub:
         self._store = store
         self._sink: EquipmentSink | None = None
         self._local: dict[str, _LocalLiveness] = {}
+        self._local_sent: dict[str, str] = {}  # correlation id -> equipment, without a store
 
     def add_driver(self, driver: EquipmentDriver) -> None:
         if any(existing.name == driver.name for existing in self.drivers):
@@ -282,15 +294,60 @@ class EquipmentHub:
         )
 
     async def send(self, command: EquipmentCommand) -> None:
-        await self.driver_for(command).send(command)
+        """Hand ``command`` to its driver, after recording which equipment it goes to (in the
+        store, so a reply is checked against it on whichever instance it arrives)."""
+        driver = self.driver_for(command)
+        if command.equipment is not None:
+            await self._sent(command.correlation_id, command.equipment, command.timeout_seconds)
+        await driver.send(command)
 
     async def reply(self, reply: EquipmentReply) -> None:
-        """Called by drivers when equipment answers a command."""
+        """Called by drivers when equipment answers a command.
+
+        A reply naming its sender (``reply.equipment``) is accepted only if the command with its
+        correlation id went to that equipment and is still unanswered; ``NotPermitted``
+        otherwise, and nothing reaches the engine.
+        """
+        if reply.equipment is not None:
+            addressee = await self._addressee(reply.correlation_id)
+            if addressee != reply.equipment:
+                sent = f"it went to {addressee}" if addressee else "none is waiting for a reply"
+                raise NotPermitted(
+                    f"equipment {reply.equipment} may not answer command "
+                    f"{reply.correlation_id}: {sent}"
+                )
         await self._attached().reply(reply)
+        await self._answered(reply.correlation_id)
 
     async def event(self, event: EquipmentEvent) -> None:
         """Called by drivers when equipment reports an event."""
         await self._attached().event(event)
+
+    # -- which equipment each command went to -------------------------------------------------
+
+    async def _sent(self, correlation_id: str, equipment_id: str, timeout: float | None) -> None:
+        seconds = max(SENT_RECORD_SECONDS, timeout or 0)
+        store = self._store()
+        if store is None:
+            self._local_sent[correlation_id] = equipment_id
+            return
+        key = store.keys.global_key("equipment", "sent", correlation_id)
+        await store.client.set(key, equipment_id, px=round(seconds * 1000))
+
+    async def _addressee(self, correlation_id: str) -> str | None:
+        store = self._store()
+        if store is None:
+            return self._local_sent.get(correlation_id)
+        value = await store.client.get(store.keys.global_key("equipment", "sent", correlation_id))
+        return str(value) if value is not None else None
+
+    async def _answered(self, correlation_id: str) -> None:
+        """The engine has the reply (durably): a second one finds no command waiting."""
+        store = self._store()
+        if store is None:
+            self._local_sent.pop(correlation_id, None)
+            return
+        await store.client.delete(store.keys.global_key("equipment", "sent", correlation_id))
 
     def _attached(self) -> EquipmentSink:
         if self._sink is None:

@@ -24,6 +24,7 @@ from gateway.cloudevents import CloudEvent
 from gateway.equipment import EQUIPMENT_ATTRIBUTE
 from gateway.errors import GatewayError, SettingsError
 from gateway.transport import Dispatcher
+from gateway_msgpack_rpc.auth import DeviceAuthenticator
 from gateway_msgpack_rpc.client import RpcClient
 from gateway_msgpack_rpc.codec import to_map
 from gateway_msgpack_rpc.forwarding import Forwarding
@@ -58,11 +59,17 @@ class MsgpackRpcBinding:
         self.liveness = Liveness(ttl_seconds=settings.heartbeat_timeout_seconds)
         self.known = _known_equipment(settings)
         self.sessions = Sessions(
-            settings, self.liveness, source=source, receive=self.receive, report=self.report
+            settings,
+            self.liveness,
+            source=source,
+            receive=self.receive,
+            report=self.report,
+            authenticator=DeviceAuthenticator.from_settings(settings),
         )
         self.server = RpcServer(self.sessions)
         self.client = RpcClient(self.sessions)
-        self._pending: dict[str, MemoryObjectSendStream[CloudEvent]] = {}
+        # correlation id -> (the equipment asked, where its answer goes)
+        self._pending: dict[str, tuple[str, MemoryObjectSendStream[CloudEvent]]] = {}
         self._gateway: Gateway | None = None
         self._serving = False
 
@@ -126,13 +133,13 @@ class MsgpackRpcBinding:
     async def receive(self, equipment_id: str, event: CloudEvent) -> list[CloudEvent]:
         """An event from equipment (published, or in a command's result); returns the replies.
 
-        A reply a ``request`` of this instance waits for goes to it; anything else is
-        dispatched, marked with the sender's id in the ``equipment`` extension (the connection
-        says who sent it, whatever the event claims). A dispatch that fails transiently is
-        retried until it succeeds or the gateway stops.
+        A reply a ``request`` of this instance waits for goes to it, if it comes from the
+        equipment asked; anything else is dispatched, marked with the sender's id in the
+        ``equipment`` extension (the connection says who sent it, whatever the event claims).
+        A dispatch that fails transiently is retried until it succeeds or the gateway stops.
         """
-        waiting = self._pending.get(event.correlationid or "")
-        if waiting is not None:
+        asked, waiting = self._pending.get(event.correlationid or "", (None, None))
+        if waiting is not None and asked == equipment_id:
             try:
                 waiting.send_nowait(event)
             except anyio.WouldBlock:
@@ -199,7 +206,7 @@ class MsgpackRpcBinding:
             raise GatewayError(f"a request with correlation {correlation!r} is already waiting")
         event = event.replace(correlationid=correlation)
         send, replies = anyio.create_memory_object_stream[CloudEvent](1)
-        self._pending[correlation] = send
+        self._pending[correlation] = (topic, send)
         try:
             await self.publish(topic, event)
             with anyio.fail_after(timeout):
