@@ -255,7 +255,11 @@ class Term:
                 await self.check_store()
                 reason = self.service.take_heal()
                 if reason is not None:
-                    await self.heal_broker(reason)
+                    try:
+                        await self.heal_broker(reason)
+                    except BaseException:
+                        self.service.heal_reason = self.service.heal_reason or reason  # again
+                        raise
                 reply = await _until((stopping, self.service.wake), self.read())
                 if reply is None or not lease.valid:
                     continue
