@@ -82,16 +82,8 @@ async def test_a_publisher_frozen_past_its_lease_publishes_nothing_when_it_wakes
     fault_station: FaultStation,
 ) -> None:
     station = fault_station
-    station.environ["GATEWAY_PUBLISHER_LEASE_SECONDS"] = "1"
+    station.environ["GATEWAY_PUBLISHER_LEASE_SECONDS"] = "3"
     await station.start()
-    active = next(
-        name
-        for name, process in station.gateways.items()
-        if _ACTIVE.search(process.log.read_text())
-    )
-    frozen = station.gateways[active]
-    other = next(process for process in station.gateways.values() if process is not frozen)
-    first_epoch = _ACTIVE.findall(frozen.log.read_text())[-1]
     seen: list[StateIndex] = []
 
     async with connect_test_client(station.mqtt_url) as client:
@@ -111,6 +103,12 @@ async def test_a_publisher_frozen_past_its_lease_publishes_nothing_when_it_wakes
                 await store_jobs(line, ["F1", "F2"])
                 await wait_for_all_ended(line, ["F1", "F2"])
             await wait_until(lambda: seen and {"F1", "F2"} <= with_results(seen[-1]), timeout=15)
+            # The active publisher is the one whose term published the latest index.
+            first_epoch = seen[-1].epoch
+            frozen, other = sorted(
+                station.gateways.values(),
+                key=lambda process: f"active: epoch {first_epoch}" not in process.log.read_text(),
+            )
             frozen.freeze()
             try:
                 # Past its lease: the other instance takes over and publishes its index.
@@ -132,7 +130,8 @@ async def test_a_publisher_frozen_past_its_lease_publishes_nothing_when_it_wakes
     assert seqs == sorted(seqs), "seq went backwards: two publishers interleaved"
     assert first_epoch in {index.epoch for index in indexes}
     # Once the next term published, the frozen one's epoch never shows up again.
-    takeover = next(i for i, index in enumerate(indexes) if index.epoch != first_epoch)
+    term = next(i for i, index in enumerate(indexes) if index.epoch == first_epoch)
+    takeover = next(i for i in range(term, len(indexes)) if indexes[i].epoch != first_epoch)
     assert all(index.epoch != first_epoch for index in indexes[takeover:])
     assert frozen.returncode is None  # it keeps running, as a standby
 
