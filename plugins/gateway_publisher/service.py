@@ -270,6 +270,8 @@ class Term:
                 await _pause(stopping, outage.failed(error))  # logged once per outage
             else:
                 outage.succeeded()
+        if not stopping.is_set() and not lease.valid:
+            log.warning("MES publisher: lease no longer certain; back to standby")
 
     def _ends_term(self, error: Exception) -> bool:
         """Whether ``error`` (or one inside it) means this term must end; logs why."""

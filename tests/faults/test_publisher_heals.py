@@ -122,7 +122,7 @@ async def test_a_publisher_frozen_past_its_lease_publishes_nothing_when_it_wakes
             final = await mes.follow(
                 lambda index: {"F1", "F2", "F3"} <= with_results(index), timeout=15
             )
-            await wait_until(lambda: "back to standby" in frozen.log.read_text(), timeout=15)
+            await wait_until(lambda: "back to standby" in frozen.log.read_text(), timeout=30)
             tasks.cancel_scope.cancel()
 
     indexes = [*seen, final[-1][0]]
