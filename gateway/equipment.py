@@ -14,9 +14,11 @@ Equipment is online while its last heartbeat is younger than its heartbeat timeo
 lives in the gateway's store (keys with that timeout as TTL), so every instance sees the same.
 
 A command to equipment known to be offline is still delivered: the equipment may come back (a
-broker keeps the command for it), and a command is never dropped silently. The engine's timeout
-fails the action, and ``offline_reason`` tells it to say "equipment offline" instead of
-"no reply".
+broker keeps the command for it), and a command is never dropped silently. When equipment comes
+back online (its first heartbeat after it was offline), a sink that is an ``OnlineObserver`` (the
+recipe engine) is told, and sends the commands still waiting for a reply again (same correlation
+id) while their timeouts allow. The engine's timeout fails the action otherwise, and
+``offline_reason`` tells it to say "equipment offline" instead of "no reply".
 
 Drivers that carry commands as CloudEvents share one shape for them (whatever the transport),
 so equipment and simulators read every driver's messages alike: ``command_event`` builds a
@@ -207,6 +209,17 @@ class EquipmentSink(Protocol):
         ...
 
 
+@runtime_checkable
+class OnlineObserver(Protocol):
+    """A sink that wants to know when equipment comes (back) online (optional for a sink).
+
+    The recipe engine implements it to send again the commands the equipment may have missed
+    while it was away.
+    """
+
+    async def equipment_online(self, equipment_id: str) -> None: ...
+
+
 class EquipmentDriver(Protocol):
     """A driver plugin's contribution: delivers commands to the equipment it serves."""
 
@@ -366,14 +379,32 @@ class EquipmentHub:
         timeout = self.heartbeat_timeout_seconds if timeout_seconds is None else timeout_seconds
         store = self._store()
         if store is None:
+            known = self._local.get(equipment_id)
             self._local[equipment_id] = _LocalLiveness(now, now + timeout)
+            if known is None or known.expires <= now:
+                await self._came_online(equipment_id)
             return
         keys = _LivenessKeys(store, equipment_id)
         async with store.client.pipeline(transaction=True) as pipe:
-            pipe.set(keys.online, repr(now), px=max(1, round(timeout * 1000)))
+            # GET: the previous value, so exactly one instance sees it come back.
+            pipe.set(keys.online, repr(now), px=max(1, round(timeout * 1000)), get=True)
             pipe.hset(keys.last_seen, equipment_id, repr(now))
             pipe.hdel(keys.gone, equipment_id)
-            await pipe.execute()
+            previous, *_ = await pipe.execute()
+        if previous is None:
+            await self._came_online(equipment_id)
+
+    async def _came_online(self, equipment_id: str) -> None:
+        """Tell the sink (the engine re-sends the commands the equipment may have missed)."""
+        sink: object = self._sink  # an EquipmentSink, which may also be an OnlineObserver
+        if not isinstance(sink, OnlineObserver):
+            return
+        try:
+            await sink.equipment_online(equipment_id)
+        except Exception as error:  # its commands then wait for their timeouts, as before
+            log.warning(
+                "equipment %s is back, but its commands were not re-sent: %s", equipment_id, error
+            )
 
     async def gone(self, equipment_id: str, reason: str = "disconnected") -> None:
         """Called by drivers: ``equipment_id`` is offline now (it said goodbye, its connection
