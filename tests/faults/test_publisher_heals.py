@@ -16,7 +16,6 @@ import pytest
 from gateway.testing import wait_until
 from gateway.testing.mes import MesClient, StateIndex
 from gateway.testing.mqtt import connect_test_client
-from gateway_jobs.testing import job_order, return_status
 from tests.faults.conftest import (
     SCOPE,
     FaultStation,
@@ -134,39 +133,3 @@ async def test_a_publisher_frozen_past_its_lease_publishes_nothing_when_it_wakes
     takeover = next(i for i in range(term, len(indexes)) if indexes[i].epoch != first_epoch)
     assert all(index.epoch != first_epoch for index in indexes[takeover:])
     assert frozen.returncode is None  # it keeps running, as a standby
-
-
-async def test_redis_restarted_without_its_data_gets_a_new_epoch_listing_what_exists(
-    fault_station: FaultStation,
-) -> None:
-    station = fault_station
-    await station.start()
-    before = await completed_jobs(station, ["R1", "R2", "R3"])
-
-    # Redis restarts empty (as without persistence): every job and every cursor is gone.
-    station.redis.stop()
-    for path in station.redis.directory.iterdir():
-        if path.name.startswith(("appendonly", "dump")):
-            if path.is_dir():
-                for inner in path.iterdir():
-                    inner.unlink()
-                path.rmdir()
-            else:
-                path.unlink()
-    station.redis.start()
-
-    async with connect_test_client(station.mqtt_url) as client:
-        mes = MesClient(client, station.name, SCOPE, before.seq, before.epoch)
-        healed = await mes.follow(
-            lambda index: index.epoch != before.epoch and not index.jobs, timeout=HEAL_SECONDS
-        )
-        assert healed[-1][1].kind == "restart"  # the MES is told to reconcile
-        assert set(station.running().values()) == {None}  # no process exited
-
-        # What exists from now on is listed: a job stored after the loss.
-        async with station.mes() as line:
-            await configure_rear_axle(line)
-            stored = await line.store(job_order("after", work_masters=["WM"]), "Store")
-            assert return_status(stored) == 1
-        after = await mes.follow(lambda index: bool(index.jobs), timeout=HEAL_SECONDS)
-    assert [job.job_order_id for job in after[-1][0].jobs] == ["after"]
