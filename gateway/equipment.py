@@ -258,12 +258,25 @@ class Liveness:
     gone_reason: str | None = None  # how it went away ("disconnected", "heartbeat timeout"...)
 
 
+class EquipmentObservers(Protocol):
+    """The observer hooks the hub calls (the gateway passes its plugin manager's ``hook``)."""
+
+    def gateway_equipment_command_sent(
+        self, *, command: EquipmentCommand, error: str | None
+    ) -> Any: ...
+
+    def gateway_equipment_replied(self, *, reply: EquipmentReply) -> Any: ...
+
+    def gateway_equipment_event_received(self, *, event: EquipmentEvent) -> Any: ...
+
+
 class EquipmentHub:
     """Routes commands to drivers and replies/events from drivers to the attached sink.
 
     ``store`` returns the gateway's store (``None``: no store plugin), asked each time it is
     needed because the store connects only when the gateway runs. Without a store, liveness is
-    kept in this process only (fine for one instance, not shared).
+    kept in this process only (fine for one instance, not shared). ``observers`` hear of every
+    command, reply and event (the ``gateway_equipment_*`` hooks).
     """
 
     def __init__(
@@ -271,9 +284,11 @@ class EquipmentHub:
         store: Callable[[], Store | None] = lambda: None,
         *,
         heartbeat_timeout_seconds: float = DEFAULT_HEARTBEAT_TIMEOUT,
+        observers: EquipmentObservers | None = None,
     ) -> None:
         self.drivers: list[EquipmentDriver] = []
         self.heartbeat_timeout_seconds = heartbeat_timeout_seconds
+        self._observers = observers
         self._store = store
         self._sink: EquipmentSink | None = None
         self._local: dict[str, _LocalLiveness] = {}
@@ -309,10 +324,15 @@ class EquipmentHub:
     async def send(self, command: EquipmentCommand) -> None:
         """Hand ``command`` to its driver, after recording which equipment it goes to (in the
         store, so a reply is checked against it on whichever instance it arrives)."""
-        driver = self.driver_for(command)
-        if command.equipment is not None:
-            await self._sent(command.correlation_id, command.equipment, command.timeout_seconds)
-        await driver.send(command)
+        try:
+            driver = self.driver_for(command)
+            if command.equipment is not None:
+                await self._sent(command.correlation_id, command.equipment, command.timeout_seconds)
+            await driver.send(command)
+        except GatewayError as error:
+            self._observe("gateway_equipment_command_sent", command=command, error=str(error))
+            raise
+        self._observe("gateway_equipment_command_sent", command=command, error=None)
 
     async def reply(self, reply: EquipmentReply) -> None:
         """Called by drivers when equipment answers a command.
@@ -331,10 +351,20 @@ class EquipmentHub:
                 )
         await self._attached().reply(reply)
         await self._answered(reply.correlation_id)
+        self._observe("gateway_equipment_replied", reply=reply)
 
     async def event(self, event: EquipmentEvent) -> None:
         """Called by drivers when equipment reports an event."""
         await self._attached().event(event)
+        self._observe("gateway_equipment_event_received", event=event)
+
+    def _observe(self, hook: str, **arguments: Any) -> None:
+        if self._observers is None:
+            return
+        try:
+            getattr(self._observers, hook)(**arguments)
+        except Exception:  # an observer must never fail the equipment's traffic
+            log.exception("a %s observer failed", hook)
 
     # -- which equipment each command went to -------------------------------------------------
 

@@ -22,10 +22,13 @@ pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 
 async def scope_keys(store: Store, scope: str = "cell1") -> list[str]:
-    """Every key of the scope but the de-duplication markers of handled events."""
+    """Every key of the scope but the de-duplication markers of handled events and what other
+    services write on their own time (the publisher's cursors, the jobs' traces, which record
+    refusals too)."""
     pattern = store.keys.scoped(scope) + ":*"
     keys = [key async for key in store.client.scan_iter(match=pattern)]
-    return sorted(key for key in keys if ":dedupe:" not in key)
+    kept_elsewhere = (":dedupe:", ":publisher:", ":trace:")
+    return sorted(key for key in keys if not any(part in key for part in kept_elsewhere))
 
 
 async def prepare(mes: JobsMes) -> None:

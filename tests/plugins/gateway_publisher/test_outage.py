@@ -74,7 +74,11 @@ async def test_mes_outage_with_100_completions(rig: Rig, store: Store) -> None:
     for job_order_id, result in report.results.items():
         assert result["JobOrderID"] == job_order_id
         assert result["JobState"][0]["StateText"]["Text"] == "Ended"
-        assert {entry["ID"] for entry in result["JobResponseData"]} == {"torque", "serial"}
+        assert {entry["ID"] for entry in result["JobResponseData"]} == {
+            "RecipeVersion",
+            "torque",
+            "serial",
+        }
     assert final[-1][0].jobs == ()
     assert [gap.kind for _, gap in final[1:]] == ["none"] * (len(final) - 1)  # followed live
     assert leftovers == {}  # every result topic deleted
