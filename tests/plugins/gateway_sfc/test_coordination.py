@@ -443,7 +443,7 @@ async def test_an_engine_only_process_shares_the_steps_of_a_gateway_process(
     )
     loop = recipe("loop_until_count.json")
     station.equipment.behaviours = {
-        action["type_id"]: lambda c: {"count": 9} for action in loop["actions"]
+        action["type_id"]: lambda c: {"count": 9, "torque_ok": True} for action in loop["actions"]
     }
     async with running(gateway), running(engine), station.mes() as mes:
         for job in ("J1", "J2", "J3"):
