@@ -9,7 +9,8 @@ time, and waits for each new index at a subscriber. Per update it reports:
   out): document reads, stream reads (XREAD) and writes;
 - the publisher's own time per update (reading excluded) and the end-to-end latency from the
   record's XADD to the index arriving at a subscriber;
-- the index payload size.
+- the index payload size, and the bytes published per update (the index and the pages it
+  changed) against an index that lists every job itself (the format before pages).
 
 Baselines measured in the same run: a sequential Redis round trip (PING), an MQTT QoS 1
 publish-to-subscriber round trip of a payload as big as the index, and the N+1 reads of the
@@ -48,7 +49,7 @@ PREFIX = "bench"
 SIZES = (1, 100, 1000)
 READS = {"get", "mget", "hget", "hgetall", "smembers", "zrange", "xrange", "xrevrange", "scan"}
 READS |= {"xinfo|stream", "exists", "lrange"}
-WRITES = {"incr", "incrby", "hset", "hdel", "set", "multi", "exec", "del"}
+WRITES = {"incr", "incrby", "hset", "hdel", "set", "multi", "exec", "del", "evalsha", "eval"}
 _SEQ = re.compile(rb'^\{"seq":(\d+),')
 
 
@@ -151,7 +152,7 @@ async def seed(bench: Bench, scope: str, size: int) -> int:
         while True:
             message = await next_index(messages, 0)
             index = json.loads(message.payload)
-            if len(index["jobs"]) == size:
+            if index["jobs_total"] == size:
                 return int(index["seq"])
 
 
@@ -166,6 +167,16 @@ class UpdateCost:
     latency_p50_ms: float
     latency_p99_ms: float
     index_bytes: int
+    update_bytes: float  # payload bytes published per update: the index and the pages it changed
+    whole_bytes: int  # an index listing every job itself (as before pages), same run
+
+
+def whole_index_bytes(bench: Bench, scope: str) -> int:
+    """Bytes of an index that would list every job itself: the baseline of ``update_bytes``."""
+    term = bench.service.term
+    assert term is not None
+    index = term.scopes[scope].index
+    return sum(len(index.render_page(page, seq=1, scope=scope) or b"") for page in index.pages)
 
 
 async def measure_updates(bench: Bench, size: int, updates: int) -> UpdateCost:
@@ -173,6 +184,8 @@ async def measure_updates(bench: Bench, size: int, updates: int) -> UpdateCost:
     seq = await seed(bench, scope, size)
     latencies: list[float] = []
     before, busy = await bench.commands(), bench.service.stats.busy_seconds
+    stats = bench.service.stats
+    bytes_before, indexes_before = stats.payload_bytes, stats.index_publishes
     index_bytes = 0
     async with index_stream(bench, scope) as messages:
         for number in range(updates):
@@ -187,15 +200,20 @@ async def measure_updates(bench: Bench, size: int, updates: int) -> UpdateCost:
             latencies.append(time.perf_counter() - started)
             seq = int(_SEQ.match(message.payload).group(1))  # type: ignore[union-attr]
             index_bytes = len(message.payload)
+    # Counted once the PUBACKs are in: the index's own bytes come last.
+    await wait_until(lambda: stats.index_publishes >= indexes_before + updates)
+    update_bytes = (stats.payload_bytes - bytes_before) / updates
     after = await bench.commands()
     spent = {name: after.get(name, 0) - before.get(name, 0) for name in after}
     spent = {name: calls for name, calls in spent.items() if calls}
     ordered = sorted(latencies)
-    # A MULTI ... EXEC block is one round trip; every other command is one.
+    # A MULTI ... EXEC block is one round trip (the commands queued in it are not); every other
+    # command, a script included, is one.
     round_trips = sum(spent.get(name, 0) for name in READS | WRITES | {"xread"})
-    round_trips -= spent.get("multi", 0) + sum(
-        spent.get(name, 0) for name in ("hset", "hdel", "set")
-    )
+    if spent.get("multi", 0):
+        round_trips -= spent.get("multi", 0) + sum(
+            spent.get(name, 0) for name in ("hset", "hdel", "set")
+        )
     return UpdateCost(
         size=size,
         reads=sum(spent.get(name, 0) for name in READS) / updates,
@@ -206,6 +224,8 @@ async def measure_updates(bench: Bench, size: int, updates: int) -> UpdateCost:
         latency_p50_ms=ordered[len(ordered) // 2] * 1000,
         latency_p99_ms=ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] * 1000,
         index_bytes=index_bytes,
+        update_bytes=update_bytes,
+        whole_bytes=whole_index_bytes(bench, scope),
     )
 
 
@@ -352,14 +372,21 @@ def report(
         )
     ratio = costs[-1].publisher_ms / costs[0].publisher_ms
     print(f"publisher time, {costs[-1].size} jobs : {costs[0].size} job = {ratio:.1f} : 1")
+    print("bytes published per update (the index and the pages it changed), against an index")
+    print("that lists every job itself (the format before pages), measured in the same run:")
+    for cost in costs:
+        print(
+            f"  {cost.size:>5} jobs: {cost.update_bytes:>9,.0f} B per update, whole index "
+            f"{cost.whole_bytes:>9,} B, ratio {cost.update_bytes / max(cost.whole_bytes, 1):.3f}"
+        )
     overhead = attribute_overhead()
     print(f"bytes per transition, one job among 10 (payload; each message adds ~{overhead} B")
-    print("of topic and CloudEvent user properties):")
+    print("of topic and CloudEvent user properties; the rest: pages, order and result):")
     for change, total, index in life:
         other = total - index
-        print(f"  {change:<9} {total:>6,} B  (state index {index:,} B, order/result {other:,} B)")
+        print(f"  {change:<9} {total:>6,} B  (state index {index:,} B, the rest {other:,} B)")
     entry = statistics.mean(cost.index_bytes / cost.size for cost in costs[1:])
-    print(f"  the state index grows by ~{entry:.0f} B per listed job")
+    print(f"  the state index grows by ~{entry:.0f} B per listed job (a page summary per 25)")
 
 
 def main() -> None:

@@ -260,3 +260,13 @@ def gateway_message_failed(binding: str, topic: str, code: str, reason: str) -> 
     ``code`` is the error code sent in the error reply (``invalid-request``, ``unknown-type``,
     ``processing-failed``). For metrics and audit; must not raise or block.
     """
+
+
+@hookspec
+def gateway_transport_connected(binding: str, session_present: bool, reconnect: bool) -> None:
+    """Observer: a binding connected to its broker (``reconnect``: again, after losing it).
+
+    ``session_present`` is false when the broker kept no session for this client: it may have
+    restarted without persistence and lost what was retained too. Plugins that keep retained
+    state on the broker (the MES publisher) publish it again. Must not raise or block.
+    """

@@ -66,9 +66,7 @@ class CloudEventClient:
                 continue
             for topic_filter, stream in list(self._watchers):
                 if topic_matches(topic_filter, incoming.topic):
-                    # A watcher that left while we waited for room has closed its stream.
-                    with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
-                        await stream.send(incoming)
+                    await _offer(stream, incoming)
 
     async def publish(self, message: MqttMessage) -> None:
         await self._connection.publish(message)
@@ -119,6 +117,13 @@ class CloudEventClient:
             self._watchers.remove(entry)
             send.close()
             receive.close()
+
+
+async def _offer(stream: ObjectSendStream[MqttMessage], message: MqttMessage) -> None:
+    """Hand ``message`` to a reader; one that stopped reading meanwhile (its request timed
+    out, its watch ended while this waited for room) no longer wants it."""
+    with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+        await stream.send(message)
 
 
 class BrokerUnreachable(GatewayError):

@@ -10,7 +10,10 @@ For tests and for integrators who want to see how an MES catches up after an out
 
 ``resync`` follows the publisher's contract (``schemas/publisher/retained-topics.schema.json``):
 
-1. subscribe to ``{prefix}/{scope}/state-index``: the broker hands over the retained index;
+1. subscribe to ``{prefix}/{scope}/state-index`` and its pages ``{prefix}/{scope}/index/+``: the
+   broker hands over the retained index and pages; the index lists its pages (number, jobs,
+   ``seq`` of the page's last change), and the jobs are the pages' (a page at least as new as
+   the index says);
 2. compare its ``seq`` and ``epoch`` with the last ones seen: the next ``seq`` means nothing
    was missed, a higher one in the same epoch means updates were missed, another epoch means
    the publisher restarted;
@@ -25,11 +28,13 @@ Job payloads stay plain JSON (``dict``); this module knows no plugin's types.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection, Mapping
+from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import anyio
+from anyio.abc import ObjectReceiveStream
 
 from gateway.cloudevents import CloudEvent
 from gateway.codecs.mqtt import MqttMessage, from_mqtt
@@ -56,31 +61,105 @@ class IndexedJob:
 
 
 @dataclass(frozen=True)
+class PageRef:
+    """A page of the index as the index lists it."""
+
+    page: int
+    jobs: int
+    seq: int  # the page is at least this new
+
+
+@dataclass(frozen=True)
 class StateIndex:
     seq: int
     epoch: str
     scope: str
     published_at: str
-    jobs: tuple[IndexedJob, ...]
+    jobs: tuple[IndexedJob, ...]  # every job of every page, page by page
+    pages: tuple[PageRef, ...] = ()
+    jobs_total: int = 0
 
     @classmethod
-    def from_json(cls, data: Any) -> StateIndex:
-        """The index of a ``state-index`` payload; ``MesError`` when it is not one."""
+    def from_json(cls, data: Any, pages: Mapping[int, Any] | None = None) -> StateIndex:
+        """The index of a ``state-index`` payload with the jobs of its ``pages`` (page
+        number -> page payload); ``MesError`` when it is not one or a page is missing."""
         try:
+            refs = tuple(
+                PageRef(int(r["page"]), int(r["jobs"]), int(r["seq"])) for r in data["pages"]
+            )
+            listed: list[Any] = []
+            for ref in refs:
+                page = (pages or {}).get(ref.page)
+                if page is None:
+                    raise MesError(f"page {ref.page} of the state index is missing")
+                listed.extend(page["jobs"])
             jobs = tuple(
                 IndexedJob(
                     job["job_order_id"],
                     tuple(entry["state_text"]["text"] for entry in job["state"]),
                     bool(job["has_result"]),
                 )
-                for job in data["jobs"]
+                for job in listed
             )
-            return cls(int(data["seq"]), data["epoch"], data["scope"], data["published_at"], jobs)
+            return cls(
+                int(data["seq"]),
+                data["epoch"],
+                data["scope"],
+                data["published_at"],
+                jobs,
+                refs,
+                int(data["jobs_total"]),
+            )
         except (KeyError, TypeError, ValueError) as error:
             raise MesError(f"not a state index: {error!r}") from None
 
     def job(self, job_order_id: str) -> IndexedJob | None:
         return next((job for job in self.jobs if job.job_order_id == job_order_id), None)
+
+
+class _Pages:
+    """The retained pages of a scope's index as they arrive, by page number."""
+
+    def __init__(self) -> None:
+        self.pages: dict[int, Any] = {}
+        self._changed = anyio.Event()
+
+    async def fill(self, messages: ObjectReceiveStream[MqttMessage]) -> None:
+        async for message in messages:
+            try:
+                number = int(message.topic.rsplit("/", 1)[-1])
+            except ValueError:
+                continue
+            if message.payload:
+                self.pages[number] = from_mqtt(message).data
+            else:
+                self.pages.pop(number, None)
+            self._changed.set()
+            self._changed = anyio.Event()
+
+    def _complete(self, data: Any) -> bool:
+        for ref in data.get("pages", ()) if isinstance(data, dict) else ():
+            page = self.pages.get(ref.get("page"))
+            if not isinstance(page, dict) or page.get("seq", 0) < ref.get("seq", 0):
+                return False
+        return True
+
+    async def resolve(
+        self, message: MqttMessage, later: ObjectReceiveStream[MqttMessage]
+    ) -> StateIndex:
+        """The index of ``message`` once every page it lists (that new) has arrived; an index
+        that comes meanwhile replaces it (its pages may already be gone)."""
+        data = from_mqtt(message).data
+        while not self._complete(data):
+            try:
+                newer = later.receive_nowait()  # type: ignore[attr-defined]  # a memory stream
+            except anyio.WouldBlock:
+                with anyio.move_on_after(0.05):
+                    await self._changed.wait()
+                continue
+            if newer.payload:
+                data = from_mqtt(newer).data
+        return StateIndex.from_json(data, self.pages)
 
 
 @dataclass(frozen=True)
@@ -127,13 +206,32 @@ class MesClient:
 
     # -- the state index --------------------------------------------------------------------
 
-    async def index(self, *, timeout: float = 5.0) -> StateIndex | None:
-        """The retained state index; ``None`` when the broker has none within ``timeout``."""
-        async with self.client.watch(self.topic("state-index")) as messages:
-            with anyio.move_on_after(timeout):
+    @asynccontextmanager
+    async def _indexes(self) -> AsyncIterator[AsyncIterator[StateIndex]]:
+        """Indexes as they come (the retained one first), each with the jobs of its pages."""
+        pages = _Pages()
+        async with (
+            self.client.watch(self.topic("index", "+")) as page_messages,
+            self.client.watch(self.topic("state-index")) as messages,
+            anyio.create_task_group() as tasks,
+        ):
+            tasks.start_soon(pages.fill, page_messages)
+
+            async def indexes() -> AsyncGenerator[StateIndex, None]:
                 async for message in messages:
                     if message.payload:
-                        return StateIndex.from_json(from_mqtt(message).data)
+                        yield await pages.resolve(message, messages)
+
+            async with aclosing(indexes()) as stream:
+                yield stream
+            tasks.cancel_scope.cancel()
+
+    async def index(self, *, timeout: float = 5.0) -> StateIndex | None:
+        """The retained state index; ``None`` when the broker has none within ``timeout``."""
+        with anyio.move_on_after(timeout):
+            async with self._indexes() as indexes:
+                async for index in indexes:
+                    return index
         return None
 
     def compare(self, index: StateIndex) -> Gap:
@@ -160,11 +258,8 @@ class MesClient:
         """
         seen: list[tuple[StateIndex, Gap]] = []
         with anyio.fail_after(timeout):
-            async with self.client.watch(self.topic("state-index")) as messages:
-                async for message in messages:
-                    if not message.payload:
-                        continue
-                    index = StateIndex.from_json(from_mqtt(message).data)
+            async with self._indexes() as indexes:
+                async for index in indexes:
                     seen.append((index, self.compare(index)))
                     if until(index):
                         return seen

@@ -144,6 +144,11 @@ class MqttBinding:
                     log.info("MQTT connected to %s as %s", self.connector.where, self.client_id)
                     outage.succeeded()
                     unreachable.ended()
+                    gateway.plugins.hook.gateway_transport_connected(
+                        binding=self.name,
+                        session_present=client.session_present,
+                        reconnect=started,
+                    )
                     if not started:
                         started = True
                         task_status.started()

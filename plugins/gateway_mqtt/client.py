@@ -64,6 +64,11 @@ class Received:
 class MqttClient(Protocol):
     """One connected MQTT v5 session."""
 
+    @property
+    def session_present(self) -> bool:
+        """Whether the broker still had this client's session when it connected."""
+        ...
+
     async def subscribe(self, filters: Mapping[str, int]) -> None: ...
 
     async def unsubscribe(self, filters: Sequence[str]) -> None: ...
@@ -190,6 +195,18 @@ class _Client(aiomqtt.Client):
         super().__init__(*args, **kwargs)
         self._last_error = ""
         self._client.on_log = self._remember_error
+        self.session_present = False
+
+    def _on_connect(
+        self,
+        client: paho.Client,
+        userdata: Any,
+        flags: paho.ConnectFlags,
+        reason_code: Any,
+        properties: Properties | None = None,
+    ) -> None:
+        self.session_present = bool(flags.session_present)  # aiomqtt does not keep it
+        super()._on_connect(client, userdata, flags, reason_code, properties)
 
     async def __aenter__(self) -> Self:
         self._client.on_log = self._remember_error
@@ -226,6 +243,10 @@ class _Client(aiomqtt.Client):
 class AiomqttClient:
     def __init__(self, client: aiomqtt.Client) -> None:
         self._client = client
+
+    @property
+    def session_present(self) -> bool:
+        return bool(getattr(self._client, "session_present", False))
 
     async def subscribe(self, filters: Mapping[str, int]) -> None:
         try:
@@ -312,6 +333,10 @@ class InProcessConnector:
 class InProcessClient:
     def __init__(self, connection: inprocess.Connection) -> None:
         self._connection = connection
+
+    @property
+    def session_present(self) -> bool:
+        return self._connection.session_present
 
     async def subscribe(self, filters: Mapping[str, int]) -> None:
         try:

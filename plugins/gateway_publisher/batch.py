@@ -50,20 +50,24 @@ class Batch:
         return any(entry != self.previous[job_id] for job_id, entry in self.changes.items())
 
     def apply(self) -> None:
-        """Make the changes in the base index (before the index is rendered)."""
-        _set(self.base, self.changes)
+        """Make the changes in the base index (before the index is rendered); the changed
+        entries then carry the page they were placed on, which the commit stores."""
+        self.changes.update(_set(self.base, self.changes))
 
     def revert(self) -> None:
         """Undo ``apply`` (the batch was not published or not committed)."""
         _set(self.base, self.previous)
 
 
-def _set(index: JobIndex, entries: Mapping[str, IndexEntry | None]) -> None:
+def _set(index: JobIndex, entries: Mapping[str, IndexEntry | None]) -> dict[str, IndexEntry | None]:
+    placed: dict[str, IndexEntry | None] = {}
     for job_order_id, entry in entries.items():
         if entry is None:
             index.remove(job_order_id)
+            placed[job_order_id] = None
         else:
-            index.put(entry)
+            placed[job_order_id] = index.put(entry)
+    return placed
 
 
 async def plan(

@@ -1,28 +1,91 @@
-"""The publisher's own state in the store: per scope a cursor, a sequence counter and the index.
+"""The publisher's own state in the store: per scope a cursor, the index, ``seq`` and a fence.
 
-Keys, all in the scope's hash slot (so one MULTI covers them on Redis Cluster too)::
+Keys, all in the scope's hash slot (so one script covers them on Redis Cluster too)::
 
-    {p}:{scope}:publisher:cursor   STRING  id of the last change record applied
-    {p}:{scope}:publisher:index    HASH    job order id -> index entry, as of the cursor
-    {p}:{scope}:publisher:seq      STRING  last state-index sequence number handed out
+    {p}:{scope}:publisher:cursor    STRING  id of the last change record applied
+    {p}:{scope}:publisher:index     HASH    job order id -> index entry, as of the cursor
+    {p}:{scope}:publisher:seq       STRING  last state-index sequence number handed out
+    {p}:{scope}:publisher:fence     STRING  fencing token of the term that owns the scope
+    {p}:{scope}:publisher:retained  HASH    "order/<id>" | "result/<id>" -> the retained payload
 
-The cursor and the index change together in one transaction, so after any crash the stored
-index is exactly the result of the records up to the stored cursor: a restart resumes there,
-skipping nothing and applying nothing twice. ``seq`` is incremented on its own, *before* each
-index is published, so a number is never handed out twice, not even by a publisher that died
-between publishing and committing.
+The cursor, the index and the retained payloads change together in one script, so after any
+crash the stored index is exactly the result of the records up to the stored cursor: a restart
+resumes there, skipping nothing and applying nothing twice. ``seq`` is incremented on its own,
+*before* each index is published, so a number is never handed out twice, not even by a
+publisher that died between publishing and committing.
+
+Fencing: every leadership term draws a token from a global counter (``{p}:publisher:fence``)
+and claims each scope by writing it to the scope's ``fence`` key, unless a higher one is there.
+Every ``seq`` and every commit checks, in the same script, that the scope's fence is still the
+term's: a publisher that wakes from a long pause (SIGSTOP, a VM migration) after another one
+took over finds a higher token and writes nothing (``Fenced``). A fence key that is *gone*
+means the store lost the publisher's state (a Redis restarted without persistence):
+``StoreLost``, and the publisher starts over from what the store still holds.
+
+``retained`` mirrors what the publisher keeps on the broker, so that it can publish it again
+when the broker lost its retained messages.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import cast
 
+from redis.commands.core import AsyncScript
+
+from gateway.errors import GatewayError
 from gateway.store import Store
 from gateway_publisher.batch import Batch
 from gateway_publisher.index import IndexEntry, JobIndex
 
 START = "0-0"  # a stream id before every entry
+
+# KEYS[1] fence; ARGV[1] the term's token. 1: claimed (or already ours), 0: a higher one holds it.
+_CLAIM = """
+local current = tonumber(redis.call('GET', KEYS[1]) or '0')
+local mine = tonumber(ARGV[1])
+if current > mine then return 0 end
+redis.call('SET', KEYS[1], ARGV[1])
+return 1
+"""
+# KEYS[1] fence, KEYS[2] seq; ARGV[1] token, ARGV[2] at least this.
+# The next seq (>= 1), 0 when fenced, -1 when the fence is gone.
+_NEXT_SEQ = """
+local fence = redis.call('GET', KEYS[1])
+if fence == false then return -1 end
+if fence ~= ARGV[1] then return 0 end
+local seq = redis.call('INCR', KEYS[2])
+local floor = tonumber(ARGV[2])
+if seq <= floor then
+  seq = floor + 1
+  redis.call('SET', KEYS[2], seq)
+end
+return seq
+"""
+# KEYS[1] fence, KEYS[2] index, KEYS[3] cursor, KEYS[4] retained; ARGV[1] token, ARGV[2] cursor,
+# ARGV[3] JSON {"set": {job: entry}, "del": [job], "keep": {topic: payload}, "drop": [topic]}.
+# 1: committed, 0: fenced, -1: the fence is gone.
+_COMMIT = """
+local fence = redis.call('GET', KEYS[1])
+if fence == false then return -1 end
+if fence ~= ARGV[1] then return 0 end
+local changes = cjson.decode(ARGV[3])
+for job, entry in pairs(changes['set']) do redis.call('HSET', KEYS[2], job, entry) end
+for _, job in ipairs(changes['del']) do redis.call('HDEL', KEYS[2], job) end
+for topic, payload in pairs(changes['keep']) do redis.call('HSET', KEYS[4], topic, payload) end
+for _, topic in ipairs(changes['drop']) do redis.call('HDEL', KEYS[4], topic) end
+redis.call('SET', KEYS[3], ARGV[2])
+return 1
+"""
+
+
+class Fenced(GatewayError):
+    """Another publisher term holds the scope now: this one must stop writing."""
+
+
+class StoreLost(GatewayError):
+    """The publisher's state of a scope vanished from the store (it lost its data)."""
 
 
 @dataclass
@@ -43,11 +106,29 @@ class ScopeState:
 
 
 class PublisherStore:
-    def __init__(self, store: Store) -> None:
+    """The publisher's keys of every scope, written only under the term's fencing token."""
+
+    def __init__(self, store: Store, fence: int = 0) -> None:
         self.store = store
+        self.fence = str(fence)
+        client = store.client
+        self._claim: AsyncScript = client.register_script(_CLAIM)
+        self._next_seq: AsyncScript = client.register_script(_NEXT_SEQ)
+        self._commit: AsyncScript = client.register_script(_COMMIT)
 
     def key(self, scope: str, name: str) -> str:
         return self.store.keys.scoped(scope, "publisher", name)
+
+    async def draw_fence(self) -> int:
+        """A fencing token higher than every earlier term's."""
+        token = int(await self.store.client.incr(self.store.keys.global_key("publisher", "fence")))
+        self.fence = str(token)
+        return token
+
+    async def claim(self, scope: str) -> None:
+        """Make the scope this term's; ``Fenced`` when a later term already claimed it."""
+        if not await self._claim(keys=[self.key(scope, "fence")], args=[self.fence]):
+            raise Fenced(f"scope {scope} belongs to a later publisher term")
 
     async def load(self, scope: str) -> ScopeState:
         """The scope's committed state: three reads in one MULTI, a consistent snapshot."""
@@ -62,21 +143,42 @@ class PublisherStore:
         )
         return ScopeState(scope, cursor or START, int(seq or 0), index, stored=cursor is not None)
 
-    async def next_seq(self, scope: str) -> int:
-        """Hand out the scope's next sequence number (persisted before it is published)."""
-        return int(await self.store.client.incr(self.key(scope, "seq")))
+    async def retained(self, scope: str) -> dict[str, str]:
+        """What the publisher keeps retained for the scope: ``kind/id`` -> payload."""
+        return cast(dict[str, str], await self.store.client.hgetall(self.key(scope, "retained")))
+
+    async def next_seq(self, scope: str, at_least: int = 0) -> int:
+        """Hand out the scope's next sequence number (persisted before it is published), higher
+        than ``at_least`` (the last one published, when the store may have forgotten it)."""
+        keys = [self.key(scope, "fence"), self.key(scope, "seq")]
+        seq = int(await self._next_seq(keys=keys, args=[self.fence, at_least]))
+        _check(scope, seq)
+        return seq
 
     async def commit(self, batch: Batch) -> None:
-        """The batch's index changes and its last record id, atomically."""
+        """The batch's index changes, retained payloads and last record id, atomically."""
         if batch.last_id is None:
             return
-        index_key = self.key(batch.scope, "index")
-        async with self.store.transaction(batch.scope) as transaction:
-            pipeline = transaction.pipeline
-            stored = {job: entry.stored() for job, entry in batch.changes.items() if entry}
-            removed = [job for job, entry in batch.changes.items() if entry is None]
-            if stored:
-                pipeline.hset(index_key, mapping=stored)  # type: ignore[arg-type]
-            if removed:
-                pipeline.hdel(index_key, *removed)
-            pipeline.set(self.key(batch.scope, "cursor"), batch.last_id)
+        scope = batch.scope
+        changes = {
+            "set": {job: entry.stored() for job, entry in batch.changes.items() if entry},
+            "del": [job for job, entry in batch.changes.items() if entry is None],
+            "keep": {f"{k}/{job}": p.decode() for (k, job), p in batch.topics.items() if p},
+            "drop": [f"{k}/{job}" for (k, job), p in batch.topics.items() if p is None],
+        }
+        keys = [self.key(scope, name) for name in ("fence", "index", "cursor", "retained")]
+        outcome = int(
+            await self._commit(keys=keys, args=[self.fence, batch.last_id, _json(changes)])
+        )
+        _check(scope, outcome)
+
+
+def _check(scope: str, outcome: int) -> None:
+    if outcome == 0:
+        raise Fenced(f"scope {scope} belongs to a later publisher term")
+    if outcome < 0:
+        raise StoreLost(f"the publisher's state of scope {scope} is gone from the store")
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)

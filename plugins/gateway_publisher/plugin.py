@@ -54,7 +54,20 @@ class PublisherPlugin:
         self.services.append(service)
         register(service)
 
+    @hookimpl
+    def gateway_transport_connected(
+        self, binding: str, session_present: bool, reconnect: bool
+    ) -> None:
+        """A broker that restarted may have lost the retained topics: publish them again."""
+        if not (reconnect or not session_present):
+            return
+        why = "reconnected to the broker" if reconnect else "the broker had no session"
+        for service in self.services:
+            if service.settings.binding == binding:
+                service.request_heal(why)
+
 
 _default = PublisherPlugin()
 gateway_add_settings = _default.gateway_add_settings
 gateway_register_services = _default.gateway_register_services
+gateway_transport_connected = _default.gateway_transport_connected

@@ -19,6 +19,20 @@ index always match each other, so beyond that one batch a restart neither skips 
 
 Every start of a leadership term draws a new ``epoch`` and republishes the index of every scope
 the publisher has published before, so an MES sees at once that the publisher restarted.
+
+Faults (see ``persistence`` for the fencing):
+
+- A term writes only under its fencing token and publishes only while its lease is certainly
+  valid (checked right before every publish), so a publisher that wakes from a long pause
+  after another took over publishes nothing and goes back to standby: two publishers never
+  publish at once, and ``seq`` only grows.
+- The store lost its data (a marker key written at the start of each term vanished, or a
+  scope's fence did): the term ends and a new one starts at once, with a new epoch, from what
+  the store still holds; scopes it published before that the store forgot get an index too
+  (listing what is really there), with ``seq`` continuing from the last one published.
+- The broker may have lost its retained messages (the binding reconnected, or connected without
+  a session): every retained order, result and index is published again from the mirror the
+  publisher keeps in the store.
 """
 
 from __future__ import annotations
@@ -36,14 +50,20 @@ from redis.exceptions import ResponseError
 
 from gateway.cloudevents import CloudEvent, format_time, utc_now
 from gateway.errors import GatewayError, ValidationError
+from gateway.resilience import Outage
 from gateway.store import Store, check_scope
 from gateway.transport import Binding
 from gateway_publisher.batch import Batch, plan
 from gateway_publisher.documents import DocumentSourceFactory, Payloads
 from gateway_publisher.lease import Lease
-from gateway_publisher.persistence import START, PublisherStore, ScopeState
+from gateway_publisher.persistence import START, Fenced, PublisherStore, ScopeState, StoreLost
 from gateway_publisher.settings import PublisherSettings
-from gateway_publisher.topics import EVENT_TYPES, STATE_INDEX_TYPE, RetainedTopics
+from gateway_publisher.topics import (
+    EVENT_TYPES,
+    STATE_INDEX_PAGE_TYPE,
+    STATE_INDEX_TYPE,
+    RetainedTopics,
+)
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
@@ -53,8 +73,12 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 Entry = tuple[str, dict[str, str]]
 BLOCK_MS = 1000  # one XREAD waits this long at most; stopping interrupts it at once
-RETRY_MIN_SECONDS, RETRY_MAX_SECONDS = 0.2, 5.0
 MAX_CONCURRENT_PUBLISHES = 64
+MARKER_CHECK_SECONDS = 0.5  # how often the store is checked for having lost its data
+
+
+class LeaseExpired(GatewayError):
+    """The term can no longer vouch for its lease: it must not publish."""
 
 
 def new_epoch() -> str:
@@ -69,10 +93,13 @@ class PublisherStats:
     records: int = 0
     batches: int = 0
     index_publishes: int = 0
+    page_publishes: int = 0  # pages of the state index published (deletes included)
     topic_publishes: int = 0
     payload_bytes: int = 0
     busy_seconds: float = 0.0  # in ``process``: planning, publishing, committing
     terms: int = 0
+    store_losses: int = 0  # terms ended because the store lost the publisher's state
+    heals: int = 0  # times every retained topic was published again
 
 
 class PublisherService:
@@ -92,6 +119,31 @@ class PublisherService:
         self.documents = documents
         self.stats = PublisherStats()
         self.term: Term | None = None  # the current term while this instance is active
+        self.outage: Outage | None = None  # made in ``run`` from the gateway's resilience
+        # Across terms: the last seq published per scope, so an index published after the store
+        # forgot a scope (or its seq) still gets a higher number.
+        self.published: dict[str, int] = {}
+        self.heal_reason: str | None = None  # why every retained topic must be published again
+        self._wake: anyio.Event | None = None  # set: a term's blocking read ends early
+
+    def request_heal(self, reason: str) -> None:
+        """Publish every retained topic again (the broker may have lost them), soon."""
+        self.heal_reason = reason
+        if self._wake is not None:
+            self._wake.set()
+
+    def take_heal(self) -> str | None:
+        reason, self.heal_reason = self.heal_reason, None
+        return reason
+
+    @property
+    def wake(self) -> anyio.Event:
+        """Set when a term has something to do before its next read (made in the event loop)."""
+        if self._wake is None or self._wake.is_set():
+            self._wake = anyio.Event()
+            if self.heal_reason is not None:
+                self._wake.set()
+        return self._wake
 
     async def run(self, gateway: Gateway, *, task_status: TaskStatus[None]) -> None:
         store = gateway.store
@@ -102,21 +154,28 @@ class PublisherService:
         topics = RetainedTopics(
             self.topic_prefix, gateway.source, self.settings.retained_ttl_seconds
         )
+        # One outage for every loop of the publisher: logged once, readiness check named after it.
+        self.outage = gateway.resilience.outage("mes-publisher", logger=log)
         task_status.started()  # a standby is started too; leading comes when the lease does
         waiting_logged = False
         while not gateway.stopping.is_set():
-            term = Term(store, binding, topics, payloads, self.settings, self.stats)
+            epoch = new_epoch()
             lease = Lease(
                 store,
                 instance_id=gateway.instance_id,
-                epoch=term.epoch,
+                epoch=epoch,
                 seconds=self.settings.lease_seconds,
             )
-            if await _acquired(lease):
+            term = Term(store, binding, topics, payloads, self, lease, epoch)
+            if await _acquired(lease, self.outage):
                 waiting_logged = False
                 self.term = term
                 await self._lead(gateway.stopping, term, lease)
                 self.term = None
+                if term.store_lost:
+                    continue  # at once: a new term, a new epoch, what the store still holds
+                if term.fenced:  # another publisher took over meanwhile
+                    await _pause(gateway.stopping, lease.renew_interval)
                 continue
             if not waiting_logged:
                 log.info("MES publisher on standby: another instance holds the lease")
@@ -126,10 +185,11 @@ class PublisherService:
     async def _lead(self, stopping: anyio.Event, term: Term, lease: Lease) -> None:
         """One term as the active publisher, until stopping or the lease is lost."""
         self.stats.terms += 1
+        assert self.outage is not None  # made in ``run``
         log.info("MES publisher active: epoch %s, topics %s/<scope>/...", term.epoch, term.prefix)
         try:
             async with anyio.create_task_group() as tasks:
-                tasks.start_soon(_keep_lease, lease, tasks.cancel_scope)
+                tasks.start_soon(_keep_lease, lease, tasks.cancel_scope, self.outage)
                 await term.run(stopping, lease)
                 tasks.cancel_scope.cancel()
         finally:
@@ -149,20 +209,28 @@ class Term:
         binding: Binding,
         topics: RetainedTopics,
         payloads: Payloads,
-        settings: PublisherSettings,
-        stats: PublisherStats,
+        service: PublisherService,
+        lease: Lease,
+        epoch: str,
     ) -> None:
         self.store = store
         self.binding = binding
         self.topics = topics
         self.payloads = payloads
-        self.settings = settings
-        self.stats = stats
-        self.epoch = new_epoch()
+        self.service = service
+        self.settings = service.settings
+        self.stats = service.stats
+        self.lease = lease
+        self.epoch = epoch
         self.persisted = PublisherStore(store)
         self.scopes: dict[str, ScopeState] = {}
         self.discovery_stream = store.keys.global_changes()
         self.discovery_cursor = START
+        self.marker = store.keys.global_key("publisher", "marker")
+        self.incarnation = ""  # the marker's value when the term opened
+        self.store_lost = False
+        self.fenced = False
+        self._marker_checked = 0.0
         self._stream_scopes: dict[str, str] = {}
         self._publishing = anyio.CapacityLimiter(MAX_CONCURRENT_PUBLISHES)
 
@@ -171,28 +239,68 @@ class Term:
         return self.topics.prefix
 
     async def run(self, stopping: anyio.Event, lease: Lease) -> None:
-        """Open, then read and handle batches; a failure is logged and retried with backoff."""
-        delay, opened = RETRY_MIN_SECONDS, False
+        """Open, then read and handle batches; a failure is logged and retried with backoff.
+
+        Returns when stopping, when the lease is no longer certain, when another term fenced
+        this one off (``fenced``) or when the store lost its data (``store_lost``).
+        """
+        opened = False
+        outage = self.service.outage
+        assert outage is not None  # the service made it before the term
         while not stopping.is_set() and lease.valid:
             try:
                 if not opened:
                     await self.open()
                     opened = True
-                reply = await _until(stopping, self.read())
+                await self.check_store()
+                reason = self.service.take_heal()
+                if reason is not None:
+                    try:
+                        await self.heal_broker(reason)
+                    except BaseException:
+                        self.service.heal_reason = self.service.heal_reason or reason  # again
+                        raise
+                reply = await _until((stopping, self.service.wake), self.read())
                 if reply is None or not lease.valid:
-                    return
+                    continue
                 await self.handle(reply)
             except Exception as error:
-                log.warning(
-                    "MES publisher: %s; retrying in %.1f s",
-                    _describe(error),
-                    delay,
-                    exc_info=log.isEnabledFor(logging.DEBUG),
-                )
-                await _pause(stopping, delay)
-                delay = min(delay * 2, RETRY_MAX_SECONDS)
+                if self._ends_term(error):
+                    return
+                await _pause(stopping, outage.failed(error))  # logged once per outage
             else:
-                delay = RETRY_MIN_SECONDS
+                outage.succeeded()
+        if not stopping.is_set() and not lease.valid:
+            log.warning("MES publisher: lease no longer certain; back to standby")
+
+    def _ends_term(self, error: Exception) -> bool:
+        """Whether ``error`` (or one inside it) means this term must end; logs why."""
+        if fenced := _find(error, Fenced):
+            self.fenced = True
+            log.warning("MES publisher: %s; back to standby", fenced)
+        elif _find(error, LeaseExpired):
+            log.warning("MES publisher: lease no longer certain; back to standby")
+        elif lost := _find(error, StoreLost):
+            self.store_lost = True
+            self.stats.store_losses += 1
+            log.warning(
+                "MES publisher: the store lost its data (%s); publishing what it still holds "
+                "under a new epoch",
+                lost,
+            )
+        else:
+            return False
+        return True
+
+    async def check_store(self) -> None:
+        """``StoreLost`` when the marker written at the start of the term is gone."""
+        now = time.monotonic()
+        if now - self._marker_checked < MARKER_CHECK_SECONDS:
+            return
+        marker = await self.store.client.get(self.marker)
+        self._marker_checked = now
+        if marker != self.incarnation:
+            raise StoreLost(f"marker {self.marker} is {'gone' if marker is None else 'new'}")
 
     # -- scopes -----------------------------------------------------------------------------
 
@@ -202,16 +310,26 @@ class Term:
         The discovery stream's position is taken *before* the set of scopes is read, so a scope
         discovered in between is seen twice (harmless) rather than never.
         """
+        await self.persisted.draw_fence()
+        client = self.store.client
+        await client.set(self.marker, new_epoch(), nx=True)
+        self.incarnation = str(await client.get(self.marker))
+        self._marker_checked = time.monotonic()
         self.discovery_cursor = await self._last_id(self.discovery_stream)
-        for scope in sorted(await self.store.reconcile_scopes()):
+        # Scopes published before that the store forgot get an index listing what is there.
+        scopes = await self.store.reconcile_scopes() | self.service.published.keys()
+        for scope in sorted(scopes):
             if scope not in self.scopes:
                 await self.open_scope(scope)
         log.info("MES publisher: %d scopes, epoch %s", len(self.scopes), self.epoch)
 
     async def open_scope(self, scope: str) -> None:
+        await self.persisted.claim(scope)
         state = await self.persisted.load(scope)
         await self._warn_if_trimmed(state)
-        if state.stored:  # published before: announce the new epoch with the current index
+        state.index.mark_dirty()  # every page goes out with the first index of the term
+        if state.stored or scope in self.service.published:
+            # Published before: announce the new epoch with the current index.
             await self.publish_index(state)
         self.scopes[scope] = state
         self._stream_scopes[self.store.keys.changes(scope)] = scope
@@ -301,14 +419,57 @@ class Term:
         self.stats.busy_seconds += time.perf_counter() - started
 
     async def publish_index(self, state: ScopeState) -> None:
-        seq = await self.persisted.next_seq(state.scope)
-        payload = state.index.render(
-            seq=seq, epoch=self.epoch, scope=state.scope, published_at=format_time(utc_now())
-        )
-        topic = self.topics.state_index(state.scope)
-        await self._publish(topic, self.topics.event(STATE_INDEX_TYPE, state.scope, payload))
+        """The next ``seq``, the pages changed since the last index, then the index itself
+        (after its pages, so an index never lists a page the broker does not have yet)."""
+        published = self.service.published
+        seq = await self.persisted.next_seq(state.scope, published.get(state.scope, 0))
+        index = state.index
+        pages = index.take_dirty()
+        try:
+            async with anyio.create_task_group() as tasks:
+                for page in pages:
+                    payload = index.render_page(page, seq=seq, scope=state.scope)
+                    topic = self.topics.page(state.scope, page)
+                    event = self.topics.event(STATE_INDEX_PAGE_TYPE, state.scope, payload)
+                    tasks.start_soon(self._publish, topic, event)
+            existing = set(index.pages)
+            index.page_seqs.update({page: seq for page in pages if page in existing})
+            payload = index.render(
+                seq=seq, epoch=self.epoch, scope=state.scope, published_at=format_time(utc_now())
+            )
+            topic = self.topics.state_index(state.scope)
+            await self._publish(topic, self.topics.event(STATE_INDEX_TYPE, state.scope, payload))
+        except BaseException:
+            index.mark_dirty(page for page in pages if page in index.pages)
+            raise
         state.seq = seq
+        published[state.scope] = max(seq, published.get(state.scope, 0))
         self.stats.index_publishes += 1
+        self.stats.page_publishes += len(pages)
+
+    async def heal_broker(self, reason: str) -> None:
+        """Publish every retained order, result and index again, from the store's mirror."""
+        topics = 0
+        for scope, state in self.scopes.items():
+            retained = await self.persisted.retained(scope)
+            async with anyio.create_task_group() as tasks:
+                for name, payload in retained.items():
+                    kind, _, job_order_id = name.partition("/")
+                    if kind not in EVENT_TYPES:
+                        continue
+                    topic = self.topics.job(kind, scope, job_order_id)  # type: ignore[arg-type]
+                    event = self.topics.event(EVENT_TYPES[kind], scope, payload.encode())
+                    tasks.start_soon(self._publish, topic, event)
+            topics += len(retained)
+            state.index.mark_dirty()
+            await self.publish_index(state)
+        self.stats.heals += 1
+        log.info(
+            "MES publisher: published %d retained topics and %d indexes again (%s)",
+            topics,
+            len(self.scopes),
+            reason,
+        )
 
     async def _publish_jobs(self, batch: Batch) -> None:
         if not batch.topics:
@@ -322,26 +483,30 @@ class Term:
 
     async def _publish(self, topic: str, event: CloudEvent) -> None:
         async with self._publishing:
+            if not self.lease.valid:  # e.g. woken from a long pause: another may be active
+                raise LeaseExpired(topic)
             await self.binding.publish(topic, event, retain=True, qos=1)
         self.stats.payload_bytes += len(event.data or b"")
 
 
-async def _acquired(lease: Lease) -> bool:
+async def _acquired(lease: Lease, outage: Outage) -> bool:
     try:
-        return await lease.acquire()
+        held = await lease.acquire()
     except Exception as error:
-        log.warning("MES publisher: lease not taken: %s", _describe(error))
+        outage.failed(error)  # logged once per outage; the standby loop paces the retries
         return False
+    outage.succeeded()
+    return held
 
 
-async def _keep_lease(lease: Lease, leading: anyio.CancelScope) -> None:
+async def _keep_lease(lease: Lease, leading: anyio.CancelScope, outage: Outage) -> None:
     """Renew the lease; end the term once it is someone else's or can no longer be vouched for."""
     while True:
         await anyio.sleep(lease.renew_interval)
         try:
             held = await lease.acquire()
         except Exception as error:
-            log.warning("MES publisher: lease not renewed: %s", _describe(error))
+            outage.failed(error)
             held = lease.valid
         if not held:
             log.warning("MES publisher: lease lost; back to standby")
@@ -349,16 +514,18 @@ async def _keep_lease(lease: Lease, leading: anyio.CancelScope) -> None:
             return
 
 
-async def _until(stopping: anyio.Event, work: Awaitable[T]) -> T | None:
-    """``work``'s result, or ``None`` as soon as ``stopping`` is set (``work`` is cancelled)."""
+async def _until(events: Sequence[anyio.Event], work: Awaitable[T]) -> T | None:
+    """``work``'s result, or ``None`` as soon as one of ``events`` is set (``work`` is
+    cancelled)."""
     result: list[T] = []
     async with anyio.create_task_group() as tasks:
 
-        async def watch() -> None:
-            await stopping.wait()
+        async def watch(event: anyio.Event) -> None:
+            await event.wait()
             tasks.cancel_scope.cancel()
 
-        tasks.start_soon(watch)
+        for event in events:
+            tasks.start_soon(watch, event)
         result.append(await work)
         tasks.cancel_scope.cancel()
     return result[0] if result else None
@@ -372,6 +539,20 @@ async def _pause(stopping: anyio.Event, seconds: float) -> None:
 def _stream_id(text: str) -> tuple[int, int]:
     milliseconds, _, sequence = text.partition("-")
     return int(milliseconds), int(sequence or 0)
+
+
+E = TypeVar("E", bound=BaseException)
+
+
+def _find(error: BaseException, kind: type[E]) -> E | None:
+    """``error`` if it is a ``kind``, else the first ``kind`` inside it (exception groups)."""
+    if isinstance(error, kind):
+        return error
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            if found := _find(inner, kind):
+                return found
+    return None
 
 
 def _describe(error: BaseException) -> str:

@@ -14,6 +14,7 @@ from typing import Literal
 from gateway.cloudevents import JSON, CloudEvent, utc_now
 
 STATE_INDEX_TYPE = "io.github.station-gateway.publisher.state-index.v1"
+STATE_INDEX_PAGE_TYPE = "io.github.station-gateway.publisher.state-index-page.v1"
 JOB_ORDER_TYPE = "io.github.station-gateway.publisher.job-order.v1"
 JOB_RESPONSE_TYPE = "io.github.station-gateway.publisher.job-response.v1"
 EVENT_TYPES = {"order": JOB_ORDER_TYPE, "result": JOB_RESPONSE_TYPE}
@@ -27,6 +28,10 @@ class RetainedTopics:
 
     def state_index(self, scope: str) -> str:
         return f"{self.prefix}/{scope}/state-index"
+
+    def page(self, scope: str, page: int) -> str:
+        """A page of the state index (the jobs it lists)."""
+        return f"{self.prefix}/{scope}/index/{page}"
 
     def job(self, kind: Literal["order", "result"], scope: str, job_order_id: str) -> str:
         return f"{self.prefix}/{scope}/{kind}/{job_order_id}"

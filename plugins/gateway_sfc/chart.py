@@ -43,7 +43,9 @@ Conditions: every transition condition and named condition parses; ``<action>.<f
 an existing action; named conditions have names usable as bare words and do not refer to
 themselves, directly or not; a bare name that is not a named condition is a result field of the
 source step, so it is an error when the source is a branch or a step without actions (also when
-the name comes in through a named condition).
+the name comes in through a named condition); no condition, with the named conditions it uses
+written out, has more than ``named.MAX_EXPANDED_TERMS`` terms or ``named.MAX_EXPANDED_DEPTH``
+levels of nesting (only where the bound is crossed is it reported).
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ from gateway_sfc.model import (
     RetryPolicy,
     Transition,
 )
+from gateway_sfc.named import NamedConditions, named_uses
 
 
 @dataclass(frozen=True)
@@ -177,6 +180,8 @@ class _Compiler:
         self.branch_defs: dict[str, Branch] = {}
         self.containers: dict[str, PathRef] = {}
         self.named: dict[str, Condition] = {}
+        self.graph = NamedConditions({}, ())
+        self.bounded = False  # named conditions have no cycle, so their size is finite
         self.action_names = frozenset(action.name for action in recipe.actions)
         self.explicit: dict[str, list[Edge]] = {}
         self.guards: dict[str, dict[int, Edge]] = {}
@@ -388,32 +393,33 @@ class _Compiler:
                 self.problem(element, f"{error.element}: {error.reason}")
                 continue
             self.check_references(element, self.named[name])
-        self.check_named_cycles()
+        self.graph = NamedConditions(self.named, self.recipe.conditions)
+        cycles = self.graph.cycles()
+        for cycle in cycles:
+            self.problem(
+                f"named condition {cycle[0]!r}", f"refers to itself ({' -> '.join(cycle)})"
+            )
+        self.bounded = not cycles
+        if self.bounded:
+            for name, condition in self.named.items():
+                self.check_expansion(f"named condition {name!r}", condition)
 
-    def check_named_cycles(self) -> None:
-        reported: set[str] = set()
-        for name in self.named:
-            cycle = self.find_cycle(name, (name,))
-            if cycle is not None and name not in reported:
-                reported.update(cycle)
-                self.problem(
-                    f"named condition {name!r}", f"refers to itself ({' -> '.join(cycle)})"
-                )
+    def check_expansion(self, element: str, condition: Condition) -> None:
+        """Refuse a condition too large once its named conditions are written out.
 
-    def find_cycle(self, start: str, trail: tuple[str, ...]) -> tuple[str, ...] | None:
-        """A chain of named-condition references from ``trail[-1]`` back to ``start``."""
-        for name in sorted(self.bare_names(self.named[trail[-1]])):
-            if name == start:
-                return (*trail, name)
-            if name in self.named and name not in trail:
-                found = self.find_cycle(start, (*trail, name))
-                if found is not None:
-                    return found
-        return None
-
-    @staticmethod
-    def bare_names(condition: Condition) -> set[str]:
-        return {ref.name for ref in condition.references() if ref.kind == "bare"}
+        Only where the bound is crossed: a condition that is too large because a named
+        condition it uses already is, is not reported again.
+        """
+        why = self.graph.expansion(condition).too_large()
+        uses = named_uses(condition, self.named)
+        if why is None or any(self.graph.expansion(self.named[n]).too_large() for n in uses):
+            return
+        used = ", ".join(f"{name!r} {count} times" for name, count in sorted(uses.items()))
+        self.problem(
+            element,
+            f"condition {condition.text!r} expands to {why} when the named conditions it uses "
+            f"are written out ({used}); use each named condition fewer times",
+        )
 
     def check_references(self, element: str, condition: Condition) -> None:
         """Every ``<action>.<field>`` names an existing action."""
@@ -425,16 +431,6 @@ class _Compiler:
                     "which is not an action",
                 )
 
-    def free_names(self, condition: Condition, seen: frozenset[str] = frozenset()) -> set[str]:
-        """Bare names that are not named conditions, also through the named ones it uses."""
-        names: set[str] = set()
-        for name in self.bare_names(condition):
-            if name not in self.recipe.conditions:
-                names.add(name)
-            elif name in self.named and name not in seen:
-                names |= self.free_names(self.named[name], seen | {name})
-        return names
-
     def check_source_fields(
         self, element: str, transition: Transition, condition: Condition
     ) -> None:
@@ -444,7 +440,7 @@ class _Compiler:
             return
         source = transition.source
         why = f"{source!r} is a branch" if kind == "branch" else f"{source!r} has no actions"
-        for name in sorted(self.free_names(condition)):
+        for name in sorted(self.graph.free_names(condition)):
             self.problem(
                 element,
                 f"{name!r} is neither a named condition nor a result field of "
@@ -481,6 +477,8 @@ class _Compiler:
         self.check_references(element, condition)
         if known:
             self.check_source_fields(element, transition, condition)
+        if self.bounded:
+            self.check_expansion(element, condition)
         return condition
 
     def add_guard(self, element: str, ref: PathRef, edge: Edge) -> None:

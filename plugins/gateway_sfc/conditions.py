@@ -38,10 +38,18 @@ References:
 
 Evaluation:
 
-- A reference whose value is not there yet (no result, missing field or parameter) makes the
-  condition *not enabled*: ``evaluate`` returns ``False``. ``and`` / ``or`` follow three-valued
-  logic, so ``a.ok or b.ok`` is true as soon as either is, whichever arrived first, and
-  ``not a.ok`` is not enabled while ``a.ok`` is missing.
+- A reference whose value is not there *yet* (an action without a result so far, a bare field
+  while an action of the source step is still running) makes the condition *not enabled*:
+  ``evaluate`` returns ``False``. ``and`` / ``or`` follow three-valued logic, so
+  ``a.ok or b.ok`` is true as soon as either is, whichever arrived first, and ``not a.ok`` is
+  not enabled while ``a.ok`` is missing.
+- A value that will never come is an error, not a wait: a field the action's result does not
+  have (``camera.printd`` when the camera sent ``printed``), a field inside a value that is not
+  an object, a bare field none of the finished source actions returned, a parameter the job
+  does not have. ``ConditionError`` names the field, and ``action`` the action whose result
+  lacks it (so the engine can hold the job and retry that action).
+- Named conditions are evaluated at most once per evaluation (memoised), so evaluation is
+  linear in the size of the recipe's conditions however often they refer to each other.
 - Types are strict (a recipe is a machine instruction, not a script): ``and``/``or``/``not``
   need booleans, ordering needs two numbers or two strings, ``+`` adds numbers or joins strings,
   ``- * / %`` need numbers, and the condition itself must come out ``true`` or ``false``.
@@ -91,8 +99,13 @@ class ConditionError(ValidationError):
     """A condition that does not parse, or that fails while it is evaluated.
 
     ``element`` is ``condition '<text>'`` unless the raiser names another element (the engine
-    names the transition); ``reason`` says what is wrong, and where when parsing.
+    names the transition); ``reason`` says what is wrong, and where when parsing. ``action``
+    is the action whose result lacks a field the condition reads, when that is the problem.
     """
+
+    def __init__(self, element: str, reason: str, *, action: str | None = None) -> None:
+        super().__init__(element, reason)
+        self.action = action
 
 
 def _error(text: str, reason: str) -> ConditionError:
@@ -141,6 +154,11 @@ class ConditionScope:
     source_results: Mapping[str, Any] = field(default_factory=dict)  # source step's actions
     elapsed_seconds: float = 0.0  # how long the source step has been active
     named: Mapping[str, Condition] = field(default_factory=dict)  # the recipe's named conditions
+    # Whether an action of the source step may still return results: until then a bare field
+    # that is not there yet is waited for; afterwards it is an error.
+    source_pending: bool = False
+    # The source step's action a missing bare field is blamed on (its first with a result).
+    source_action: str | None = None
 
 
 class _Unavailable(Exception):
@@ -151,12 +169,26 @@ class _Problem(Exception):
     """A type error or similar while evaluating: the recipe is wrong."""
 
 
-class _Context:
-    __slots__ = ("scope", "visiting")
+class _Missing(_Problem):
+    """A value that will never come: a field the result lacks, a parameter the job lacks."""
 
-    def __init__(self, scope: ConditionScope, visiting: tuple[str, ...]) -> None:
+    def __init__(self, message: str, action: str | None) -> None:
+        super().__init__(message)
+        self.action = action
+
+
+_UNAVAILABLE: Any = object()  # memo entry of a named condition whose value is not there yet
+
+
+class _Context:
+    __slots__ = ("memo", "scope", "visiting")
+
+    def __init__(
+        self, scope: ConditionScope, visiting: tuple[str, ...], memo: dict[str, Any]
+    ) -> None:
         self.scope = scope
         self.visiting = visiting  # named conditions being evaluated, to stop cycles
+        self.memo = memo  # named condition -> its value in this evaluation
 
 
 class Expr:
@@ -184,10 +216,11 @@ class ResultRef(Expr):
     reference: Reference
 
     def compute(self, context: _Context) -> Any:
-        result = context.scope.results.get(self.reference.name)
+        action = self.reference.name
+        result = context.scope.results.get(action)
         if result is None:
             raise _Unavailable
-        return _descend(result, self.reference.field)
+        return _descend(result, self.reference.field, f"the result of action {action!r}", action)
 
     def references(self) -> Iterator[Reference]:
         yield self.reference
@@ -199,9 +232,10 @@ class ParameterRef(Expr):
 
     def compute(self, context: _Context) -> Any:
         parameters = context.scope.parameters
-        if self.reference.name not in parameters:
-            raise _Unavailable
-        return _descend(parameters[self.reference.name], self.reference.field)
+        name = self.reference.name
+        if name not in parameters:
+            raise _Missing(f"the job has no parameter {name!r}{_listing(parameters)}", None)
+        return _descend(parameters[name], self.reference.field, f"parameter {name!r}", None)
 
     def references(self) -> Iterator[Reference]:
         yield self.reference
@@ -226,17 +260,42 @@ class NameRef(Expr):
 
     def compute(self, context: _Context) -> Any:
         name = self.reference.name
-        named = context.scope.named.get(name)
+        scope = context.scope
+        named = scope.named.get(name)
         if named is None:
-            return _descend(context.scope.source_results, (name,))
+            return self.source_field(scope, name)
+        value = context.memo.get(name)
+        if value is _UNAVAILABLE:
+            raise _Unavailable
+        if value is not None:
+            return value
         if name in context.visiting:
             cycle = " -> ".join((*context.visiting, name))
             raise _Problem(f"named condition {name!r} refers to itself ({cycle})")
+        inner = _Context(scope, (*context.visiting, name), context.memo)
         try:
-            value = named.expression.compute(_Context(context.scope, (*context.visiting, name)))
+            value = _boolean(named.expression.compute(inner), f"named condition {name!r}")
+        except _Unavailable:
+            context.memo[name] = _UNAVAILABLE
+            raise
+        except _Missing as missing:
+            raise _Missing(f"{missing} (in named condition {name!r})", missing.action) from None
         except _Problem as problem:
             raise _Problem(f"{problem} (in named condition {name!r})") from None
-        return _boolean(value, f"named condition {name!r}")
+        context.memo[name] = value
+        return value
+
+    @staticmethod
+    def source_field(scope: ConditionScope, name: str) -> Any:
+        if name in scope.source_results:
+            return scope.source_results[name]
+        if scope.source_pending:
+            raise _Unavailable
+        raise _Missing(
+            f"no result of the source step's actions has the field {name!r}"
+            f"{_listing(scope.source_results)}",
+            scope.source_action,
+        )
 
     def references(self) -> Iterator[Reference]:
         yield self.reference
@@ -367,12 +426,27 @@ def _boolean(value: Any, what: str) -> bool:
     return value
 
 
-def _descend(value: Any, path: tuple[str, ...]) -> Any:
-    for part in path:
-        if not isinstance(value, Mapping) or part not in value:
-            raise _Unavailable
+def _descend(value: Any, path: tuple[str, ...], what: str, action: str | None) -> Any:
+    """``value``'s field at ``path``; ``_Missing`` naming the field when it is not there."""
+    for depth, part in enumerate(path):
+        where = what if depth == 0 else f"field {'.'.join(path[:depth])!r} of {what}"
+        if not isinstance(value, Mapping):
+            kind = _kind(value)
+            shown = kind if kind == "null" else ("an " if kind[0] in "ao" else "a ") + kind
+            raise _Missing(f"{where} is {shown}, not an object with the field {part!r}", action)
+        if part not in value:
+            raise _Missing(f"{where} has no field {part!r}{_listing(value)}", action)
         value = value[part]
     return value
+
+
+def _listing(mapping: Mapping[str, Any]) -> str:
+    """`` (it has: a, b)``: what is there, so a misspelt name is easy to spot."""
+    names = sorted(map(str, mapping))
+    if not names:
+        return " (it has none)"
+    shown = ", ".join(names[:10]) + (", ..." if len(names) > 10 else "")
+    return f" (it has: {shown})"
 
 
 def _equal(left: Any, right: Any) -> bool:
@@ -718,9 +792,11 @@ ALWAYS = Condition("always")
 def evaluate_expression(expression: Expr, scope: ConditionScope, *, text: str = "") -> bool:
     """Evaluate a parsed expression; ``text`` names it in errors."""
     try:
-        value = expression.compute(_Context(scope, ()))
+        value = expression.compute(_Context(scope, (), {}))
     except _Unavailable:
         return False
+    except _Missing as missing:
+        raise ConditionError(_element(text), str(missing), action=missing.action) from None
     except _Problem as problem:
         raise _error(text, str(problem)) from None
     except RecursionError:
@@ -728,6 +804,15 @@ def evaluate_expression(expression: Expr, scope: ConditionScope, *, text: str = 
     if not isinstance(value, bool):
         raise _error(text, f"must evaluate to true or false, got {_kind(value)}")
     return value
+
+
+def subexpressions(expression: Expr) -> tuple[Expr, ...]:
+    """The direct operands of a node (none for literals and references)."""
+    if isinstance(expression, Not | Negate):
+        return (expression.operand,)
+    if isinstance(expression, Logical | Compare | Arithmetic):
+        return expression.operands
+    return ()
 
 
 # -- printing ----------------------------------------------------------------------------------

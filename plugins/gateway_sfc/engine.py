@@ -20,7 +20,7 @@ from typing import Any
 from gateway.recipes import JobCommand
 from gateway_sfc.chart import Chart, Edge
 from gateway_sfc.conditions import Condition, ConditionError, ConditionScope
-from gateway_sfc.model import Action, BranchType, Interaction, Qualifier
+from gateway_sfc.model import Action, BranchType, Interaction, OnError, Qualifier
 from gateway_sfc.state import ActionRun, Execution, NodeRun, Phase, Status
 
 # Entering more nodes than this in one settle means transitions loop without ever waiting.
@@ -196,9 +196,31 @@ class Executor:
         try:
             work()
         except ConditionError as error:
-            self._finish(execution, "aborted", str(error), effects)
+            self._condition_failed(execution, error, effects)
         except ChartLoopError as error:
             self._finish(execution, "aborted", str(error), effects)
+
+    def _condition_failed(
+        self, execution: Execution, error: ConditionError, effects: Effects
+    ) -> None:
+        """A condition that cannot be decided is a step error, never a silent wait.
+
+        When the cause is a field an action's result lacks, that action's ``on_error`` decides:
+        ``hold`` holds the job with the action failed, so the MES's Resume runs it again (a
+        fresh result, perhaps from repaired equipment); otherwise the job is aborted.
+        """
+        action = self._actions.get(error.action or "")
+        run = execution.actions.get(error.action or "")
+        if action is None or run is None or self.recipe.on_error_of(action) is not OnError.HOLD:
+            self._finish(execution, "aborted", str(error), effects)
+            return
+        run.phase = Phase.FAILED
+        run.error = str(error)
+        execution.status = Status.HELD
+        execution.failed_action = run.name
+        execution.error = str(error)
+        effects.report = "hold"
+        effects.changed = True
 
     def _advance(self, execution: Execution, now: float, effects: Effects) -> None:
         moved = True
@@ -271,7 +293,7 @@ class Executor:
                 if edge.condition.evaluate(scope):
                     return edge
             except ConditionError as error:
-                raise ConditionError(f"{what} to {edge.target}", error.reason) from None
+                raise _in(f"{what} to {edge.target}", error) from None
         return None
 
     def _complete(self, execution: Execution, node: NodeRun) -> bool:
@@ -293,9 +315,7 @@ class Executor:
             try:
                 enabled = guard.condition.evaluate(scope)
             except ConditionError as error:
-                raise ConditionError(
-                    f"guard of {node.name} path {index + 1}", error.reason
-                ) from None
+                raise _in(f"guard of {node.name} path {index + 1}", error) from None
             if enabled:
                 node.selected = True
                 node.open_paths = [index]
@@ -416,6 +436,8 @@ class Executor:
             run.phase = Phase.PENDING
             run.tries = 0
             run.not_before = None
+            # A result a condition could not use is replaced by the retry's, not read again.
+            execution.results.pop(run.name, None)
         execution.status = Status.RUNNING
         execution.failed_action = None
         execution.error = None
@@ -446,16 +468,24 @@ class Executor:
 
     def _condition_scope(self, execution: Execution, node: NodeRun, now: float) -> ConditionScope:
         source: dict[str, Any] = {}
+        pending = False
+        blamed: str | None = None
         for action in self.recipe.actions_of(node.name):
             result = execution.results.get(action.name)
             if isinstance(result, Mapping):
                 source.update(result)
+            if action.name in execution.results:
+                blamed = blamed or action.name
+            run = execution.actions.get(action.name)
+            pending = pending or (run is not None and run.step == node.name and run.active)
         return ConditionScope(
             results={name: as_fields(value) for name, value in execution.results.items()},
             parameters=self.parameters,
             source_results=source,
             elapsed_seconds=now - node.entered_at,
             named=self.chart.conditions,
+            source_pending=pending,
+            source_action=blamed,
         )
 
     def _recheck_later(
@@ -480,6 +510,11 @@ class Executor:
                 if self._mentions_elapsed(named, seen):
                     return True
         return False
+
+
+def _in(element: str, error: ConditionError) -> ConditionError:
+    """``error`` raised while deciding ``element``: the message names both."""
+    return ConditionError(element, f"{error.element}: {error.reason}", action=error.action)
 
 
 def as_fields(result: Any) -> Mapping[str, Any]:

@@ -51,15 +51,50 @@ def test_index_orders_by_priority_then_id_and_renders_valid_json() -> None:
     index.put(IndexEntry("a", "Ended.Completed", priority=1, has_result=True))  # replaced
     index.remove("missing")
     payload = json.loads(index.render(seq=7, epoch="e1", scope="cell1", published_at="t"))
-    assert [job["job_order_id"] for job in payload["jobs"]] == ["z", "a", "b"]
     assert payload["seq"] == 7
     assert payload["epoch"] == "e1"
-    assert payload["jobs"][1]["has_result"] is True
+    assert payload["jobs_total"] == 3
+    assert payload["pages"] == [{"page": 0, "jobs": 3, "seq": 7}]
+    page = json.loads(index.render_page(0, seq=7, scope="cell1") or b"")
+    assert [job["job_order_id"] for job in page["jobs"]] == ["z", "a", "b"]
+    assert page["jobs"][1]["has_result"] is True
     index.remove("z")
     assert [entry.job_order_id for entry in index] == ["a", "b"]
-    assert (
-        json.loads(JobIndex().render(seq=1, epoch="e", scope="s", published_at="t"))["jobs"] == []
+    empty = json.loads(JobIndex().render(seq=1, epoch="e", scope="s", published_at="t"))
+    assert empty["pages"] == []
+    assert empty["jobs_total"] == 0
+
+
+def test_jobs_keep_their_page_and_new_ones_fill_the_lowest_page_with_room() -> None:
+    index = JobIndex(page_size=2)
+    for job in ("a", "b", "c", "d", "e"):
+        index.put(IndexEntry(job, "NotAllowedToStart.Ready"))
+    assert index.pages == [0, 1, 2]
+    assert index.take_dirty() == {0, 1, 2}
+    index.put(IndexEntry("c", "Running", priority=5))  # a change stays on its page
+    assert index.get("c") is not None
+    assert index.get("c").page == 1  # type: ignore[union-attr]
+    assert index.take_dirty() == {1}
+    index.remove("a")
+    index.put(IndexEntry("f", "NotAllowedToStart.Ready"))  # the room a left on page 0
+    assert index.get("f").page == 0  # type: ignore[union-attr]
+    index.remove("e")  # page 2 is empty: it goes (its topic is deleted)
+    assert index.pages == [0, 1]
+    assert index.take_dirty() == {0, 2}
+    assert index.render_page(2, seq=9, scope="s") is None
+
+
+def test_an_update_publishes_a_bounded_number_of_bytes_whatever_the_number_of_jobs() -> None:
+    index = JobIndex()
+    for number in range(1000):
+        index.put(IndexEntry(f"JO-{number:04d}", "NotAllowedToStart.Ready"))
+    index.take_dirty()
+    index.put(IndexEntry("JO-0500", "AllowedToStart.Ready"))
+    (page,) = index.take_dirty()
+    update = len(index.render(seq=2, epoch="e", scope="cell1", published_at="t")) + len(
+        index.render_page(page, seq=2, scope="cell1") or b""
     )
+    assert update < 8_000  # one page of 25 jobs and 40 page summaries (was 190 KB)
 
 
 def test_stored_entries_round_trip() -> None:

@@ -18,7 +18,12 @@ import pytest
 from gateway_jobs.events import METADATA_EVENT_TYPE, STATUS_EVENT_TYPE
 from gateway_jobs.processor import CONFIG_TYPES, METHOD_TYPES, QUERY_TYPES
 from gateway_publisher.index import IndexEntry, JobIndex
-from gateway_publisher.topics import JOB_ORDER_TYPE, JOB_RESPONSE_TYPE, STATE_INDEX_TYPE
+from gateway_publisher.topics import (
+    JOB_ORDER_TYPE,
+    JOB_RESPONSE_TYPE,
+    STATE_INDEX_PAGE_TYPE,
+    STATE_INDEX_TYPE,
+)
 
 SCHEMAS = Path(__file__).resolve().parents[3] / "schemas"
 RETAINED = SCHEMAS / "publisher" / "retained-topics.schema.json"
@@ -106,7 +111,7 @@ def state_index_schema() -> Any:
     return json.loads(RETAINED.read_text())["$defs"]["StateIndex"]
 
 
-def test_the_rendered_state_index_follows_its_schema() -> None:
+def test_the_rendered_state_index_and_its_pages_follow_their_schemas() -> None:
     index = JobIndex()
     index.put(IndexEntry("JO-1", "Ended.Completed", has_result=True))
     index.put(IndexEntry("JO-2", "Running", priority=3))
@@ -115,6 +120,13 @@ def test_the_rendered_state_index_follows_its_schema() -> None:
         seq=12, epoch="9f2c51d07ab3e6f1", scope="cell1", published_at="2026-04-11T14:23:01Z"
     )
     validate(json.loads(payload), state_index_schema(), RETAINED)
+    page = index.render_page(0, seq=12, scope="cell1")
+    assert page is not None
+    validate(json.loads(page), definition("StateIndexPage"), RETAINED)
+
+
+def definition(name: str) -> Any:
+    return json.loads(RETAINED.read_text())["$defs"][name]
 
 
 @pytest.mark.parametrize(
@@ -122,8 +134,9 @@ def test_the_rendered_state_index_follows_its_schema() -> None:
     [
         {"seq": 0},
         {"epoch": "restart-1"},
-        {"jobs": [{"job_order_id": "a/b", "state": [], "has_result": False}]},
-        {"jobs": [{"job_order_id": "j", "state": [{"state_number": 3}], "has_result": False}]},
+        {"pages": [{"page": -1, "jobs": 1, "seq": 1}]},
+        {"pages": [{"page": 0, "jobs": 0, "seq": 1}]},
+        {"jobs": []},  # the jobs are on the pages
         {"extra": True},
     ],
 )
@@ -133,16 +146,36 @@ def test_the_schema_refuses_what_the_publisher_never_sends(change: dict[str, Any
         "epoch": "0123456789abcdef",
         "scope": "cell1",
         "published_at": "2026-04-11T14:23:01Z",
-        "jobs": [],
+        "jobs_total": 0,
+        "pages": [],
     }
+    validate(valid, state_index_schema(), RETAINED)
     with pytest.raises(Invalid):
         validate({**valid, **change}, state_index_schema(), RETAINED)
+
+
+@pytest.mark.parametrize(
+    "jobs",
+    [
+        [{"job_order_id": "a/b", "state": [], "has_result": False}],
+        [{"job_order_id": "j", "state": [{"state_number": 3}], "has_result": False}],
+        [],
+    ],
+)
+def test_the_page_schema_refuses_what_the_publisher_never_sends(jobs: list[Any]) -> None:
+    with pytest.raises(Invalid):
+        validate(
+            {"seq": 1, "scope": "s", "page": 0, "jobs": jobs},
+            definition("StateIndexPage"),
+            RETAINED,
+        )
 
 
 def test_order_and_result_topics_use_the_job_types() -> None:
     definitions = json.loads(RETAINED.read_text())["$defs"]
     for name, event_type in (
         ("StateIndex", STATE_INDEX_TYPE),
+        ("StateIndexPage", STATE_INDEX_PAGE_TYPE),
         ("JobOrder", JOB_ORDER_TYPE),
         ("JobResponse", JOB_RESPONSE_TYPE),
     ):
@@ -242,6 +275,7 @@ def test_every_topic_of_the_mes_interface_is_a_channel(asyncapi: Any) -> None:
         "{prefix}/{scope}/events",
         "{prefix}/metadata",
         "{prefix}/{scope}/state-index",
+        "{prefix}/{scope}/index/{page}",
         "{prefix}/{scope}/order/{jobOrderId}",
         "{prefix}/{scope}/result/{jobOrderId}",
     }
@@ -256,6 +290,7 @@ def test_every_cloudevent_type_of_the_code_is_described(asyncapi: Any) -> None:
     described.discard(None)
     expected = {*METHOD_TYPES, *QUERY_TYPES, *CONFIG_TYPES, STATUS_EVENT_TYPE}
     expected |= {METADATA_EVENT_TYPE, STATE_INDEX_TYPE, JOB_ORDER_TYPE, JOB_RESPONSE_TYPE}
+    expected |= {STATE_INDEX_PAGE_TYPE}
     assert described == expected
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -560,6 +561,83 @@ def test_every_problem_is_reported_not_just_the_first() -> None:
         "condition at position 4",
         "transition A -> Nowhere: target 'Nowhere' is neither a step nor a branch",
         "step 'Orphan': is not reachable from the initial step 'Init'",
+    ]
+
+
+def fan_out(levels: int, top: str = "c_0") -> dict[str, str]:
+    """Named conditions where ``c_i`` uses ``c_{i+1}`` twice: ``c_0`` has 2**(levels+1)-1 terms."""
+    named = {f"c_{i}": f"c_{i + 1} and c_{i + 1}" for i in range(levels)}
+    named[f"c_{levels}"] = "tighten.ok"
+    return {"top": top, **named}
+
+
+def fan_out_recipe(levels: int) -> dict[str, Any]:
+    return recipe(
+        transitions=[("Init", "A"), ("A", "End", "top")],
+        actions=[action("tighten", "A")],
+        conditions=fan_out(levels),
+    )
+
+
+def test_a_condition_that_expands_beyond_the_bound_is_refused_where_it_crosses_it() -> None:
+    # c_18 is the first with more than 10,000 terms (2**14 - 1); the ones above it are not
+    # reported again, nor is the transition that uses them.
+    assert problems_of(fan_out_recipe(31)) == [
+        "named condition 'c_18': condition 'c_19 and c_19' expands to 16383 terms, more than "
+        "the limit of 10000 when the named conditions it uses are written out ('c_19' 2 "
+        "times); use each named condition fewer times"
+    ]
+    chart_of(fan_out_recipe(12))  # 8,191 terms: within the bound
+
+
+def test_a_transition_can_cross_the_bound_with_named_conditions_that_do_not() -> None:
+    conditions = fan_out(12, top="c_0 or c_0")
+    data = recipe(
+        transitions=[("Init", "A"), ("A", "End", "c_0 and c_0")],
+        actions=[action("tighten", "A")],
+        conditions=conditions,
+    )
+    assert [problem.split(":")[0] for problem in problems_of(data)] == [
+        "named condition 'top'",
+        "transition A -> End",
+    ]
+
+
+def test_named_conditions_nested_too_deeply_are_refused() -> None:
+    chained = {f"c_{i}": f"c_{i + 1} or tighten.ok" for i in range(250)}
+    chained["c_250"] = "tighten.ok"
+    data = recipe(
+        transitions=[("Init", "A"), ("A", "End", "c_0")],
+        actions=[action("tighten", "A")],
+        conditions=chained,
+    )
+    (problem,) = problems_of(data)
+    assert problem.startswith("named condition 'c_50': condition 'c_51 or tighten.ok' expands")
+    assert "201 levels of nesting, more than the limit of 200" in problem
+
+
+def test_checking_named_conditions_is_linear_in_their_number() -> None:
+    # Diamonds: a_i and b_i both use a_{i+1} and b_{i+1}, so there are 2**60 paths from a_0.
+    levels = 60
+    conditions = {}
+    for i in range(levels):
+        for name in ("a", "b"):
+            conditions[f"{name}_{i}"] = f"a_{i + 1} or b_{i + 1}"
+    conditions[f"a_{levels}"] = conditions[f"b_{levels}"] = "torque_ok"
+    conditions[f"b_{levels}"] = "a_0"  # and a cycle at the very bottom
+    start = time.perf_counter()
+    problems = problems_of(
+        recipe(transitions=[("Init", "A"), ("A", "End", "a_0")], conditions=conditions)
+    )
+    assert time.perf_counter() - start < 1.0
+    assert problems[0] == (
+        "named condition 'a_0': refers to itself (a_0 -> a_1 -> a_2 -> "
+        + " -> ".join(f"a_{i}" for i in range(3, levels))
+        + f" -> b_{levels} -> a_0)"
+    )
+    assert problems[1:] == [
+        "transition A -> End: 'torque_ok' is neither a named condition nor a result field of "
+        "step 'A' ('A' has no actions)"
     ]
 
 

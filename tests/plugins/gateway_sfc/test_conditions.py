@@ -233,11 +233,6 @@ def test_evaluation(text: str, expected: bool) -> None:
     "text",
     [
         "missing.field",  # the action has no result yet
-        "tighten.absent > 1",  # the field is missing
-        "tighten.torque.value > 1",  # a field inside a number
-        "params.absent == 1",  # no such parameter
-        "params.limits.min < 1",
-        "absent_field",  # not in the source step's results
         "not missing.field",  # still unknown, so not enabled
         "pending",  # a named condition whose value is missing
         "not pending",
@@ -247,6 +242,73 @@ def test_evaluation(text: str, expected: bool) -> None:
 )
 def test_a_value_that_is_not_there_yet_disables_the_condition(text: str) -> None:
     assert evaluate(text) is False
+
+
+def test_a_bare_field_is_waited_for_while_a_source_action_still_runs() -> None:
+    waiting = ConditionScope(source_results={"count": 3}, source_pending=True)
+    assert evaluate("absent_field", waiting) is False
+
+
+@pytest.mark.parametrize(
+    ("text", "action", "reason"),
+    [
+        (
+            "tighten.absent > 1",
+            "tighten",
+            "the result of action 'tighten' has no field 'absent' "
+            "(it has: count, note, ok, tool, torque)",
+        ),
+        (
+            "tighten.tool.serial == 'x'",
+            "tighten",
+            "field 'tool' of the result of action 'tighten' has no field 'serial' (it has: id)",
+        ),
+        (
+            "tighten.torque.value > 1",
+            "tighten",
+            "field 'torque' of the result of action 'tighten' is a number, "
+            "not an object with the field 'value'",
+        ),
+        (
+            "params.absent == 1",
+            None,
+            "the job has no parameter 'absent' (it has: bolts, limits, torque-spec, variant)",
+        ),
+        ("params.limits.min < 1", None, "parameter 'limits' has no field 'min' (it has: max)"),
+        (
+            "absent_field",
+            "tighten",
+            "no result of the source step's actions has the field 'absent_field' "
+            "(it has: count, torque_ok)",
+        ),
+        (
+            "missing.a or absent_field",  # decided by neither side: the error shows
+            "tighten",
+            "no result of the source step's actions has the field 'absent_field'",
+        ),
+        (
+            "broken",
+            "camera",
+            "the result of action 'camera' has no field 'printd' (it has: grade, passed, "
+            "zones) (in named condition 'broken')",
+        ),
+    ],
+)
+def test_a_value_that_will_never_come_is_an_error_naming_the_field(
+    text: str, action: str | None, reason: str
+) -> None:
+    scope = ConditionScope(
+        results=SCOPE.results,
+        parameters=SCOPE.parameters,
+        source_results=SCOPE.source_results,
+        named={"broken": parse_condition("camera.printd")},
+        source_action="tighten",
+    )
+    with pytest.raises(ConditionError) as caught:
+        evaluate(text, scope)
+    assert caught.value.element == f"condition {text!r}"
+    assert reason in caught.value.reason
+    assert caught.value.action == action
 
 
 def test_and_or_use_three_valued_logic() -> None:
@@ -308,6 +370,24 @@ def test_evaluation_is_fast() -> None:
     for _ in range(10_000):
         condition.evaluate(SCOPE)
     assert time.perf_counter() - start < 2.0  # ~10 µs each; generous for slow CI machines
+
+
+def fan_out(levels: int) -> dict[str, Condition]:
+    """``c_0`` written out has 2**levels terms; each named condition uses the next twice."""
+    named = {f"c_{i}": parse_condition(f"c_{i + 1} and c_{i + 1}") for i in range(levels)}
+    named[f"c_{levels}"] = parse_condition("tighten.ok")
+    return named
+
+
+def test_named_conditions_are_evaluated_once_per_evaluation() -> None:
+    scope = ConditionScope(results=SCOPE.results, named=fan_out(31))  # 2**31 terms written out
+    start = time.perf_counter()
+    assert evaluate("c_0", scope) is True
+    assert time.perf_counter() - start < 0.1
+    waiting = ConditionScope(named=fan_out(31))  # tighten has no result yet: memoised too
+    start = time.perf_counter()
+    assert evaluate("c_0", waiting) is False
+    assert time.perf_counter() - start < 0.1
 
 
 # -- properties --------------------------------------------------------------------------------

@@ -130,7 +130,7 @@ async def test_a_loop_ends_on_its_counter_condition(station: SfcStation) -> None
     def tighten(command: EquipmentCommand) -> Any:
         nonlocal count
         count += 1
-        return {"count": count}
+        return {"count": count, "torque_ok": True}  # the recipe reads both
 
     loop = recipe("loop_until_count.json")
     station.equipment.behaviours = {action["type_id"]: tighten for action in loop["actions"]}
@@ -443,7 +443,7 @@ async def test_an_engine_only_process_shares_the_steps_of_a_gateway_process(
     )
     loop = recipe("loop_until_count.json")
     station.equipment.behaviours = {
-        action["type_id"]: lambda c: {"count": 9} for action in loop["actions"]
+        action["type_id"]: lambda c: {"count": 9, "torque_ok": True} for action in loop["actions"]
     }
     async with running(gateway), running(engine), station.mes() as mes:
         for job in ("J1", "J2", "J3"):
@@ -452,3 +452,44 @@ async def test_an_engine_only_process_shares_the_steps_of_a_gateway_process(
     assert [state_of(response)[:2] for response in responses] == [["Ended", "Completed"]] * 3
     # Replies went through both processes' hubs (the test equipment alternates between them).
     assert len(station.equipment.gateways) == 2
+
+
+def fan_out_recipe(levels: int) -> dict[str, Any]:
+    """The runaway recipe: ``c_i = "c_{i+1} and c_{i+1}"``, 2**(levels+2)-1 terms written out."""
+    conditions = {f"c_{i}": f"c_{i + 1} and c_{i + 1}" for i in range(levels)}
+    conditions[f"c_{levels}"] = "tighten.torque > 0"
+    transitions = [{"source": "Tighten", "target": "Done", "condition": "c_0"}]
+    return {**SIMPLE, "transitions": transitions, "conditions": conditions}
+
+
+async def test_a_runaway_condition_is_refused_and_a_large_one_runs_without_stalling(
+    station: SfcStation,
+) -> None:
+    station.equipment.behaviours = {"com.example.tighten.v1": lambda command: {"torque": 80}}
+    async with running(station.gateway()), station.mes() as mes:
+        refused = await mes.configure(
+            "workmaster", work_master("WM-runaway", fan_out_recipe(31), dataschema=DATASCHEMA)
+        )
+        assert return_status(refused) != OK
+        assert "named condition 'c_19'" in (refused.errormessage or ""), refused.errormessage
+        assert "more than the limit of 10000" in (refused.errormessage or "")
+        # Just within the bound (8,191 terms written out): memoised, it costs 12 evaluations.
+        with anyio.fail_after(10):
+            await run_job(mes, fan_out_recipe(11))
+            response = await final_response(mes, "J1")
+    assert state_of(response)[:2] == ["Ended", "Completed"]
+
+
+async def test_a_condition_reading_a_field_the_equipment_did_not_send_aborts_naming_it(
+    station: SfcStation,
+) -> None:
+    station.equipment.behaviours = {"com.example.tighten.v1": lambda command: {"printed": True}}
+    transitions = [{"source": "Tighten", "target": "Done", "condition": "tighten.printd"}]
+    async with running(station.gateway()), station.mes() as mes:
+        await run_job(mes, {**SIMPLE, "transitions": transitions})
+        response = await final_response(mes, "J1")
+    assert state_of(response)[0] == "Aborted"
+    assert data_of(response)["Error"] == (
+        "transition from Tighten to Done: condition 'tighten.printd': the result of action "
+        "'tighten' has no field 'printd' (it has: printed)"
+    )

@@ -514,6 +514,80 @@ def test_a_condition_failing_at_run_time_aborts_naming_the_transition() -> None:
     assert "Measure" in (run.execution.error or "")
 
 
+def print_recipe(condition: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "steps": steps("Print", "Done"),
+        "transitions": [{"source": "Print", "target": "Done", "condition": condition}],
+        "actions": [push("label", "Print")],
+        **extra,
+    }
+
+
+@pytest.mark.parametrize(
+    ("condition", "message"),
+    [
+        (
+            "label.printd",
+            "transition from Print to Done: condition 'label.printd': the result of action "
+            "'label' has no field 'printd' (it has: printed)",
+        ),
+        (
+            "printd",
+            "transition from Print to Done: condition 'printd': no result of the source step's "
+            "actions has the field 'printd' (it has: printed)",
+        ),
+    ],
+)
+def test_a_field_the_result_lacks_aborts_naming_the_condition_and_the_field(
+    condition: str, message: str
+) -> None:
+    run = Run(print_recipe(condition))
+    run.reply("label", {"printed": True})
+    assert run.execution.outcome == "aborted"
+    assert run.effects.report == "abort"
+    assert run.execution.error == message
+
+
+def test_a_field_the_result_lacks_holds_with_on_error_hold_and_resume_runs_the_action_again() -> (
+    None
+):
+    run = Run(print_recipe("label.printed", on_error="hold"))
+    run.reply("label", {"printd": True})  # equipment with a typo
+    assert run.status is Status.HELD
+    assert run.effects.report == "hold"
+    assert "has no field 'printed'" in (run.execution.error or "")
+    assert run.phase("label") is Phase.FAILED
+    run.command(JobCommand.RESUME)  # the equipment was fixed
+    assert run.sent == ["label", "label"]
+    assert run.execution.status is Status.RUNNING
+    run.reply("label", {"printed": True})
+    assert run.execution.outcome == "completed"
+    assert run.execution.results == {"label": {"printed": True}}
+
+
+def test_a_bare_field_waits_for_a_source_action_that_still_runs() -> None:
+    run = Run(
+        {
+            "steps": steps("Print", "Done"),
+            "transitions": [{"source": "Print", "target": "Done", "condition": "stamped"}],
+            "actions": [push("label", "Print"), push("stamp", "Print", qualifier="S")],
+        }
+    )
+    run.reply("label", {"printed": True})  # stamp (stored, not blocking) may still say it
+    assert run.active == {"Print"}
+    assert run.status is Status.RUNNING
+    run.reply("stamp", {"stamped": True})
+    assert run.execution.outcome == "completed"
+
+
+def test_named_conditions_in_a_fan_out_are_evaluated_once_each() -> None:
+    named = {f"c_{i}": f"c_{i + 1} and c_{i + 1}" for i in range(12)}
+    named["c_12"] = "label.printed"
+    run = Run(print_recipe("c_0", conditions=named))
+    run.reply("label", {"printed": True})
+    assert run.execution.outcome == "completed"
+
+
 def test_a_loop_that_never_waits_is_stopped() -> None:
     run = Run(
         {
