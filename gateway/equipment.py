@@ -27,19 +27,18 @@ back. The extension attributes are ``EQUIPMENT_ATTRIBUTE``, ``JOB_ORDER_ATTRIBUT
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from gateway.cloudevents import JSON, CloudEvent, utc_now
 from gateway.errors import GatewayError, ValidationError
 
 if TYPE_CHECKING:
-    from gateway.store import Store
+    from gateway.store import LivenessRecords, Store
 
 log = logging.getLogger(__name__)
 
@@ -238,8 +237,9 @@ class EquipmentHub:
     """Routes commands to drivers and replies/events from drivers to the attached sink.
 
     ``store`` returns the gateway's store (``None``: no store plugin), asked each time it is
-    needed because the store connects only when the gateway runs. Without a store, liveness is
-    kept in this process only (fine for one instance, not shared).
+    needed because the store connects only when the gateway runs; liveness is kept in its
+    ``LivenessRecords`` (``store.liveness``). Without a store, liveness is kept in this process
+    only (fine for one instance, not shared). ``clock`` gives the Unix time (tests inject one).
     """
 
     def __init__(
@@ -247,12 +247,14 @@ class EquipmentHub:
         store: Callable[[], Store | None] = lambda: None,
         *,
         heartbeat_timeout_seconds: float = DEFAULT_HEARTBEAT_TIMEOUT,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.drivers: list[EquipmentDriver] = []
         self.heartbeat_timeout_seconds = heartbeat_timeout_seconds
+        self.clock = clock  # Unix time of heartbeats and departures, and "now" in explanations
         self._store = store
         self._sink: EquipmentSink | None = None
-        self._local: dict[str, _LocalLiveness] = {}
+        self._local = _LocalLivenessRecords(lambda: self.clock())
 
     def add_driver(self, driver: EquipmentDriver) -> None:
         if any(existing.name == driver.name for existing in self.drivers):
@@ -305,57 +307,21 @@ class EquipmentHub:
         ``timeout_seconds`` is the driver's heartbeat timeout (a few heartbeat intervals);
         ``None`` takes the hub's ``heartbeat_timeout_seconds``.
         """
-        now = time.time()
         timeout = self.heartbeat_timeout_seconds if timeout_seconds is None else timeout_seconds
-        store = self._store()
-        if store is None:
-            self._local[equipment_id] = _LocalLiveness(now, now + timeout)
-            return
-        keys = _LivenessKeys(store, equipment_id)
-        async with store.client.pipeline(transaction=True) as pipe:
-            pipe.set(keys.online, repr(now), px=max(1, round(timeout * 1000)))
-            pipe.hset(keys.last_seen, equipment_id, repr(now))
-            pipe.hdel(keys.gone, equipment_id)
-            await pipe.execute()
+        await self._records().heartbeat(equipment_id, self.clock(), timeout)
 
     async def gone(self, equipment_id: str, reason: str = "disconnected") -> None:
         """Called by drivers: ``equipment_id`` is offline now (it said goodbye, its connection
         dropped...); ``reason`` says how, for ``offline_reason``."""
-        now = time.time()
-        store = self._store()
-        if store is None:
-            known = self._local.get(equipment_id)
-            last_seen = known.last_seen if known else None
-            self._local[equipment_id] = _LocalLiveness(last_seen, 0, now, reason)
-            return
-        keys = _LivenessKeys(store, equipment_id)
-        async with store.client.pipeline(transaction=True) as pipe:
-            pipe.delete(keys.online)
-            pipe.hset(keys.gone, equipment_id, json.dumps({"at": now, "reason": reason}))
-            await pipe.execute()
+        await self._records().gone(equipment_id, self.clock(), reason)
 
     async def liveness(self, equipment_id: str) -> Liveness:
         """Whether ``equipment_id`` is online, and when it was last heard of."""
+        return await self._records().read(equipment_id)
+
+    def _records(self) -> LivenessRecords:
         store = self._store()
-        if store is None:
-            known = self._local.get(equipment_id)
-            if known is None:
-                return Liveness(online=False, last_seen=None)
-            online = known.expires > time.time()
-            return Liveness(online, known.last_seen, known.gone_at, known.gone_reason)
-        keys = _LivenessKeys(store, equipment_id)
-        async with store.client.pipeline(transaction=False) as pipe:
-            pipe.exists(keys.online)
-            pipe.hget(keys.last_seen, equipment_id)
-            pipe.hget(keys.gone, equipment_id)
-            online, last_seen, gone = await pipe.execute()
-        goodbye = json.loads(gone) if gone is not None else {}
-        return Liveness(
-            online=bool(online),
-            last_seen=float(last_seen) if last_seen is not None else None,
-            gone_at=goodbye.get("at"),
-            gone_reason=goodbye.get("reason"),
-        )
+        return self._local if store is None else store.liveness
 
     def tracks(self, equipment_id: str) -> bool:
         """Whether a driver expects heartbeats from ``equipment_id``."""
@@ -375,7 +341,7 @@ class EquipmentHub:
         state = await self.liveness(equipment_id)
         if state.online:
             return None
-        now = time.time()
+        now = self.clock()
         if state.last_seen is None and state.gone_at is None:
             if not self.tracks(equipment_id):
                 return None
@@ -390,27 +356,27 @@ class EquipmentHub:
         return f"equipment {equipment_id} offline: {last}"
 
 
-@dataclass(frozen=True)
-class _LocalLiveness:
-    last_seen: float | None
-    expires: float
-    gone_at: float | None = None
-    gone_reason: str | None = None
+class _LocalLivenessRecords:
+    """``LivenessRecords`` in this process only (no store: one instance, nothing shared)."""
 
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._states: dict[str, tuple[Liveness, float]] = {}  # id -> (state, online until)
 
-class _LivenessKeys:
-    """Liveness keys (global: equipment belongs to no scope).
+    async def heartbeat(self, equipment_id: str, at: float, ttl_seconds: float) -> None:
+        self._states[equipment_id] = (Liveness(online=True, last_seen=at), at + ttl_seconds)
 
-    ``equipment:online:<id>`` exists while the equipment is online (TTL = heartbeat timeout, so
-    Redis's clock decides, the same for every instance); the ``equipment:last-seen`` hash keeps
-    the time of the last heartbeat, ``equipment:gone`` the time and reason of a departure since
-    (JSON), for the explanation after the key is gone.
-    """
+    async def gone(self, equipment_id: str, at: float, reason: str) -> None:
+        known = self._states.get(equipment_id)
+        last_seen = known[0].last_seen if known else None
+        self._states[equipment_id] = (Liveness(False, last_seen, at, reason), 0.0)
 
-    def __init__(self, store: Store, equipment_id: str) -> None:
-        self.online = store.keys.global_key("equipment", "online", equipment_id)
-        self.last_seen = store.keys.global_key("equipment", "last-seen")
-        self.gone = store.keys.global_key("equipment", "gone")
+    async def read(self, equipment_id: str) -> Liveness:
+        known = self._states.get(equipment_id)
+        if known is None:
+            return Liveness(online=False, last_seen=None)
+        state, until = known
+        return replace(state, online=until > self._clock())
 
 
 def _is_catch_all(driver: EquipmentDriver) -> bool:
