@@ -1,9 +1,10 @@
 """An MQTT v5 client playing the MES (or equipment) side in tests and integration checks.
 
 It speaks only MQTT: it sends CloudEvents (or raw, deliberately malformed messages) with its own
-Response Topic and waits for the reply carrying the same Correlation Data. It connects to a real
-broker (``mqtt://host:port``) or to the in-process broker (``memory://<name>``,
-``gateway.inprocess``) with the same API, so a test runs unchanged on either.
+Response Topic and waits for the reply carrying the same Correlation Data. ``connect_test_client``
+connects it to a real broker (``mqtt://host:port``); the MQTT plugin's in-process broker
+(``memory://<name>``) has its own ``gateway_mqtt.testing.connect_test_client`` with the same API,
+built on ``open_test_client`` and any ``TestConnection``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import aiomqtt
 import anyio
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 
-from gateway import inprocess
 from gateway.cloudevents import CloudEvent
 from gateway.codecs.mqtt import MqttMessage, from_client_message, from_mqtt, publish, to_mqtt
 from gateway.transport import topic_matches
@@ -27,7 +27,7 @@ from gateway.transport import topic_matches
 _NODELAY = (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
-class _Connection(Protocol):
+class TestConnection(Protocol):
     """What the test client needs of a broker connection (acknowledging is automatic)."""
 
     async def subscribe(self, topic_filter: str) -> None: ...
@@ -40,7 +40,7 @@ class _Connection(Protocol):
 class MqttTestClient:
     """Use through ``connect_test_client``; every reply topic and client id is unique."""
 
-    def __init__(self, connection: _Connection, client_id: str) -> None:
+    def __init__(self, connection: TestConnection, client_id: str) -> None:
         self._connection = connection
         self.client_id = client_id
         self.reply_topic = f"test-replies/{client_id}"
@@ -111,21 +111,32 @@ class MqttTestClient:
 async def connect_test_client(
     url: str, client_id: str | None = None
 ) -> AsyncIterator[MqttTestClient]:
-    """Connect a ``MqttTestClient`` to ``url``: mqtt://host:port or memory://<broker name>."""
-    client_id = client_id or f"test-{uuid.uuid4().hex[:10]}"
-    async with _connect(url, client_id) as connection, anyio.create_task_group() as tasks:
+    """Connect a ``MqttTestClient`` to the broker at ``url`` (mqtt://host:port)."""
+    if not url.startswith(("mqtt://", "mqtts://")):
+        raise ValueError(
+            f"connect_test_client speaks to brokers at mqtt:// URLs, got {url!r} (for "
+            "memory:// use gateway_mqtt.testing.connect_test_client)"
+        )
+    client_id = client_id or new_client_id()
+    async with open_test_client(_AiomqttConnection.connect(url, client_id), client_id) as tester:
+        yield tester
+
+
+def new_client_id() -> str:
+    return f"test-{uuid.uuid4().hex[:10]}"
+
+
+@asynccontextmanager
+async def open_test_client(
+    connecting: AbstractAsyncContextManager[TestConnection], client_id: str
+) -> AsyncIterator[MqttTestClient]:
+    """A ``MqttTestClient`` over the connection ``connecting`` opens (any transport)."""
+    async with connecting as connection, anyio.create_task_group() as tasks:
         tester = MqttTestClient(connection, client_id)
         await connection.subscribe(tester.reply_topic)
         tasks.start_soon(tester._route)
         yield tester
         tasks.cancel_scope.cancel()
-
-
-def _connect(url: str, client_id: str) -> AbstractAsyncContextManager[_Connection]:
-    name = inprocess.broker_name(url)
-    if name is not None:
-        return _InProcessConnection.connect(name, client_id)
-    return _AiomqttConnection.connect(url, client_id)
 
 
 class _AiomqttConnection:
@@ -136,7 +147,7 @@ class _AiomqttConnection:
 
     @classmethod
     @asynccontextmanager
-    async def connect(cls, url: str, client_id: str) -> AsyncIterator[_Connection]:
+    async def connect(cls, url: str, client_id: str) -> AsyncIterator[TestConnection]:
         parts = urlsplit(url)
         client = aiomqtt.Client(
             parts.hostname or "localhost",
@@ -160,28 +171,3 @@ class _AiomqttConnection:
     async def messages(self) -> AsyncIterator[MqttMessage]:
         async for message in self._client.messages:
             yield from_client_message(message)
-
-
-class _InProcessConnection:
-    """A clean session on the in-process broker, acknowledging each message as it is read."""
-
-    def __init__(self, connection: inprocess.Connection) -> None:
-        self._connection = connection
-
-    @classmethod
-    @asynccontextmanager
-    async def connect(cls, name: str, client_id: str) -> AsyncIterator[_Connection]:
-        async with inprocess.get_broker(name).connect(client_id) as connection:
-            yield cls(connection)
-
-    async def subscribe(self, topic_filter: str) -> None:
-        await self._connection.subscribe([(topic_filter, 1)])
-
-    async def publish(self, message: MqttMessage) -> None:
-        await self._connection.publish(message)
-
-    async def messages(self) -> AsyncIterator[MqttMessage]:
-        async for delivery in self._connection:
-            if delivery.packet_id is not None:
-                self._connection.ack(delivery.packet_id)
-            yield delivery.message

@@ -15,9 +15,9 @@ from gateway.cli import Command
 from gateway.logs import configure_logging
 from gateway.plugins import GatewayPluginManager
 from gateway.testing import running
-from gateway.testing.mqtt import connect_test_client
 from gateway.testing.services import free_port
 from gateway_demo.station import TOPIC_PREFIX, DemoMes, Progress, run_demo
+from gateway_mqtt.testing import connect_test_client
 
 SIMULATED = ("positioner", "tightener", "camera")
 

@@ -12,7 +12,7 @@ Delivery guarantees, and why the code looks the way it does:
 - Every socket has TCP_NODELAY: with Nagle's algorithm a QoS 1 round trip costs 40-80 ms.
 
 The broker is reached through ``gateway_mqtt.client``: aiomqtt for ``mqtt://``/``mqtts://``, the
-in-process broker (``gateway.inprocess``) for ``memory://<name>``, with the same behaviour.
+in-process broker (``gateway_mqtt.memory``) for ``memory://<name>``, with the same behaviour.
 """
 
 from __future__ import annotations
