@@ -114,7 +114,10 @@ def test_the_rendered_state_index_follows_its_schema() -> None:
     payload = index.render(
         seq=12, epoch="9f2c51d07ab3e6f1", scope="cell1", published_at="2026-04-11T14:23:01Z"
     )
-    validate(json.loads(payload), state_index_schema(), RETAINED)
+    document = json.loads(payload)
+    validate(document, state_index_schema(), RETAINED)  # raises naming what does not fit
+    assert (document["seq"], document["scope"]) == (12, "cell1")
+    assert sorted(job["job_order_id"] for job in document["jobs"]) == ["JO-1", "JO-2", "JO-3"]
 
 
 @pytest.mark.parametrize(
