@@ -1,4 +1,10 @@
-"""Benchmark: SFC recipe steps per second and step-transition latency, on real Redis.
+"""In-process benchmark: SFC engine steps per second and step-transition latency, on real Redis.
+
+IN-PROCESS: the equipment answers through the driver API inside the gateway's process, so
+there is no MQTT hop, no de-duplication and no reply parsing, and the baseline is Redis PING.
+It isolates the engine's Redis work; it says nothing about the step path a station sees. For
+that, ``benchmarks/step_path.py`` runs the gateway as a process with equipment over MQTT and
+compares with raw MQTT request/reply.
 
 Starts a private redis-server and mosquitto, one gateway (job management + SFC engine) and
 equipment that answers every command at once (in-process, through the driver API), then:

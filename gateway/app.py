@@ -20,6 +20,7 @@ from gateway.metrics import Metrics
 from gateway.phases import BUILT_BY, PluginState
 from gateway.plugins import GatewayPluginManager, build_plugin_manager
 from gateway.recipes import JobControl, RecipeInterpreter
+from gateway.resilience import Readiness, Resilience
 from gateway.settings import Settings, SettingsRegistry, load_settings
 from gateway.store import Store
 from gateway.transport import Binding, Dispatcher, Processor, Service
@@ -66,6 +67,14 @@ class Gateway:
         self.source = core.effective_source
         self.role = core.role
         self.grace_seconds = core.shutdown_grace_seconds
+        # Named readiness checks the long-running loops fail while the store or broker is
+        # away (``/readyz`` names them), and the retry policy they share.
+        self.readiness = Readiness()
+        self.resilience = Resilience(
+            self.readiness,
+            minimum_seconds=core.retry_min_seconds,
+            maximum_seconds=core.retry_max_seconds,
+        )
         self.state = PluginState()
         self.store: Store | None = plugins.hook.gateway_make_store(settings=settings)
         self.instances = InstanceRegistry(self.store, self.instance_id) if self.store else None
@@ -125,6 +134,7 @@ class Gateway:
             dedupe=self.store.dedupe if self.store is not None else None,
             on_failure=plugins.hook.gateway_message_failed,
             metrics=self.metrics,
+            resilience=self.resilience,
         )
         self.stop_reason: str | None = None
         self.failed = False
@@ -257,7 +267,7 @@ class Gateway:
                     await tasks.start(self._watch_signals, tasks.cancel_scope)
                 if self.instances is not None:
                     await self.instances.beat()
-                    tasks.start_soon(self.instances.run, self.stopping)
+                    tasks.start_soon(self.instances.run, self.stopping, self.resilience)
                 try:
                     await self._start_all(tasks, bindings, services)
                 except Exception as error:

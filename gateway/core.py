@@ -39,6 +39,14 @@ class CoreSettings:
     shutdown_grace_seconds: float = setting(
         10.0, "How long in-flight work may take to finish on shutdown", minimum=0
     )
+    retry_min_seconds: float = setting(
+        0.1,
+        "First delay before retrying after the store or the broker failed (doubles per try)",
+        minimum=0.001,
+    )
+    retry_max_seconds: float = setting(
+        5.0, "Longest delay between retries while the store or the broker is away", minimum=0.001
+    )
 
     @property
     def effective_instance_id(self) -> str:

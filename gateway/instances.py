@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 if TYPE_CHECKING:
+    from gateway.resilience import Resilience
     from gateway.store import Store
 
 log = logging.getLogger(__name__)
@@ -52,12 +53,29 @@ class InstanceRegistry:
     async def others_alive(self) -> bool:
         return bool(await self.alive() - {self.instance_id})
 
-    async def run(self, stopping: anyio.Event) -> None:
-        """Refresh the entry until ``stopping`` is set (the entry is removed by ``leave``)."""
-        while not stopping.is_set():
-            try:
-                await self.beat()
-            except Exception as error:  # the store may be briefly away; try again next beat
-                log.warning("instance heartbeat not stored: %s", error)
-            with anyio.move_on_after(HEARTBEAT_SECONDS):
-                await stopping.wait()
+    async def run(self, stopping: anyio.Event, resilience: Resilience | None = None) -> None:
+        """Refresh the entry until ``stopping`` is set (the entry is removed by ``leave``).
+
+        A store outage fails the readiness check ``instances`` (logged once) until a beat is
+        stored again; the next beat comes after the backoff or the heartbeat, whichever is
+        sooner.
+        """
+        outage = resilience.outage("instances", logger=log) if resilience is not None else None
+        try:
+            while not stopping.is_set():
+                wait = HEARTBEAT_SECONDS
+                try:
+                    await self.beat()
+                except Exception as error:  # the store may be away: try again soon
+                    if outage is None:
+                        log.warning("instance heartbeat not stored: %s", error)
+                    else:
+                        wait = min(wait, outage.failed(error))
+                else:
+                    if outage is not None:
+                        outage.succeeded()
+                with anyio.move_on_after(wait):
+                    await stopping.wait()
+        finally:
+            if outage is not None:
+                outage.close()

@@ -5,6 +5,11 @@ A *binding* moves CloudEvents over one transport (MQTT, MessagePack-RPC, in-proc
 *dispatcher* sits between the two and is the same for every transport: it picks the processor by
 event type, de-duplicates redeliveries through the store, turns a failing handler into an error
 reply, and reports failures to the ``gateway_message_failed`` observers.
+
+A handler failure that may pass (``gateway.resilience.is_transient``: the store unreachable, a
+timeout) is no error reply: ``dispatch`` raises it, and the binding keeps the message
+unacknowledged and tries it again until it succeeds or the instance stops. Only a permanently
+failing message gets a ``processing-failed`` reply and is acknowledged.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from gateway.cloudevents import CloudEvent
 from gateway.errors import ValidationError
 from gateway.logs import log_context
 from gateway.metrics import Metrics
+from gateway.resilience import Resilience, is_transient
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
@@ -171,8 +177,10 @@ class Dispatcher:
         dedupe: Deduplicator | None,
         on_failure: Observer,
         metrics: Metrics | None = None,
+        resilience: Resilience | None = None,
     ) -> None:
         self._processors = list(processors)
+        self._resilience = resilience
         self.source = source
         self._dedupe = dedupe
         self._on_failure = on_failure
@@ -207,7 +215,11 @@ class Dispatcher:
         self._on_failure(binding=binding, topic=topic, code=code, reason=reason)
 
     async def dispatch(self, event: CloudEvent, *, binding: str, topic: str) -> list[CloudEvent]:
-        """Handle ``event`` (already validated) that arrived on ``topic``; return replies."""
+        """Handle ``event`` (already validated) that arrived on ``topic``; return replies.
+
+        Raises the failure when handling it failed transiently (``is_transient``): the caller
+        must not acknowledge the message, and should dispatch it again later.
+        """
         self._enter()
         try:
             context = log_context(
@@ -246,17 +258,25 @@ class Dispatcher:
                 event.error_reply(source=self.source, code=INVALID_REQUEST, message=str(error))
             ]
         except Exception as error:
+            if self._dedupe is not None:
+                # Not processed: a redelivery (or the sender's retry) must get a fresh attempt.
+                await self._release(self._dedupe, event)
+            if is_transient(error):
+                log.info(
+                    "processor %s could not handle event %s yet (%s); it is tried again",
+                    processor.name,
+                    event.id,
+                    error,
+                )
+                raise
             log.exception(
                 "processor %s failed on event %s (%s)", processor.name, event.id, event.type
             )
             self.reject(binding=binding, topic=topic, code=PROCESSING_FAILED, error=error)
-            if self._dedupe is not None:
-                # Not processed: a redelivery (or the sender's retry) must get a fresh attempt.
-                await self._dedupe.release(event)
             message = f"{type(error).__name__}: {error}"
             return [event.error_reply(source=self.source, code=PROCESSING_FAILED, message=message)]
         if self._dedupe is not None:
-            await self._dedupe.complete(event, replies)
+            await self._complete(self._dedupe, event, replies)
         log.debug(
             "processor %s handled %s in %.1f ms",
             processor.name,
@@ -264,6 +284,24 @@ class Dispatcher:
             (time.perf_counter() - started) * 1000,
         )
         return replies
+
+    async def _complete(
+        self, dedupe: Deduplicator, event: CloudEvent, replies: Sequence[CloudEvent]
+    ) -> None:
+        """Mark ``event`` done; its effect is stored, so a store outage here is waited out
+        rather than running the handler a second time."""
+        if self._resilience is None:
+            await dedupe.complete(event, replies)
+            return
+        await self._resilience.retry("dedupe", lambda: dedupe.complete(event, replies), logger=log)
+
+    async def _release(self, dedupe: Deduplicator, event: CloudEvent) -> None:
+        """Give the claim back, so the next try (or a redelivery) processes the event at once
+        rather than after the claim's lease; a store outage here is waited out."""
+        if self._resilience is None:
+            await dedupe.release(event)
+            return
+        await self._resilience.retry("dedupe", lambda: dedupe.release(event), logger=log)
 
     @staticmethod
     async def _claim(dedupe: Deduplicator, event: CloudEvent) -> Claim:

@@ -1,4 +1,5 @@
-"""A gateway running as a process of its own, for tests that kill it (SIGKILL) and restart it."""
+"""A gateway running as a process of its own, for tests that kill (SIGKILL), freeze (SIGSTOP)
+and restart it."""
 
 from __future__ import annotations
 
@@ -11,28 +12,48 @@ from pathlib import Path
 
 @dataclass
 class GatewayProcess:
-    """``python <script>`` with ``environ``, logging to ``log``; restartable under one identity.
+    """``python <script>`` (or ``python -m gateway.cli <arguments>`` when ``script`` is
+    ``None``) with ``environ``, logging to ``log``; restartable under one identity.
 
     ``ready_line`` is the log text each start writes once it is up: ``ready()`` is true once
     the log holds it as often as the process was started.
     """
 
-    script: Path
+    script: Path | None
     environ: dict[str, str]
     log: Path
     ready_line: str
     process: subprocess.Popen[bytes] | None = None
     starts: int = 0
+    arguments: tuple[str, ...] = ()
+
+    @property
+    def command(self) -> list[str]:
+        if self.script is None:
+            return [sys.executable, "-m", "gateway.cli", *self.arguments]
+        return [sys.executable, str(self.script), *self.arguments]
 
     def start(self) -> None:
         self.starts += 1
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, str(self.script)],
-                env=self.environ,
-                stdout=log,
-                stderr=subprocess.STDOUT,
+                self.command, env=self.environ, stdout=log, stderr=subprocess.STDOUT
             )
+
+    @property
+    def returncode(self) -> int | None:
+        """``None`` while the process runs (or was never started)."""
+        return self.process.poll() if self.process is not None else None
+
+    def freeze(self) -> None:
+        """SIGSTOP: the process keeps its connections but does nothing, as a stalled VM."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT after ``freeze``."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGCONT)
 
     def ready(self) -> bool:
         return self.log.read_text(errors="replace").count(self.ready_line) >= self.starts
@@ -45,6 +66,7 @@ class GatewayProcess:
 
     def stop(self, timeout: float = 15) -> None:
         if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)  # a frozen process could not stop
             self.process.terminate()
             try:
                 self.process.wait(timeout=timeout)

@@ -15,6 +15,7 @@ import contextlib
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -86,6 +87,24 @@ class ServerProcess:
     def restart(self) -> None:
         self.stop()
         self.start()
+
+    def kill(self) -> None:
+        """SIGKILL: the server gets no chance to save anything more (``start`` brings it back
+        on the same port, with what it had persisted)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.process = None
+
+    def freeze(self) -> None:
+        """SIGSTOP: the server keeps its connections open but answers nothing."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT after ``freeze``."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGCONT)
 
     def close(self) -> None:
         """Stop the server and remove its directory (config, data, log)."""

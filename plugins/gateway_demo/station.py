@@ -133,10 +133,12 @@ class DemoMes:
     async def collect(self) -> dict[str, Any]:
         """Read every result from the retained topics as an MES does, and Clear the jobs."""
         mes = MesClient(self.client, TOPIC_PREFIX, SCOPE)
+        # Taken once: a job the MES clears leaves the Ended state, so the count would shrink.
+        ended = set(self.progress.ended())
         with anyio.fail_after(30):
-            while len(mes.results) < len(self.progress.ended()):
+            while not ended <= mes.results.keys():
                 await mes.resync()
-                if len(mes.results) < len(self.progress.ended()):
+                if not ended <= mes.results.keys():
                     await anyio.sleep(0.2)  # the publisher is still catching up
         return dict(mes.results)
 

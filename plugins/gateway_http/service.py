@@ -51,20 +51,29 @@ class HttpService:
 
     async def _readyz(self, gateway: Gateway) -> Response:
         checks = await readiness(gateway)
-        body = json.dumps({"ready": all(checks.values()), "checks": checks}).encode() + b"\n"
-        return Response(200 if all(checks.values()) else 503, body, "application/json")
+        ready = all(checks.values())
+        answer = {"ready": ready, "checks": checks, "failing": gateway.readiness.failing}
+        body = json.dumps(answer).encode() + b"\n"
+        return Response(200 if ready else 503, body, "application/json")
 
     async def _metrics(self, gateway: Gateway) -> Response:
         return Response(200, await gateway.metrics.render(), PROMETHEUS)
 
 
 async def readiness(gateway: Gateway) -> dict[str, bool]:
-    """Every condition for taking work: started, store answering, transports connected."""
+    """Every condition for taking work: started, store answering, transports connected, and
+    no long-running loop failing (``gateway.readiness``: the loops that hit an outage, by
+    name; ``failing`` in the answer says why)."""
     checks = {"started": gateway.started}
     if gateway.store is not None:
+        checks["store"] = False
         with anyio.move_on_after(2):
-            checks["store"] = False
-            checks["store"] = await gateway.store.ping()
+            try:
+                checks["store"] = await gateway.store.ping()
+            except Exception as error:  # a store plugin whose ping raises: not ready
+                log.debug("store ping failed: %r", error)
     for name, binding in gateway.bindings.items():
         checks[f"binding {name}"] = binding.ready
+    for check in gateway.readiness.failing:
+        checks[check] = False
     return checks

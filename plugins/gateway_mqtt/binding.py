@@ -7,6 +7,12 @@ Delivery guarantees, and why the code looks the way it does:
 - Messages are acknowledged (PUBACK) only after their handler finished and the replies were sent
   (paho's manual ack). A crash mid-message therefore means redelivery, never loss; the store's
   de-duplication turns the redelivery into a replay of the stored replies.
+- A handler that failed transiently (``gateway.resilience.is_transient``: the store away, a
+  timeout) is tried again, with backoff, until it succeeds: the message is neither answered with
+  an error nor acknowledged meanwhile. If the instance stops first, it stays unacknowledged and
+  the broker hands it out again. QoS 0 messages (heartbeats) are not retried: nobody asked for
+  their delivery, and the next one says the same. A permanently bad message gets its error
+  reply and is acknowledged.
 - Each message is handled in its own task, so a handler awaiting a PUBACK never holds up the
   read loop; a semaphore bounds how many run at once.
 - Every socket has TCP_NODELAY: with Nagle's algorithm a QoS 1 round trip costs 40-80 ms.
@@ -28,6 +34,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 from gateway.cloudevents import CloudEvent
 from gateway.codecs.mqtt import MqttMessage, correlation_of, from_mqtt, to_mqtt
 from gateway.errors import CloudEventError, GatewayError
+from gateway.resilience import TransientError, is_transient
 from gateway.transport import INVALID_REQUEST, error_event
 from gateway_mqtt.client import ConnectionLost, Connector, MqttClient, Received, connector_for
 from gateway_mqtt.settings import MqttSettings
@@ -201,7 +208,7 @@ class MqttBinding:
             if incoming.topic == self.reply_topic:
                 self._deliver_reply(incoming)
             else:
-                for reply in await self._process(gateway, incoming):
+                for reply in await self._process_durably(gateway, incoming):
                     await self._send_reply(client, incoming, reply)
         except ConnectionLost as error:
             log.warning(
@@ -210,11 +217,36 @@ class MqttBinding:
                 error,
             )
             return  # no ack on a dead connection: the broker redelivers it
-        except Exception:
+        except Exception as error:
+            if is_transient(error):
+                log.warning(
+                    "message on %s not handled before stopping (%s); not acknowledged, so the "
+                    "broker hands it out again",
+                    incoming.topic,
+                    error,
+                )
+                return
             log.exception("unexpected failure handling a message on %s", incoming.topic)
         finally:
             self._handler_slots.release()
         received.ack()
+
+    async def _process_durably(self, gateway: Gateway, incoming: MqttMessage) -> list[CloudEvent]:
+        """``_process``, tried again while it fails transiently (QoS 0: once)."""
+        if incoming.qos == 0:
+            try:
+                return await self._process(gateway, incoming)
+            except Exception as error:
+                if not is_transient(error):
+                    raise
+                log.debug("QoS 0 message on %s dropped: %s", incoming.topic, error)
+                return []
+        return await gateway.resilience.retry(
+            "mqtt.handlers",
+            lambda: self._process(gateway, incoming),
+            stop=gateway.closing,
+            logger=log,
+        )
 
     async def _process(self, gateway: Gateway, incoming: MqttMessage) -> list[CloudEvent]:
         dispatcher = gateway.dispatcher
@@ -268,7 +300,7 @@ class MqttBinding:
             while self._client is None:
                 await self._connected.wait()
         if self._client is None:
-            raise GatewayError(f"MQTT not connected to {self.connector.where}")
+            raise TransientError(f"MQTT not connected to {self.connector.where}")
         return self._client
 
     async def publish(

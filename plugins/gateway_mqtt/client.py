@@ -22,7 +22,8 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from gateway.codecs.mqtt import MqttMessage, from_client_message, publish
-from gateway.errors import GatewayError, SettingsError, ValidationError
+from gateway.errors import SettingsError, ValidationError
+from gateway.resilience import TransientError
 from gateway_mqtt import memory
 from gateway_mqtt.settings import MqttSettings, broker_address
 
@@ -44,7 +45,7 @@ _TLS_FAILURES = {
 }
 
 
-class ConnectionLost(GatewayError):
+class ConnectionLost(TransientError):
     """The broker connection failed or dropped; ``refused_for_good`` when retrying is futile."""
 
     def __init__(self, reason: str, *, refused_for_good: bool = False) -> None:

@@ -49,6 +49,16 @@ class RedisSettings:
     connect_timeout_seconds: float = setting(
         5.0, "Timeout of one connection attempt (and of a health ping)", minimum=0.1
     )
+    max_connections: int = setting(
+        128,
+        "Most connections this instance opens at once; more work waits for a free one",
+        minimum=4,
+    )
+    pool_timeout_seconds: float = setting(
+        10.0,
+        "How long work waits for a free connection before it counts as a (retried) failure",
+        minimum=0.1,
+    )
 
     def __post_init__(self) -> None:
         # ValueError here becomes a SettingsError naming the section (see gateway.settings).

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import anyio
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis, UnixDomainSocketConnection
 from redis.exceptions import RedisError
 
 from gateway.cloudevents import format_time, utc_now
@@ -145,13 +145,29 @@ class RedisStore:
         await self._close()
 
     async def _connect(self) -> Redis:
+        """A client on a bounded, blocking pool: at most ``redis.max_connections`` at once.
+
+        Work beyond that waits for a free connection (up to ``redis.pool_timeout_seconds``,
+        then a transient "No connection available" error its caller retries) instead of
+        failing at once the way redis-py's default pool does when it runs out.
+        """
         options = self._client_options()
+        pool_options: dict[str, Any] = {
+            "max_connections": self.settings.max_connections,
+            "timeout": self.settings.pool_timeout_seconds,
+        }
         if self.embedded is not None:
             socket = await anyio.to_thread.run_sync(self.embedded.start)
-            return Redis(unix_socket_path=socket, **options)
+            pool = BlockingConnectionPool(
+                connection_class=UnixDomainSocketConnection, path=socket, **pool_options, **options
+            )
+            return Redis.from_pool(pool)
         self._check_tls_files()
         url = connection_url(self.settings)
-        return Redis.from_url(url, **options, **connection_options(self.settings))
+        pool = BlockingConnectionPool.from_url(
+            url, **pool_options, **options, **connection_options(self.settings)
+        )
+        return Redis.from_pool(pool)
 
     def _check_tls_files(self) -> None:
         """Name the setting of a TLS file that cannot be read (redis-py would not)."""

@@ -17,6 +17,7 @@ from gateway.cloudevents import CloudEvent
 from gateway.codecs.mqtt import from_mqtt, to_mqtt
 from gateway.errors import GatewayError, SettingsError
 from gateway.hookspecs import hookimpl
+from gateway.resilience import TransientError
 from gateway.settings import Settings
 from gateway.testing import running, wait_until
 from gateway.testing.services import ServerProcess, free_port, mosquitto
@@ -218,3 +219,44 @@ async def test_a_stop_request_ends_the_first_connection_attempts(unique: str) ->
 async def run_until_stopped(gateway: Gateway) -> None:
     with contextlib.suppress(GatewayError):  # start-up did not complete: run() says so
         await gateway.run()
+
+
+class Flaky:
+    """A processor whose store is away for the first ``outage`` tries, then broken for good
+    on type ``broken``."""
+
+    def __init__(self, topic_root: str, outage: int) -> None:
+        self.topic_root = topic_root
+        self.outage = outage
+        self.tries = 0
+
+    @hookimpl
+    def gateway_register_processors(
+        self, register: Callable[[Processor], None], settings: Settings
+    ) -> None:
+        async def handle(event: CloudEvent) -> Sequence[CloudEvent]:
+            if event.type.endswith("broken.v1"):
+                raise RuntimeError("a bug")
+            self.tries += 1
+            if self.tries <= self.outage:
+                raise TransientError("store unavailable")
+            return [event.reply(source="urn:gw", data={"tries": self.tries})]
+
+        register(Processor("flaky", [Subscription(f"{self.topic_root}/+/commands")], handle))
+
+
+async def test_a_transient_failure_is_retried_until_it_succeeds_never_answered_as_an_error(
+    broker_url: str, unique: str
+) -> None:
+    flaky = Flaky(unique, outage=3)
+    gateway = make_gateway(broker_url, unique, flaky)
+    gateway.resilience.minimum_seconds, gateway.resilience.maximum_seconds = 0.01, 0.05
+    command = CloudEvent(type="com.example.flaky.v1", source="urn:mes", subject="s1")
+    broken = CloudEvent(type="com.example.broken.v1", source="urn:mes", subject="s1")
+    async with running(gateway), connect_test_client(broker_url) as mes:
+        reply = await mes.request(f"{unique}/s1/commands", command, timeout=10)
+        error = await mes.request(f"{unique}/s1/commands", broken, timeout=10)
+        assert gateway.readiness.ready
+    assert reply.errorcode is None
+    assert reply.data == {"tries": 4}
+    assert error.errorcode == "processing-failed"  # permanent: answered (and acknowledged)

@@ -24,8 +24,8 @@ from gateway_jobs.model import ReturnStatus
 from gateway_jobs.testing import JobsMes, final_response, job_order, return_status, work_master
 from gateway_jobs.testing import response_data as data_of
 from gateway_jobs.testing import state_texts as state_of
-from gateway_sfc.coordination import lost_command
 from gateway_sfc.model import DATASCHEMA
+from gateway_sfc.reconcile import lost_command
 from gateway_sfc.state import Status
 
 OK = ReturnStatus.NO_ERROR
@@ -380,3 +380,44 @@ async def test_an_action_on_offline_equipment_fails_with_equipment_offline(
     error = data_of(response)["Error"]
     assert "equipment tightener offline: never seen" in error
     assert "no reply within 0.3 s" in error
+
+
+@dataclass
+class ActiveSteps:
+    entered: set[tuple[str, str, str]] = field(default_factory=set)
+
+    @hookimpl
+    def gateway_step_changed(self, scope: str, job_order_id: str, step: str, active: bool) -> None:
+        if active:
+            self.entered.add((scope, job_order_id, step))
+
+
+def waits_for(type_id: str) -> dict[str, Any]:
+    action = {"name": "wait", "step": "Wait", "interaction": "pull_event", "type_id": type_id}
+    return {
+        "steps": [{"name": "Wait", "initial": True}, {"name": "Done"}],
+        "transitions": [{"source": "Wait", "target": "Done"}],
+        "actions": [action],
+    }
+
+
+async def test_an_event_of_no_scope_goes_to_the_scope_where_a_job_waits_for_its_type(
+    station: SfcStation,
+) -> None:
+    steps = ActiveSteps()
+    station.observers["steps"] = steps
+    async with (
+        running(station.gateway()),
+        station.mes("cell0") as other_mes,
+        station.mes("cell1") as mes,
+    ):
+        await run_job(other_mes, waits_for("com.example.other.v1"), job="J0")
+        await run_job(mes, waits_for(QA_RESULT), job="J1")
+        await wait_until(
+            lambda: {("cell0", "J0", "Wait"), ("cell1", "J1", "Wait")} <= steps.entered
+        )
+        # cell0 comes first by name and has a waiting job, but not one waiting for this type.
+        await station.equipment.emit(QA_RESULT, {"passed": True})
+        response = await final_response(mes, "J1")
+    assert state_of(response)[:2] == ["Ended", "Completed"]
+    assert data_of(response)["wait"] == {"passed": True}

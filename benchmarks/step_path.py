@@ -1,0 +1,605 @@
+"""Benchmark: the step path end to end, against raw MQTT request/reply in the same run.
+
+Everything is a real process on loopback: a private ``redis-server``, a private ``mosquitto``
+(``set_tcp_nodelay true``), the gateway (``gateway run``, every role in one process), and
+equipment in a process of its own (paho) that answers every command at once on its Response
+Topic. This process is the MES: at each level of concurrency it keeps that many jobs going,
+each StoreAndStart -> Ended (status event) -> Clear, on a recipe of ``--steps`` ``push_command``
+steps with ``--timeout`` second action timeouts.
+
+Before each level, the same responder answers raw MQTT v5 QoS 1 requests from a paho client
+here, as many in flight as the level has jobs: the baseline the gateway is compared with.
+
+Printed per level: steps/s and the ratio to raw MQTT, step time p50/p99 (from one command of
+a job to its next, as the equipment sees it) and what the gateway adds to a raw round trip,
+Redis commands per step (INFO commandstats) and MQTT PUBLISH packets per step (mosquitto's
+$SYS counters, every client included), the StoreAndStart reply latency, the gateway's CPU per
+step, and the jobs that aborted.
+
+    python benchmarks/step_path.py [--levels 1,10,40,200] [--seconds 10] [--steps 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import multiprocessing.connection
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import paho.mqtt.client as paho
+from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+from redis import Redis
+
+from gateway.cloudevents import CloudEvent
+from gateway.codecs.mqtt import from_mqtt
+from gateway.testing.mqtt import MqttTestClient, connect_test_client
+from gateway.testing.services import ServerProcess, mosquitto, redis_server
+
+EQUIPMENT_PREFIX = "bench-eq"
+JOBS_PREFIX = "bench-jobs"
+SCOPE = "cell1"
+RAW_TOPIC = "bench-raw/commands"
+DATASCHEMA = "https://aschamberger.github.io/schemas/microdcs/sfc-recipe/v1.0.0/"
+STORE_AND_START = "org.opcfoundation.ISA95-JOBCONTROL_V2.StoreAndStart.v2"
+CLEAR = "org.opcfoundation.ISA95-JOBCONTROL_V2.Clear.v2"
+CONFIG_WORKMASTER = "com.github.aschamberger.ISA95-JOBCONTROL_V2.config.workmaster.v1"
+
+
+# -- the equipment: its own process, paho, answers at once ---------------------------------------
+
+
+def _nodelay(client: paho.Client) -> None:
+    sock = client.socket()
+    if isinstance(sock, socket.socket):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def _paho_client(name: str) -> paho.Client:
+    client = paho.Client(
+        CallbackAPIVersion.VERSION2,
+        client_id=name,
+        protocol=paho.MQTTv5,
+        reconnect_on_failure=False,
+    )
+    client.max_inflight_messages_set(1000)
+    client.max_queued_messages_set(0)
+    return client
+
+
+def responder(
+    port: int, answered: Any, ready: Any, pipe: multiprocessing.connection.Connection
+) -> None:
+    """Answer every command at once; note, per job, when each command arrived.
+
+    ``pipe``: the parent sends ``"take"`` and receives the step times (seconds between two
+    commands of one job) noted since the last take.
+    """
+    last_command: dict[str, float] = {}
+    step_times: list[float] = []
+    lock = threading.Lock()
+    client = _paho_client(f"bench-responder-{os.getpid()}")
+
+    def on_connect(client: paho.Client, userdata: Any, flags: Any, reason: Any, props: Any) -> None:
+        _nodelay(client)
+        client.subscribe([(f"{EQUIPMENT_PREFIX}/+/commands", 1), (RAW_TOPIC, 1)])
+
+    def on_subscribe(*args: Any) -> None:
+        ready.set()
+
+    def on_message(client: paho.Client, userdata: Any, message: paho.MQTTMessage) -> None:
+        now = time.perf_counter()
+        request = message.properties
+        response_topic = getattr(request, "ResponseTopic", None)
+        if not response_topic:
+            return
+        reply = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+        correlation = getattr(request, "CorrelationData", b"")
+        reply.CorrelationData = correlation
+        if message.topic == RAW_TOPIC:
+            client.publish(response_topic, message.payload, qos=1, properties=reply)
+            return
+        attributes = dict(getattr(request, "UserProperty", []))
+        reply.ContentType = "application/json"
+        reply.UserProperty = [
+            ("specversion", "1.0"),
+            ("id", uuid.uuid4().hex),
+            ("source", "urn:bench:equipment"),
+            ("type", attributes.get("type", "bench.reply")),
+            ("subject", attributes.get("subject", "")),
+        ]
+        client.publish(response_topic, b'{"ok":true}', qos=1, properties=reply)
+        answered.value += 1
+        job = correlation.decode().rsplit(":", 2)[0]
+        with lock:
+            previous = last_command.get(job)
+            if previous is not None:
+                step_times.append(now - previous)
+            last_command[job] = now
+
+    client.on_connect = on_connect
+    client.on_subscribe = on_subscribe
+    client.on_message = on_message
+    client.connect("127.0.0.1", port)
+    client.loop_start()
+    try:
+        while True:
+            request = pipe.recv()
+            if request == "stop":
+                break
+            with lock:
+                taken = list(step_times)
+                step_times.clear()
+                last_command.clear()
+            pipe.send(taken)
+    finally:
+        client.disconnect()
+        client.loop_stop()
+
+
+# -- the baseline: raw MQTT v5 QoS 1 request/reply -----------------------------------------------
+
+
+def raw_round_trips(port: int, in_flight: int, seconds: float) -> tuple[float, list[float]]:
+    """Requests answered per second with ``in_flight`` outstanding, and each round trip."""
+    client = _paho_client(f"bench-raw-{uuid.uuid4().hex[:8]}")
+    reply_topic = f"bench-raw/replies/{client._client_id.decode()}"
+    connected = threading.Event()
+    sent_at: dict[bytes, float] = {}
+    round_trips: list[float] = []
+    measuring = threading.Event()
+    stopping = threading.Event()
+    lock = threading.Lock()
+    counter = iter(range(1 << 62))
+
+    def send() -> None:
+        correlation = str(next(counter)).encode()
+        properties = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+        properties.ResponseTopic = reply_topic
+        properties.CorrelationData = correlation
+        sent_at[correlation] = time.perf_counter()
+        client.publish(RAW_TOPIC, b'{"n":1}', qos=1, properties=properties)
+
+    def on_connect(client: paho.Client, userdata: Any, flags: Any, reason: Any, props: Any) -> None:
+        _nodelay(client)
+        client.subscribe(reply_topic, qos=1)
+
+    def on_subscribe(*args: Any) -> None:
+        connected.set()
+
+    def on_message(client: paho.Client, userdata: Any, message: paho.MQTTMessage) -> None:
+        started = sent_at.pop(bytes(getattr(message.properties, "CorrelationData", b"")), None)
+        if started is not None and measuring.is_set():
+            with lock:
+                round_trips.append(time.perf_counter() - started)
+        if not stopping.is_set():
+            send()
+
+    client.on_connect = on_connect
+    client.on_subscribe = on_subscribe
+    client.on_message = on_message
+    client.connect("127.0.0.1", port)
+    client.loop_start()
+    try:
+        if not connected.wait(10):
+            raise RuntimeError("raw MQTT client did not connect")
+        for _ in range(in_flight):
+            send()
+        time.sleep(min(1.0, seconds / 4))  # warm up
+        measuring.set()
+        started = time.perf_counter()
+        time.sleep(seconds)
+        measuring.clear()
+        elapsed = time.perf_counter() - started
+        stopping.set()
+        with lock:
+            measured = list(round_trips)
+        return len(measured) / elapsed, measured
+    finally:
+        time.sleep(0.2)
+        client.disconnect()
+        client.loop_stop()
+
+
+# -- counters: Redis, mosquitto, CPU -----------------------------------------------------------
+
+
+def redis_calls(client: Redis) -> Counter[str]:
+    stats = client.info("commandstats")
+    return Counter({name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()})
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class BrokerCounters:
+    """mosquitto's $SYS PUBLISH counters (updated every second: ``sys_interval 1``)."""
+
+    def __init__(self, port: int) -> None:
+        self.values: dict[str, int] = {}
+        self.updated = threading.Condition()
+        self.client = _paho_client(f"bench-sys-{uuid.uuid4().hex[:8]}")
+        self.client.on_connect = lambda c, *a: c.subscribe("$SYS/broker/publish/messages/+")
+        self.client.on_message = self._on_message
+        self.client.connect("127.0.0.1", port)
+        self.client.loop_start()
+
+    def _on_message(self, client: paho.Client, userdata: Any, message: paho.MQTTMessage) -> None:
+        with self.updated:
+            self.values[message.topic.rsplit("/", 1)[1]] = int(message.payload)
+            self.updated.notify_all()
+
+    def fresh(self) -> dict[str, int]:
+        """The counters after their next update."""
+        with self.updated:
+            self.updated.wait(3)
+            self.updated.wait(3)  # received and sent arrive as two messages
+            return dict(self.values)
+
+    def close(self) -> None:
+        self.client.disconnect()
+        self.client.loop_stop()
+
+
+# -- the gateway and the MES -------------------------------------------------------------------
+
+
+def recipe(steps: int, timeout: float) -> dict[str, Any]:
+    names = [f"S{index}" for index in range(steps)]
+    return {
+        "steps": [
+            {"name": names[0], "initial": True},
+            *({"name": n} for n in names[1:]),
+            {"name": "Done"},
+        ],
+        "transitions": [
+            {"source": a, "target": b} for a, b in zip(names, [*names[1:], "Done"], strict=True)
+        ],
+        "actions": [
+            {
+                "name": f"a{index}",
+                "step": name,
+                "interaction": "push_command",
+                "type_id": "com.example.bench.step.v1",
+                "equipment": "bench",
+                "timeout_seconds": timeout,
+            }
+            for index, name in enumerate(names)
+        ],
+    }
+
+
+@contextmanager
+def gateway_process(mqtt: ServerProcess, redis: ServerProcess, log: Path) -> Iterator[int]:
+    environ = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")},
+        "GATEWAY_MQTT_URL": f"mqtt://127.0.0.1:{mqtt.port}",
+        "GATEWAY_REDIS_URL": f"redis://127.0.0.1:{redis.port}/0",
+        "GATEWAY_JOBS_TOPIC_PREFIX": JOBS_PREFIX,
+        "GATEWAY_MQTT_EQUIPMENT_EQUIPMENT": "*",
+        "GATEWAY_MQTT_EQUIPMENT_TOPIC_PREFIX": EQUIPMENT_PREFIX,
+        "GATEWAY_MQTT_EQUIPMENT_HEARTBEAT_TIMEOUT_SECONDS": "0",
+        "GATEWAY_GATEWAY_LOG_LEVEL": "WARNING",
+    }
+    gateway = Path(sys.executable).with_name("gateway")
+    with log.open("ab") as output:
+        process = subprocess.Popen(
+            [str(gateway), "run"], env=environ, stdout=output, stderr=subprocess.STDOUT
+        )
+    try:
+        yield process.pid
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@dataclass
+class MesRun:
+    store_latencies: list[float] = field(default_factory=list)
+    outcomes: Counter[str] = field(default_factory=Counter)
+    ended: dict[str, anyio.Event] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+
+def _state_of(message_data: Any) -> tuple[str, str] | None:
+    if not isinstance(message_data, dict):
+        return None
+    order = message_data.get("JobOrder") or {}
+    states = message_data.get("JobState") or []
+    if not states:
+        return None
+    return str(order.get("JobOrderID")), str(states[0].get("StateText", {}).get("Text"))
+
+
+async def _request(
+    client: MqttTestClient, type_: str, data: Any, timeout: float = 60, **attributes: Any
+) -> CloudEvent:
+    event = CloudEvent(type=type_, source="urn:bench:mes", subject=SCOPE, data=data, **attributes)
+    return await client.request(f"{JOBS_PREFIX}/{SCOPE}/commands", event, timeout=timeout)
+
+
+async def configure(url: str, steps: int, timeout: float) -> None:
+    async with connect_test_client(url) as client:
+        with anyio.fail_after(60):
+            while True:  # until the gateway serves
+                try:
+                    document = {"ID": "WM-bench", "Data": recipe(steps, timeout)}
+                    document["DataSchema"] = DATASCHEMA
+                    reply = await _request(
+                        client, CONFIG_WORKMASTER, document, timeout=2, method="PUT"
+                    )
+                    if reply.errorcode is None:
+                        return
+                    raise RuntimeError(f"work master refused: {reply.data}")
+                except Exception as error:
+                    if "refused" in str(error):
+                        raise
+                    await anyio.sleep(0.5)
+
+
+async def mes_level(
+    url: str, jobs: int, seconds: float, warmup: float, marks: dict[str, Any]
+) -> MesRun:
+    """Keep ``jobs`` jobs going; ``marks`` gets hooks called at the window's start and end."""
+    run = MesRun()
+    measuring = False
+    stop = anyio.Event()
+    prefix = uuid.uuid4().hex[:6]
+
+    topic = f"{JOBS_PREFIX}/{SCOPE}/events"
+    async with connect_test_client(url) as client, client.watch(topic) as events:
+
+        async def watch() -> None:
+            async for message in events:
+                state = _state_of(from_mqtt(message).data)
+                if state is None:
+                    continue
+                job, text = state
+                if text in ("Ended", "Aborted") and job in run.ended:
+                    run.outcomes[text] += 1
+                    run.ended[job].set()
+
+        async def loop(slot: int) -> None:
+            nonlocal measuring
+            sequence = 0
+            while not stop.is_set():
+                sequence += 1
+                job = f"B{prefix}-{slot}-{sequence}"
+                run.ended[job] = anyio.Event()
+                order = {"JobOrderID": job, "WorkMasterID": [{"ID": "WM-bench"}]}
+                started = time.perf_counter()
+                reply = await _request(client, STORE_AND_START, {"JobOrder": order})
+                if measuring:
+                    run.store_latencies.append(time.perf_counter() - started)
+                if not isinstance(reply.data, dict) or reply.data.get("ReturnStatus") != 1:
+                    run.errors.append(f"StoreAndStart {job}: {reply.data}")
+                    await anyio.sleep(0.1)
+                    continue
+                with anyio.fail_after(120):
+                    await run.ended[job].wait()
+                del run.ended[job]
+                await _request(client, CLEAR, {"JobOrderID": job})
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(watch)
+            async with anyio.create_task_group() as loops:
+                for slot in range(jobs):
+                    loops.start_soon(loop, slot)
+                await anyio.sleep(warmup)
+                marks["start"]()
+                measuring = True
+                await anyio.sleep(seconds)
+                measuring = False
+                marks["end"]()
+                stop.set()
+            tasks.cancel_scope.cancel()
+    return run
+
+
+# -- one level, and the whole run ----------------------------------------------------------------
+
+
+@dataclass
+class Level:
+    jobs: int
+    raw_rate: float
+    raw_p50: float
+    raw_p99: float
+    steps_per_second: float
+    step_p50: float
+    step_p99: float
+    redis_per_step: float
+    redis_top: list[tuple[str, float]]
+    mqtt_per_step: float
+    store_p50: float
+    store_p99: float
+    cpu_per_step: float
+    gateway_cpu: float
+    aborted: int
+    ended: int
+    errors: int
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def measure_level(
+    jobs: int,
+    args: argparse.Namespace,
+    mqtt: ServerProcess,
+    redis: Redis,
+    gateway_pid: int,
+    answered: Any,
+    pipe: multiprocessing.connection.Connection,
+    broker: BrokerCounters,
+) -> Level:
+    raw_rate, raw_times = raw_round_trips(mqtt.port, jobs, args.seconds)
+    marks: dict[str, Any] = {}
+    window: dict[str, Any] = {}
+
+    def start() -> None:
+        pipe.send("take")
+        pipe.recv()  # forget steps before the window
+        window["broker"] = broker.fresh()
+        window["redis"] = redis_calls(redis)
+        window["cpu"] = cpu_seconds(gateway_pid)
+        window["answered"] = answered.value
+        window["t"] = time.perf_counter()
+
+    def end() -> None:
+        window["elapsed"] = time.perf_counter() - window["t"]
+        window["answered"] = answered.value - window["answered"]
+        window["cpu"] = cpu_seconds(gateway_pid) - window["cpu"]
+        window["redis"] = redis_calls(redis) - window["redis"]
+        after = broker.fresh()
+        window["broker"] = after.get("received", 0) - window["broker"].get("received", 0)
+        pipe.send("take")
+        window["steps"] = pipe.recv()
+
+    marks["start"], marks["end"] = start, end
+    url = f"mqtt://127.0.0.1:{mqtt.port}"
+    run = anyio.run(mes_level, url, jobs, args.seconds, args.warmup, marks)
+    steps = max(1, window["answered"])
+    redis_total = sum(window["redis"].values())
+    step_times = window["steps"]
+    return Level(
+        jobs=jobs,
+        raw_rate=raw_rate,
+        raw_p50=percentile(raw_times, 0.5),
+        raw_p99=percentile(raw_times, 0.99),
+        steps_per_second=window["answered"] / window["elapsed"],
+        step_p50=percentile(step_times, 0.5),
+        step_p99=percentile(step_times, 0.99),
+        redis_per_step=redis_total / steps,
+        redis_top=[(name, calls / steps) for name, calls in window["redis"].most_common(8)],
+        mqtt_per_step=window["broker"] / steps,
+        store_p50=percentile(run.store_latencies, 0.5),
+        store_p99=percentile(run.store_latencies, 0.99),
+        cpu_per_step=window["cpu"] / steps,
+        gateway_cpu=window["cpu"] / window["elapsed"],
+        aborted=run.outcomes["Aborted"],
+        ended=run.outcomes["Ended"],
+        errors=len(run.errors),
+    )
+
+
+def report(level: Level) -> None:
+    ms = 1000.0
+    print(
+        f"\n== {level.jobs} concurrent jobs ==\n"
+        f"  raw MQTT QoS 1 request/reply : {level.raw_rate:8.0f} /s   round trip p50 "
+        f"{level.raw_p50 * ms:.2f} ms, p99 {level.raw_p99 * ms:.2f} ms\n"
+        f"  gateway steps                : {level.steps_per_second:8.0f} /s   ratio "
+        f"{level.steps_per_second / level.raw_rate:.2f}\n"
+        f"  step time                    : p50 {level.step_p50 * ms:.2f} ms, p99 "
+        f"{level.step_p99 * ms:.2f} ms (adds {(level.step_p50 - level.raw_p50) * ms:.2f} / "
+        f"{(level.step_p99 - level.raw_p99) * ms:.2f} ms to a raw round trip)\n"
+        f"  Redis commands per step      : {level.redis_per_step:.1f}  ("
+        + ", ".join(f"{name} {calls:.2f}" for name, calls in level.redis_top)
+        + ")\n"
+        f"  MQTT PUBLISH per step        : {level.mqtt_per_step:.1f} (into the broker)\n"
+        f"  StoreAndStart reply          : p50 {level.store_p50 * ms:.1f} ms, p99 "
+        f"{level.store_p99 * ms:.1f} ms\n"
+        f"  gateway CPU                  : {level.cpu_per_step * ms:.2f} ms per step "
+        f"({level.gateway_cpu * 100:.0f}% of a core)\n"
+        f"  jobs in the window           : {level.ended} ended, {level.aborted} aborted, "
+        f"{level.errors} refused"
+    )
+
+
+def table(levels: list[Level]) -> None:
+    print(
+        "\n| jobs | raw MQTT/s | steps/s | ratio | step p50/p99 ms | adds p50/p99 ms | "
+        "Redis cmd/step | MQTT msg/step | StoreAndStart p99 ms | CPU ms/step | aborted |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for level in levels:
+        print(
+            f"| {level.jobs} | {level.raw_rate:.0f} | {level.steps_per_second:.0f} | "
+            f"{level.steps_per_second / level.raw_rate:.2f} | "
+            f"{level.step_p50 * 1000:.2f} / {level.step_p99 * 1000:.2f} | "
+            f"{(level.step_p50 - level.raw_p50) * 1000:.2f} / "
+            f"{(level.step_p99 - level.raw_p99) * 1000:.2f} | "
+            f"{level.redis_per_step:.1f} | {level.mqtt_per_step:.1f} | "
+            f"{level.store_p99 * 1000:.1f} | {level.cpu_per_step * 1000:.2f} | {level.aborted} |"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--levels", default="1,10,40,200", help="concurrent jobs, comma separated")
+    parser.add_argument("--seconds", type=float, default=10.0, help="measured window per level")
+    parser.add_argument("--warmup", type=float, default=2.0, help="seconds before each window")
+    parser.add_argument("--steps", type=int, default=10, help="push_command steps per recipe")
+    parser.add_argument("--timeout", type=float, default=3.0, help="action timeout, seconds")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+    levels = [int(level) for level in args.levels.split(",")]
+
+    work = Path(tempfile.mkdtemp(prefix="gw-bench-"))
+    redis_process = redis_server().start()
+    mqtt = mosquitto(extra_config="sys_interval 1").start()
+    context = multiprocessing.get_context("spawn")
+    answered = context.Value("q", 0, lock=False)
+    ready = context.Event()
+    parent_pipe, child_pipe = context.Pipe()
+    equipment = context.Process(
+        target=responder, args=(mqtt.port, answered, ready, child_pipe), daemon=True
+    )
+    equipment.start()
+    broker = BrokerCounters(mqtt.port)
+    redis = Redis(port=redis_process.port)
+    results: list[Level] = []
+    try:
+        if not ready.wait(20):
+            raise RuntimeError("the equipment process did not subscribe")
+        log = work / "gateway.log"
+        with gateway_process(mqtt, redis_process, log) as pid:
+            anyio.run(configure, f"mqtt://127.0.0.1:{mqtt.port}", args.steps, args.timeout)
+            print(
+                f"gateway pid {pid} (log {log}); {args.steps} push_command steps per job, "
+                f"{args.timeout:g} s action timeouts, {args.seconds:g} s per level"
+            )
+            for jobs in levels:
+                level = measure_level(jobs, args, mqtt, redis, pid, answered, parent_pipe, broker)
+                report(level)
+                results.append(level)
+        table(results)
+        if args.json:
+            args.json.write_text(json.dumps([level.__dict__ for level in results], indent=1))
+    finally:
+        parent_pipe.send("stop")
+        equipment.join(5)
+        broker.close()
+        mqtt.close()
+        redis_process.close()
+
+
+if __name__ == "__main__":
+    main()

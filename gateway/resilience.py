@@ -1,0 +1,297 @@
+"""Surviving the ordinary faults: store and broker outages, timeouts, a stalled process.
+
+Only bad start-up configuration stops a gateway. Once it runs, every long-running loop (the
+engine's reads and timers, the publisher, liveness, the instance registry, RPC forwarding, the
+transports' message handlers) goes through this module when something fails, so all of them
+behave alike:
+
+- **Transient or permanent, by type.** ``is_transient(error)`` says whether a failure may pass by
+  itself (the store or the broker unreachable, a timeout, a connection dropped): such work is
+  retried and never dropped, and a message that hit one is not acknowledged. Everything else is
+  permanent: a message gets its error reply, a work item is logged and dropped. The transient
+  types are ``TransientError`` (raise it, or a subclass, for "try again later"), the built-in
+  ``ConnectionError`` and ``TimeoutError``, anyio's broken streams and redis-py's connection,
+  timeout, loading and read-only errors; a plugin adds its own with ``register_transient``. An
+  error whose ``__cause__`` is transient is transient too, so wrapping keeps the meaning.
+- **Logged once per outage.** ``Outage`` logs the first failure of a run of failures at WARNING
+  and the recovery at INFO ("back after 3.2 s"), not every retry.
+- **Not ready meanwhile.** ``Readiness`` (``gateway.readiness``) holds named checks; a failing
+  loop marks its check (``"sfc-engine.read"``, ``"instances"``...) failing with the reason, and
+  ``/readyz`` answers 503 naming it until the loop succeeds again. The HTTP endpoint itself
+  never stops.
+- **Capped, jittered backoff.** ``Backoff`` doubles from ``gateway.retry_min_seconds`` up to
+  ``gateway.retry_max_seconds``, each delay drawn between half and all of the step, so instances
+  that lost the same server do not come back in lockstep.
+
+Use ``gateway.resilience`` (a ``Resilience``):
+
+.. code-block:: python
+
+    # a loop that must never die: one step at a time, every ``interval`` seconds
+    await gateway.resilience.forever("my-plugin.scan", scan_once, interval=1.0)
+
+    # one operation that must succeed (a transient failure is retried until it does, or until
+    # ``stop`` is set, which re-raises it); a permanent failure raises at once
+    value = await gateway.resilience.retry("my-plugin.ack", store_it, stop=gateway.stopping)
+
+Both name a readiness check; choose a name per loop (``<plugin>.<loop>``).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from typing import NoReturn, TypeVar
+
+import anyio
+import redis.exceptions
+
+from gateway.errors import GatewayError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class TransientError(GatewayError):
+    """A failure that may pass by itself (a server away, a timeout): retry, never drop."""
+
+
+_transient_types: tuple[type[BaseException], ...] = (
+    TransientError,
+    ConnectionError,  # built-in: refused, reset, broken pipe
+    TimeoutError,
+    anyio.BrokenResourceError,
+    redis.exceptions.ConnectionError,  # includes BusyLoadingError and MaxConnectionsError
+    redis.exceptions.TimeoutError,
+    redis.exceptions.ReadOnlyError,  # a replica promoted meanwhile
+    redis.exceptions.MasterDownError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.ClusterDownError,
+)
+
+
+def register_transient(*types: type[BaseException]) -> None:
+    """Count ``types`` (a client library's connection errors, say) as transient too."""
+    global _transient_types
+    _transient_types = (*_transient_types, *(t for t in types if t not in _transient_types))
+
+
+def is_transient(error: BaseException) -> bool:
+    """Whether ``error`` may pass by itself, so the work that hit it must be retried.
+
+    An exception group is transient when every exception in it is; an error raised ``from`` a
+    transient one is transient.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, BaseExceptionGroup):
+            return all(is_transient(inner) for inner in current.exceptions)
+        if isinstance(current, _transient_types):
+            return True
+        current = current.__cause__
+    return False
+
+
+def describe(error: BaseException) -> str:
+    """A short reason for logs and readiness: the message, or the type when there is none."""
+    text = str(error)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+class Backoff:
+    """Capped exponential backoff with jitter: ``next()`` is the delay before the next try."""
+
+    def __init__(
+        self,
+        minimum: float = 0.1,
+        maximum: float = 5.0,
+        *,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
+        self.minimum = max(minimum, 0.001)
+        self.maximum = max(maximum, self.minimum)
+        self._rng = rng
+        self._failures = 0
+
+    def next(self) -> float:
+        step = min(self.maximum, self.minimum * float(2 ** min(self._failures, 32)))
+        self._failures += 1
+        return step / 2 + self._rng() * step / 2
+
+    def reset(self) -> None:
+        self._failures = 0
+
+
+class Readiness:
+    """Named readiness checks of one gateway instance; ``/readyz`` reports the failing ones.
+
+    Several holders (loops, tasks) may fail the same check: it passes again once every one of
+    them has recovered.
+    """
+
+    def __init__(self) -> None:
+        self._failing: dict[str, dict[int, str]] = {}
+
+    def fail(self, check: str, reason: str, holder: object = None) -> None:
+        self._failing.setdefault(check, {})[id(holder)] = reason
+
+    def recover(self, check: str, holder: object = None) -> None:
+        holders = self._failing.get(check)
+        if holders is not None:
+            holders.pop(id(holder), None)
+            if not holders:
+                del self._failing[check]
+
+    @property
+    def failing(self) -> dict[str, str]:
+        """Failing check -> the latest reason (empty when every check passes)."""
+        return {check: list(holders.values())[-1] for check, holders in self._failing.items()}
+
+    @property
+    def ready(self) -> bool:
+        return not self._failing
+
+
+class Outage:
+    """One loop's view of its dependency: logs once per outage, marks the check, backs off."""
+
+    def __init__(
+        self,
+        check: str,
+        readiness: Readiness,
+        backoff: Backoff,
+        *,
+        logger: logging.Logger = log,
+    ) -> None:
+        self.check = check
+        self.readiness = readiness
+        self.backoff = backoff
+        self.logger = logger
+        self.since: float | None = None  # time.monotonic() of the outage's first failure
+        self.failures = 0
+
+    @property
+    def ongoing(self) -> bool:
+        return self.since is not None
+
+    def failed(self, error: BaseException) -> float:
+        """Record a failure; returns how long to wait before trying again."""
+        reason = describe(error)
+        self.failures += 1
+        if not is_transient(error):
+            # A bug or bad data, not an outage: always worth its traceback.
+            self.logger.error("%s failed: %s", self.check, reason, exc_info=error)
+        elif self.since is None:
+            self.logger.warning("%s: %s; retrying until it is back", self.check, reason)
+        if self.since is None:
+            self.since = time.monotonic()
+        self.readiness.fail(self.check, reason, self)
+        return self.backoff.next()
+
+    def succeeded(self) -> None:
+        """Record a success; ends the outage (logged once) if there was one."""
+        if self.since is not None:
+            self.logger.info(
+                "%s: back after %.1f s (%d failed tries)",
+                self.check,
+                time.monotonic() - self.since,
+                self.failures,
+            )
+            self.readiness.recover(self.check, self)
+        self.since = None
+        self.failures = 0
+        self.backoff.reset()
+
+    def close(self) -> None:
+        """The loop ends: its check no longer fails on its account."""
+        self.readiness.recover(self.check, self)
+
+
+class Resilience:
+    """The gateway's retry policy (``gateway.resilience``): readiness and backoff settings."""
+
+    def __init__(
+        self, readiness: Readiness, *, minimum_seconds: float = 0.1, maximum_seconds: float = 5.0
+    ) -> None:
+        self.readiness = readiness
+        self.minimum_seconds = minimum_seconds
+        self.maximum_seconds = maximum_seconds
+
+    def outage(self, check: str, *, logger: logging.Logger = log) -> Outage:
+        """A fresh ``Outage`` for one loop (or one operation) under the readiness ``check``."""
+        backoff = Backoff(self.minimum_seconds, self.maximum_seconds)
+        return Outage(check, self.readiness, backoff, logger=logger)
+
+    async def retry(
+        self,
+        check: str,
+        operation: Callable[[], Awaitable[T]],
+        *,
+        stop: anyio.Event | None = None,
+        logger: logging.Logger = log,
+    ) -> T:
+        """``await operation()`` until it succeeds; transient failures are retried.
+
+        A permanent failure raises at once. When ``stop`` is set while retrying, the last
+        transient error is raised: the instance is stopping and the work stays undone (for a
+        message: not acknowledged, so the broker hands it out again).
+        """
+        outage = self.outage(check, logger=logger)
+        try:
+            while True:
+                try:
+                    result = await operation()
+                except Exception as error:
+                    if not is_transient(error):
+                        raise
+                    delay = outage.failed(error)
+                    if stop is not None and stop.is_set():
+                        raise
+                    await _pause(delay, stop)
+                    if stop is not None and stop.is_set():
+                        raise
+                else:
+                    outage.succeeded()
+                    return result
+        finally:
+            outage.close()
+
+    async def forever(
+        self,
+        check: str,
+        step: Callable[[], Awaitable[object]],
+        *,
+        interval: float = 0.0,
+        logger: logging.Logger = log,
+    ) -> NoReturn:
+        """Run ``step`` again and again (``interval`` seconds apart) until cancelled.
+
+        No failure ends the loop: transient ones are logged once per outage, permanent ones
+        with their traceback each time; either way the check fails and the next try waits for
+        the backoff (at least ``interval``).
+        """
+        outage = self.outage(check, logger=logger)
+        try:
+            while True:
+                try:
+                    await step()
+                except Exception as error:
+                    await anyio.sleep(max(outage.failed(error), interval))
+                    continue
+                outage.succeeded()
+                await anyio.sleep(interval)
+        finally:
+            outage.close()
+
+
+async def _pause(seconds: float, stop: anyio.Event | None) -> None:
+    if stop is None:
+        await anyio.sleep(seconds)
+        return
+    with anyio.move_on_after(seconds):
+        await stop.wait()

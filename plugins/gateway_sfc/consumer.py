@@ -1,0 +1,129 @@
+"""Taking entries from the work streams: this instance's own, orphans of dead instances, timers.
+
+An entry is acknowledged (and deleted) once handled; one that failed stays pending and is
+handed to another instance by XAUTOCLAIM after ``claim_idle_seconds``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, cast
+
+import anyio
+from anyio.abc import TaskGroup
+
+from gateway.errors import ValidationError
+from gateway.logs import log_context
+from gateway_sfc.context import EngineContext
+from gateway_sfc.keys import GROUP, scope_of_stream
+from gateway_sfc.scopes import ScopeRegistry
+from gateway_sfc.scripts import FIRE_TIMERS
+
+log = logging.getLogger(__name__)
+
+StreamEntry = tuple[str, dict[str, str] | None]  # what the text-decoding client returns
+Handler = Callable[[str, Mapping[str, str]], Awaitable[None]]
+
+
+class WorkConsumer:
+    def __init__(self, context: EngineContext, scopes: ScopeRegistry, handle: Handler) -> None:
+        self.context = context
+        self.scopes = scopes
+        self.handle = handle
+        self._fire_timers: Any = None
+        self._slots: anyio.Semaphore | None = None
+
+    def start(self) -> None:
+        """Called when the engine starts running (the client and event loop exist by then)."""
+        self._fire_timers = self.context.client.register_script(FIRE_TIMERS)
+        self._slots = anyio.Semaphore(self.context.settings.max_concurrent_items)
+
+    async def read_loop(self, handlers: TaskGroup) -> None:
+        await self._read_backlog(handlers)
+        while True:
+            if not self.scopes.scopes:
+                await self.scopes.wait_for_first()
+                continue
+            streams = {self.context.keys.work(scope): ">" for scope in self.scopes.scopes}
+            # A short block: a scope adopted meanwhile joins the next read.
+            for stream, batch in await self._read_group(streams, block_ms=100):
+                for entry_id, fields in batch:
+                    if fields:
+                        await self._take(handlers, stream, entry_id, fields)
+
+    async def _read_backlog(self, handlers: TaskGroup) -> None:
+        """Entries handed to this consumer name before a restart and never acknowledged."""
+        for scope in list(self.scopes.scopes):
+            stream, after = self.context.keys.work(scope), "0"
+            while batches := await self._read_group({stream: after}):
+                batch = batches[0][1]
+                if not batch:
+                    break
+                for entry_id, fields in batch:
+                    after = entry_id
+                    if fields:
+                        await self._take(handlers, stream, entry_id, fields)
+
+    async def _read_group(
+        self, streams: dict[str, str], block_ms: int | None = None
+    ) -> list[tuple[str, list[StreamEntry]]]:
+        reply = await self.context.client.xreadgroup(
+            GROUP,
+            self.context.consumer,
+            streams,  # type: ignore[arg-type]  # redis-py types stream ids too narrowly
+            count=100,
+            block=block_ms,
+        )
+        return cast(list[tuple[str, list[StreamEntry]]], reply or [])
+
+    async def claim_orphans(self, handlers: TaskGroup) -> None:
+        idle_ms = int(self.context.settings.claim_idle_seconds * 1000)
+        for scope in list(self.scopes.scopes):
+            stream = self.context.keys.work(scope)
+            reply = await self.context.client.xautoclaim(
+                stream, GROUP, self.context.consumer, idle_ms, start_id="0-0", count=100
+            )
+            entries = cast(list[StreamEntry], reply[1])
+            for entry_id, fields in entries:
+                if fields:
+                    log.info("SFC engine: claimed orphaned entry %s of %s", entry_id, scope)
+                    await self._take(handlers, stream, entry_id, fields)
+
+    async def _take(
+        self, handlers: TaskGroup, stream: str, entry_id: str, fields: dict[str, str]
+    ) -> None:
+        assert self._slots is not None
+        await self._slots.acquire()
+        handlers.start_soon(self._handle_entry, stream, entry_id, fields)
+
+    async def _handle_entry(self, stream: str, entry_id: str, fields: dict[str, str]) -> None:
+        assert self._slots is not None
+        scope = scope_of_stream(stream)
+        job = fields.get("job")
+        correlation = (
+            f"{job}:{fields['action']}:{fields['attempt']}" if "attempt" in fields else None
+        )
+        try:
+            with log_context(scope=scope, job=job, correlationid=correlation):
+                await self.handle(scope, fields)
+        except (ValidationError, KeyError, ValueError) as error:
+            # The entry itself is wrong: retrying cannot help, so say so and drop it.
+            log.error("SFC work entry %s of %s dropped: %s (%s)", entry_id, scope, error, fields)
+        except Exception:
+            log.exception("SFC work entry %s of %s failed; it will be retried", entry_id, scope)
+            return
+        finally:
+            self._slots.release()
+        async with self.context.client.pipeline(transaction=True) as pipe:
+            pipe.xack(stream, GROUP, entry_id)
+            pipe.xdel(stream, entry_id)
+            await pipe.execute()
+
+    async def fire_due_timers(self) -> None:
+        """Move due timers of every scope to its work stream."""
+        now = time.time()
+        keys = self.context.keys
+        for scope in list(self.scopes.scopes):
+            await self._fire_timers(keys=[keys.timers(scope), keys.work(scope)], args=[now, 100])

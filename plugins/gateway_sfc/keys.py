@@ -1,0 +1,71 @@
+"""Where the SFC engine keeps things in Redis (every scoped key carries the scope's hash tag).
+
+Per scope:
+
+- ``sfc:work`` stream, consumer group ``sfc-engine``: every stimulus for a job (start, reply,
+  event, timer, MES command, send, report) is an entry; XREADGROUP hands each to one instance,
+  XAUTOCLAIM hands the entries of a dead instance to a live one.
+- ``sfc:exec:<job>``: the execution state (``gateway_sfc.state``), changed only by the CAS
+  script (``gateway_sfc.scripts``), which also writes the follow-up entries and timers.
+- ``sfc:recipe:<job>``: the recipe and parameters the job started with (a snapshot, so a
+  Work Master changed meanwhile does not change a running job).
+- ``sfc:timers`` sorted set: durable timers by due time; any instance moves due ones to the
+  stream atomically (so each fires once) — they survive every restart.
+- ``sfc:waiting`` sorted set: jobs with a ``pull_event`` waiting, oldest first, where an
+  incoming equipment event looks for its taker; ``sfc:unclaimed``: recent events nobody waited
+  for yet (an event may overtake the state change that starts the wait).
+- ``sfc:active`` set: jobs not ended, for the recovery scan at start.
+
+Globally: ``sfc:scopes`` (every scope that ran a job, for discovery) and ``sfc:job-scopes``
+(job id -> scope, for replies that do not say their scope).
+"""
+
+from __future__ import annotations
+
+from gateway.store import KeySchema
+
+GROUP = "sfc-engine"  # the work streams' consumer group
+
+
+class SfcKeys:
+    """The engine's key names, built from the store's key schema."""
+
+    def __init__(self, schema: KeySchema) -> None:
+        self.schema = schema
+
+    def scoped(self, scope: str, *parts: str) -> str:
+        return self.schema.scoped(scope, "sfc", *parts)
+
+    def work(self, scope: str) -> str:
+        return self.scoped(scope, "work")
+
+    def execution(self, scope: str, job: str) -> str:
+        return self.scoped(scope, "exec", job)
+
+    def recipe(self, scope: str, job: str) -> str:
+        return self.scoped(scope, "recipe", job)
+
+    def timers(self, scope: str) -> str:
+        return self.scoped(scope, "timers")
+
+    def waiting(self, scope: str) -> str:
+        return self.scoped(scope, "waiting")
+
+    def unclaimed(self, scope: str) -> str:
+        return self.scoped(scope, "unclaimed")
+
+    def active(self, scope: str) -> str:
+        return self.scoped(scope, "active")
+
+    @property
+    def scopes(self) -> str:
+        return self.schema.global_key("sfc", "scopes")
+
+    @property
+    def job_scopes(self) -> str:
+        return self.schema.global_key("sfc", "job-scopes")
+
+
+def scope_of_stream(stream: str) -> str:
+    """The scope of a work stream's key: ``"<prefix>:{<scope>}:sfc:work"``."""
+    return stream[stream.index("{") + 1 : stream.rindex("}")]

@@ -1,0 +1,81 @@
+"""Repairing what a crash lost: unfinished jobs re-examined at start, job management caught up."""
+
+from __future__ import annotations
+
+import logging
+
+from gateway.recipes import JobCommand
+from gateway_sfc.context import EngineContext
+from gateway_sfc.executions import ExecutionStore
+from gateway_sfc.model import DATASCHEMA
+from gateway_sfc.scopes import ScopeRegistry
+from gateway_sfc.state import Status
+from gateway_sfc.work import WorkQueue
+
+log = logging.getLogger(__name__)
+
+
+class Reconciler:
+    def __init__(
+        self,
+        context: EngineContext,
+        scopes: ScopeRegistry,
+        executions: ExecutionStore,
+        work: WorkQueue,
+    ) -> None:
+        self.context = context
+        self.scopes = scopes
+        self.executions = executions
+        self.work = work
+
+    async def recovery_scan(self) -> None:
+        """Re-examine every unfinished job once: re-send what waits, advance what can."""
+        keys, client = self.context.keys, self.context.client
+        for scope in self.scopes.scopes:
+            for job in await self.scopes.members(keys.active(scope)):
+                await client.xadd(keys.work(scope), {"kind": "resume", "job": job})
+
+    async def reconcile(self) -> None:
+        """Catch up with job management where a crash lost a hand-off.
+
+        Job management changes a job's state first and tells the interpreter after; an
+        instance dying in between leaves a job in AllowedToStart that nobody runs, or a chart
+        still running for a job the MES paused, stopped or aborted. Both are repaired here.
+        """
+        control = self.context.gateway.job_control
+        keys = self.context.keys
+        for scope in self.scopes.scopes | await self.context.store.known_scopes():
+            for job in await control.startable(scope):
+                if await self.executions.exists(scope, job):
+                    continue
+                recipe_job = await control.job(scope, job)
+                if recipe_job is not None and recipe_job.dataschema == DATASCHEMA:
+                    log.info("job %s/%s waits in AllowedToStart: starting it", scope, job)
+                    await self.work.start(scope, job)
+            for job in await self.scopes.members(keys.active(scope)):
+                execution = await self.executions.read(scope, job)
+                if execution is None:
+                    continue
+                command = lost_command(await control.state(scope, job), execution.status)
+                if command is not None:
+                    log.info("job %s/%s: the chart missed %s; applying it", scope, job, command)
+                    await self.work.command(scope, job, command)
+
+
+def lost_command(state: str | None, status: Status) -> JobCommand | None:
+    """The MES command a chart in ``status`` missed, given its job's state (``None``: none).
+
+    A chart that is finishing reports its own end, so the job's end state is then its own
+    doing. A held chart is left alone: it may not have reported the hold yet.
+    """
+    if status not in (Status.RUNNING, Status.PAUSED):
+        return None
+    if state is None or state == "EndState" or state.startswith("Aborted"):
+        return JobCommand.ABORT
+    if state.startswith("Ended"):
+        return JobCommand.STOP
+    if state.startswith("Interrupted") and status is Status.RUNNING:
+        return JobCommand.PAUSE
+    if state == "Running" and status is Status.PAUSED:
+        return JobCommand.RESUME
+    return None

@@ -1,0 +1,28 @@
+"""Adding entries to a scope's work stream (the producer side; ``consumer`` takes them)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from gateway.recipes import JobCommand
+from gateway_sfc.context import EngineContext
+from gateway_sfc.scopes import ScopeRegistry
+
+
+class WorkQueue:
+    def __init__(self, context: EngineContext, scopes: ScopeRegistry) -> None:
+        self.context = context
+        self.scopes = scopes
+
+    async def enqueue(self, scope: str, fields: Mapping[str, str]) -> None:
+        """Add a work entry for ``scope``, making sure the scope is known and has its group."""
+        if scope not in self.scopes.scopes:
+            await self.scopes.adopt(scope, announce=True)
+        await self.context.client.xadd(self.context.keys.work(scope), dict(fields))  # type: ignore[arg-type]
+
+    async def start(self, scope: str, job: str) -> None:
+        await self.scopes.remember_job(scope, job)
+        await self.enqueue(scope, {"kind": "start", "job": job})
+
+    async def command(self, scope: str, job: str, command: JobCommand) -> None:
+        await self.enqueue(scope, {"kind": "command", "job": job, "command": command.value})

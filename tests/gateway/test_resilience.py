@@ -1,0 +1,171 @@
+"""The host's fault handling: transient vs permanent, once-per-outage logging, readiness,
+capped jittered backoff, and the retry / forever helpers every long-running loop uses."""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+import pytest
+import redis.exceptions
+
+from gateway.errors import GatewayError, ValidationError
+from gateway.resilience import (
+    Backoff,
+    Readiness,
+    Resilience,
+    TransientError,
+    is_transient,
+    register_transient,
+)
+
+
+class LibraryHiccup(Exception):
+    """Stands for a client library's own connection error type."""
+
+
+def test_transient_and_permanent_are_told_apart_by_type() -> None:
+    assert is_transient(TransientError("store away"))
+    assert is_transient(redis.exceptions.ConnectionError("Connection refused"))
+    assert is_transient(redis.exceptions.BusyLoadingError("loading"))
+    assert is_transient(redis.exceptions.MaxConnectionsError("too many"))
+    assert is_transient(redis.exceptions.TimeoutError("read timeout"))
+    assert is_transient(TimeoutError())
+    assert is_transient(ConnectionResetError())
+    assert not is_transient(ValueError("bad field"))
+    assert not is_transient(ValidationError("data", "not a mapping"))
+    assert not is_transient(redis.exceptions.ResponseError("WRONGTYPE"))
+    assert not is_transient(GatewayError("no driver serves it"))
+
+
+def test_wrapping_keeps_the_meaning_and_groups_need_all_members_transient() -> None:
+    wrapped = GatewayError("not delivered")
+    wrapped.__cause__ = redis.exceptions.ConnectionError("gone")  # as ``raise ... from`` sets it
+    assert is_transient(wrapped)
+    assert is_transient(ExceptionGroup("two", [TimeoutError(), TransientError("x")]))
+    assert not is_transient(ExceptionGroup("mixed", [TimeoutError(), ValueError("x")]))
+
+
+def test_a_plugin_registers_its_own_transient_types() -> None:
+    assert not is_transient(LibraryHiccup())
+    register_transient(LibraryHiccup)
+    assert is_transient(LibraryHiccup())
+
+
+def test_backoff_doubles_up_to_its_cap_with_jitter_and_starts_over_after_reset() -> None:
+    highest = Backoff(0.1, 1.0, rng=lambda: 1.0)
+    assert [round(highest.next(), 3) for _ in range(6)] == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
+    lowest = Backoff(0.1, 1.0, rng=lambda: 0.0)
+    assert [round(lowest.next(), 3) for _ in range(6)] == [0.05, 0.1, 0.2, 0.4, 0.5, 0.5]
+    highest.reset()
+    assert round(highest.next(), 3) == 0.1
+
+
+def test_an_outage_is_logged_once_and_its_check_fails_until_it_recovers(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    readiness = Readiness()
+    outage = Resilience(readiness).outage("sfc-engine.read")
+    caplog.set_level(logging.INFO, logger="gateway.resilience")
+    for _ in range(5):
+        outage.failed(redis.exceptions.ConnectionError("Connection refused"))
+    assert not readiness.ready
+    assert readiness.failing == {"sfc-engine.read": "ConnectionError: Connection refused"}
+    outage.succeeded()
+    assert readiness.failing == {}
+    outage.succeeded()  # no outage: nothing more to say
+    lines = [record.getMessage() for record in caplog.records]
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("sfc-engine.read: ConnectionError: Connection refused; retrying")
+    assert "sfc-engine.read: back after" in lines[1]
+    assert "(5 failed tries)" in lines[1]
+
+
+def test_a_check_failed_by_two_holders_passes_when_both_recovered() -> None:
+    readiness = Readiness()
+    resilience = Resilience(readiness)
+    first, second = resilience.outage("mqtt.handlers"), resilience.outage("mqtt.handlers")
+    first.failed(TimeoutError())
+    second.failed(TimeoutError())
+    first.succeeded()
+    assert "mqtt.handlers" in readiness.failing
+    second.succeeded()
+    assert readiness.ready
+
+
+@pytest.mark.anyio
+async def test_retry_waits_out_transient_failures_and_raises_permanent_ones() -> None:
+    readiness = Readiness()
+    resilience = Resilience(readiness, minimum_seconds=0.001, maximum_seconds=0.01)
+    calls = 0
+    seen_failing: list[dict[str, str]] = []
+
+    async def flaky() -> str:
+        nonlocal calls
+        calls += 1
+        seen_failing.append(readiness.failing)
+        if calls < 4:
+            raise redis.exceptions.ConnectionError("Connection refused")
+        return "stored"
+
+    assert await resilience.retry("jobs.store", flaky) == "stored"
+    assert calls == 4
+    assert seen_failing[-1] == {"jobs.store": "ConnectionError: Connection refused"}
+    assert readiness.ready
+
+    async def broken() -> None:
+        raise ValueError("bad document")
+
+    with pytest.raises(ValueError, match="bad document"):
+        await resilience.retry("jobs.store", broken)
+    assert readiness.ready
+
+
+@pytest.mark.anyio
+async def test_retry_gives_up_with_the_transient_error_once_the_instance_stops() -> None:
+    resilience = Resilience(Readiness(), minimum_seconds=0.001, maximum_seconds=0.01)
+    stop = anyio.Event()
+    calls = 0
+
+    async def never() -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 3:
+            stop.set()
+        raise TransientError("store away")
+
+    with anyio.fail_after(5), pytest.raises(TransientError):
+        await resilience.retry("mqtt.handlers", never, stop=stop)
+    assert calls == 3
+    assert resilience.readiness.ready  # a retry that ended fails no check any more
+
+
+@pytest.mark.anyio
+async def test_forever_survives_every_failure_and_reports_readiness() -> None:
+    readiness = Readiness()
+    resilience = Resilience(readiness, minimum_seconds=0.001, maximum_seconds=0.01)
+    outcomes: list[BaseException | None] = [
+        redis.exceptions.ConnectionError("down"),
+        ValueError("a bug"),
+        None,
+        None,
+    ]
+    done = anyio.Event()
+    failing_seen: list[bool] = []
+
+    async def step() -> None:
+        failing_seen.append(not readiness.ready)
+        if not outcomes:
+            done.set()
+            return
+        outcome = outcomes.pop(0)
+        if outcome is not None:
+            raise outcome
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(lambda: resilience.forever("scan", step, interval=0.001))
+            await done.wait()
+            tasks.cancel_scope.cancel()
+    assert failing_seen[:4] == [False, True, True, False]
+    assert readiness.ready
