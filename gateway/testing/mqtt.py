@@ -62,8 +62,17 @@ class MqttTestClient:
     async def send(self, topic: str, event: CloudEvent) -> None:
         await self.publish(to_mqtt(event, topic))
 
-    async def request_raw(self, message: MqttMessage, *, timeout: float = 5.0) -> MqttMessage:
-        """Publish ``message`` (its Correlation Data set here) and return the raw reply."""
+    async def request_raw(
+        self,
+        message: MqttMessage,
+        *,
+        timeout: float = 5.0,
+        published: anyio.Event | None = None,
+    ) -> MqttMessage:
+        """Publish ``message`` (its Correlation Data set here) and return the raw reply.
+
+        ``published`` is set once the broker has taken the message (acknowledged at QoS 1).
+        """
         correlation = message.correlation_data or uuid.uuid4().hex.encode()
         send, receive = anyio.create_memory_object_stream[MqttMessage](4)
         self._pending[correlation] = send
@@ -80,6 +89,8 @@ class MqttTestClient:
                     user_properties=message.user_properties,
                 )
             )
+            if published is not None:
+                published.set()
             with anyio.fail_after(timeout):
                 return await receive.receive()
         finally:
@@ -87,9 +98,16 @@ class MqttTestClient:
             send.close()
             receive.close()
 
-    async def request(self, topic: str, event: CloudEvent, *, timeout: float = 5.0) -> CloudEvent:
-        """Send ``event`` and return the decoded reply."""
-        reply = await self.request_raw(to_mqtt(event, topic), timeout=timeout)
+    async def request(
+        self,
+        topic: str,
+        event: CloudEvent,
+        *,
+        timeout: float = 5.0,
+        published: anyio.Event | None = None,
+    ) -> CloudEvent:
+        """Send ``event`` and return the decoded reply (``published``: see ``request_raw``)."""
+        reply = await self.request_raw(to_mqtt(event, topic), timeout=timeout, published=published)
         return from_mqtt(reply)
 
     @asynccontextmanager

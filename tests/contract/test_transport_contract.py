@@ -165,12 +165,14 @@ async def test_command_sent_while_the_only_instance_is_stopped_is_handled_after_
         request = command(data={"while": "down"})
         async with anyio.create_task_group() as tasks:
             replies: list[CloudEvent] = []
+            queued = anyio.Event()
 
             async def ask() -> None:
-                replies.append(await mes.request(commands_topic(harness), request, timeout=10))
+                topic = commands_topic(harness)
+                replies.append(await mes.request(topic, request, timeout=10, published=queued))
 
             tasks.start_soon(ask)
-            await anyio.sleep(0.3)  # the command is queued at the broker before the restart
+            await queued.wait()  # the broker holds the command before the restart
             assert harness.plugin.handled == []
             async with running(harness.gateway("a")):
                 await wait_until(lambda: replies)
@@ -313,12 +315,14 @@ async def test_the_last_instance_stopping_keeps_its_place_in_the_share_group(
     assert harness.gateway("a").instances is not None
     async with harness.mes() as mes, anyio.create_task_group() as tasks:
         replies: list[CloudEvent] = []
+        queued = anyio.Event()
 
         async def ask() -> None:
-            replies.append(await mes.request(commands_topic(harness), command(), timeout=10))
+            topic = commands_topic(harness)
+            replies.append(await mes.request(topic, command(), timeout=10, published=queued))
 
         tasks.start_soon(ask)
-        await anyio.sleep(0.3)
+        await queued.wait()  # the broker holds the command for the stopped instance's session
         async with running(harness.gateway("a")):
             await wait_until(lambda: replies)
     assert replies[0].errorcode is None
