@@ -210,6 +210,14 @@ class EquipmentDriver(Protocol):
 
 
 @runtime_checkable
+class CatchAllDriver(Protocol):
+    """A driver that may serve "every equipment" (optional member of ``EquipmentDriver``):
+    with ``catch_all`` true it only gets what no specific driver serves."""
+
+    catch_all: bool
+
+
+@runtime_checkable
 class LivenessTracking(Protocol):
     """Implemented by drivers whose equipment sends heartbeats (optional for a driver).
 
@@ -380,4 +388,4 @@ class _LocalLivenessRecords:
 
 
 def _is_catch_all(driver: EquipmentDriver) -> bool:
-    return bool(getattr(driver, "catch_all", False))
+    return isinstance(driver, CatchAllDriver) and driver.catch_all

@@ -15,7 +15,7 @@ from gateway.cloudevents import CloudEvent
 from gateway.hookspecs import hookimpl
 from gateway.recipes import JobControl
 from gateway.settings import Settings
-from gateway.transport import Processor, Service
+from gateway.transport import MQTT_BINDING, Processor, Service
 from gateway_jobs.control import JobsControl
 from gateway_jobs.events import BindingEvents, MetadataService
 from gateway_jobs.jobs import JobManager
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-BINDING = "mqtt"
+BINDING = MQTT_BINDING
 
 
 class _LoggedEvents:

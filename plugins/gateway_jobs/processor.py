@@ -17,7 +17,7 @@ from gateway.cloudevents import CloudEvent, mqtt_safe_text
 from gateway.errors import ValidationError
 from gateway.logs import log_context
 from gateway.store import check_scope
-from gateway.transport import Processor, Subscription
+from gateway.transport import MQTT_BINDING, Processor, Subscription
 from gateway_jobs.config import CONFIG_KINDS, PUT, config_type
 from gateway_jobs.events import QUERY_METHODS, Cause, method_type
 from gateway_jobs.jobs import JobManager
@@ -59,7 +59,7 @@ class JobsProcessor:
             subscriptions=[Subscription(f"{topic_prefix}/+/commands")],
             handle=self.handle,
             event_types=frozenset({*METHOD_TYPES, *QUERY_TYPES, *CONFIG_TYPES}),
-            binding="mqtt",
+            binding=MQTT_BINDING,
         )
 
     async def handle(self, event: CloudEvent) -> list[CloudEvent]:

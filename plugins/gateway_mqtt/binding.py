@@ -35,7 +35,7 @@ from gateway.cloudevents import CloudEvent
 from gateway.codecs.mqtt import MqttMessage, correlation_of, from_mqtt, to_mqtt
 from gateway.errors import CloudEventError, GatewayError
 from gateway.resilience import TransientError, is_transient
-from gateway.transport import INVALID_REQUEST, error_event
+from gateway.transport import INVALID_REQUEST, MQTT_BINDING, error_event
 from gateway_mqtt.client import ConnectionLost, Connector, MqttClient, Received, connector_for
 from gateway_mqtt.settings import MqttSettings
 
@@ -50,7 +50,7 @@ DRAIN_QUIET_SECONDS = 0.2
 
 
 class MqttBinding:
-    name = "mqtt"
+    name = MQTT_BINDING
 
     def __init__(self, settings: MqttSettings, *, instance_id: str, source: str) -> None:
         self.settings = settings

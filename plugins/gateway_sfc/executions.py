@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from gateway.errors import GatewayError
 from gateway_sfc.context import EngineContext
-from gateway_sfc.engine import Effects, Executor, Timer
+from gateway_sfc.engine import Effects, Executor, Timer, TimerKind
 from gateway_sfc.scripts import COMMIT
 from gateway_sfc.snapshots import RecipeCache
 from gateway_sfc.state import Execution, Phase, Status, dump_execution, load_execution
@@ -145,7 +145,7 @@ def timer_json(job: str, timer: Timer) -> str:
     return json.dumps(
         {
             "job": job,
-            "kind": timer.kind,
+            "kind": timer.kind.value,
             "action": timer.action,
             "attempt": timer.attempt,
             "due": timer.due,
@@ -156,4 +156,6 @@ def timer_json(job: str, timer: Timer) -> str:
 
 def timer_from_json(text: str) -> Timer:
     data = json.loads(text)
-    return Timer(float(data["due"]), str(data["kind"]), str(data["action"]), int(data["attempt"]))
+    return Timer(
+        float(data["due"]), TimerKind(data["kind"]), str(data["action"]), int(data["attempt"])
+    )
