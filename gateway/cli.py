@@ -1,4 +1,8 @@
-"""The ``gateway`` command: ``run``, ``plugins``, ``config show``, plus plugin subcommands."""
+"""The ``gateway`` command: ``run``, ``plugins``, ``config show``, plus plugin subcommands.
+
+Plugins add commands through ``gateway_register_commands``; a command named ``"group action"``
+(``"config push"``) becomes an action of that group, beside the host's own (``config show``).
+"""
 
 from __future__ import annotations
 
@@ -78,8 +82,7 @@ def _plugins(args: argparse.Namespace, plugins: GatewayPluginManager) -> int:
     return 0
 
 
-def _configure_config(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", choices=["show"], help="show: print the effective settings")
+def _configure_config_show(parser: argparse.ArgumentParser) -> None:
     _add_config_argument(parser)
 
 
@@ -114,8 +117,10 @@ def _toml_value(value: Any) -> str:
 BUILTIN_COMMANDS = (
     Command("run", "run the gateway until SIGINT/SIGTERM", _configure_run, _run),
     Command("plugins", "list loaded plugins, versions and hooks", _configure_plugins, _plugins),
-    Command("config", "inspect settings", _configure_config, _config),
+    Command("config show", "print the effective settings", _configure_config_show, _config),
 )
+# Help of command groups: ``gateway config show``, and ``config push`` from the jobs plugin.
+GROUP_HELP = {"config": "inspect settings, push station configuration"}
 
 
 def build_parser(plugins: GatewayPluginManager) -> argparse.ArgumentParser:
@@ -123,12 +128,25 @@ def build_parser(plugins: GatewayPluginManager) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subcommands = parser.add_subparsers(dest="command", required=True)
     commands: dict[str, Command] = {}
+    groups: dict[str, Any] = {}  # group name -> its subparsers ("config" -> show, push)
 
     def register(command: Command) -> None:
-        if command.name in commands:
+        """A name with a space (``"config push"``) is an action of a command group."""
+        group, _, action = command.name.partition(" ")
+        if command.name in commands or (action and group in commands):
             raise GatewayError(f"two plugins provide the command {command.name!r}")
+        if not action and command.name in groups:
+            raise GatewayError(f"the command {command.name!r} is a group of commands already")
         commands[command.name] = command
-        sub = subcommands.add_parser(command.name, help=command.help, description=command.help)
+        target = subcommands
+        if action:
+            if group not in groups:
+                help = GROUP_HELP.get(group, f"{group} commands")
+                parent = subcommands.add_parser(group, help=help, description=help)
+                groups[group] = parent.add_subparsers(dest="action", required=True)
+            target = groups[group]
+        name = action or command.name
+        sub = target.add_parser(name, help=command.help, description=command.help)
         command.configure(sub)
         sub.set_defaults(handler=command.run)
 

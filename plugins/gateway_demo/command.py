@@ -5,19 +5,24 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
+import sys
 import tempfile
+import time
 import uuid
 
 import anyio
+from rich.console import Console
 
 from gateway.app import Gateway, load_gateway_settings
 from gateway.cli import Command
 from gateway.logs import configure_logging
+from gateway.mqttclient import BrokerUnreachable
 from gateway.plugins import GatewayPluginManager
 from gateway.testing import running
 from gateway.testing.services import free_port
-from gateway_demo.station import TOPIC_PREFIX, DemoMes, Progress, run_demo
-from gateway_mqtt.testing import connect_test_client
+from gateway_demo.station import TOPIC_PREFIX, DemoMes, Progress, partial_summary, run_demo
+from gateway_mqtt.clients import connect_client
 
 SIMULATED = ("positioner", "tightener", "camera")
 
@@ -30,7 +35,9 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--redis", default=None, help="use this Redis instead of an embedded one")
     parser.add_argument("--seed", type=int, default=None, help="simulator seed (repeatable runs)")
-    parser.add_argument("--timeout", type=float, default=120, help="give up after this long")
+    parser.add_argument(
+        "--timeout", type=float, default=120, help="give up after this many seconds (all of it)"
+    )
     parser.add_argument("--log-level", default="WARNING", help="gateway log level")
 
 
@@ -74,24 +81,63 @@ def _run(args: argparse.Namespace, plugins: GatewayPluginManager) -> int:
     progress = Progress()
     plugins.register(progress, name="demo-progress")
     gateway = Gateway(settings, plugins)
-    print(
+    # Wrapped to the width on a terminal; in a pipe or a log, one line per line.
+    out = Console(highlight=False, soft_wrap=not sys.stdout.isatty())
+    out.print(
         f"Station gateway demo: {args.jobs} rear-axle jobs on a simulated station "
         f"({'broker ' + args.mqtt if args.mqtt else 'in-process broker'}, "
-        f"{'Redis ' + args.redis if args.redis else 'embedded Redis'})"
+        f"{'Redis ' + args.redis if args.redis else 'embedded Redis'})",
+        markup=False,
     )
+    try:
+        return anyio.run(_demo, args, environ, gateway, progress, out)
+    except BrokerUnreachable as error:
+        print(f"gateway demo: {error}; start one, or leave out --mqtt", file=sys.stderr)
+        return 1
 
-    async def main() -> int:
-        async with (
-            running(gateway),
-            connect_test_client(environ["GATEWAY_MQTT_URL"], "demo-mes") as client,
-        ):
-            mes = DemoMes(client, progress, args.jobs, args.interval)
-            status = await run_demo(gateway, mes, args.timeout)
-            # The simulated devices disconnect as the demo ends: expected here, not news.
-            logging.getLogger("gateway_msgpack_rpc").setLevel(logging.ERROR)
-            return status
 
-    return anyio.run(main)
+async def _demo(
+    args: argparse.Namespace,
+    environ: dict[str, str],
+    gateway: Gateway,
+    progress: Progress,
+    out: Console,
+) -> int:
+    """The demo within ``--timeout``; Ctrl-C (or SIGTERM) ends it early with what happened.
+
+    The MES connects first, so a broker that is not there is reported at once instead of the
+    gateway retrying it. Either way the gateway stops gracefully before the summary.
+    """
+    started = time.monotonic()
+    demo = anyio.CancelScope(deadline=anyio.current_time() + args.timeout)
+    ended_by = ["timed out"]
+
+    async def on_signal() -> None:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for _ in signals:
+                ended_by[0] = "interrupted"
+                demo.cancel()
+
+    status: int | None = None
+    connect_timeout = max(1.0, min(args.timeout, 10.0))
+    url = environ["GATEWAY_MQTT_URL"]
+    async with (
+        connect_client(url, "demo-mes", connect_timeout=connect_timeout) as client,
+        anyio.create_task_group() as tasks,
+    ):
+        tasks.start_soon(on_signal)
+        async with running(gateway):
+            mes = DemoMes(client, progress, args.jobs, args.interval, out)
+            with demo:  # cancelled by the deadline or a signal; the gateway then stops
+                status = await run_demo(gateway, mes, started)
+            # The simulated devices leave and replies in flight are lost as the demo ends:
+            # expected, not news. Errors still show.
+            logging.getLogger().setLevel(logging.ERROR)
+        tasks.cancel_scope.cancel()
+    if status is None:
+        out.print(partial_summary(progress, args.jobs, time.monotonic() - started, ended_by[0]))
+        return 130 if ended_by[0] == "interrupted" else 1
+    return status
 
 
 def demo_command() -> Command:

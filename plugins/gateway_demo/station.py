@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import json
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, TextIO
+from typing import Any
 
 import anyio
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
 
 from gateway.app import Gateway
 from gateway.cloudevents import CloudEvent
 from gateway.hookspecs import hookimpl
+from gateway.mqttclient import CloudEventClient
 from gateway.testing.mes import MesClient
-from gateway.testing.mqtt import MqttTestClient
 
 SCOPE = "cell"
 TOPIC_PREFIX = "demo"
@@ -57,29 +60,45 @@ class Progress:
     def ended(self) -> list[str]:
         return [job for job, state in self.states.items() if state.startswith(("Ended", "Aborted"))]
 
+    def counts(self) -> Counter[str]:
+        return Counter(state.split(".")[0] for state in self.states.values())
+
     def line(self, elapsed: float, total: int) -> str:
-        by_state = Counter(state.split(".")[0] for state in self.states.values())
-        states = ", ".join(f"{name} {count}" for name, count in sorted(by_state.items()))
-        running = [
-            f"{job}: {', '.join(sorted(steps))}"
+        """One line, for output that is not a terminal (a log, a pipe): what changed."""
+        states = ", ".join(f"{name} {count}" for name, count in sorted(self.counts().items()))
+        return f"{elapsed:5.1f} s  jobs {len(self.ended())}/{total} done  [{states or 'none yet'}]"
+
+    def running(self) -> list[tuple[str, str]]:
+        """(job, its active steps) of the jobs still running."""
+        return [
+            (job, ", ".join(sorted(steps)))
             for job, steps in sorted(self.active.items())
             if steps and not self.states.get(job, "").startswith(("Ended", "Aborted"))
         ]
-        return (
-            f"{elapsed:5.1f} s  jobs {len(self.ended())}/{total} done  [{states or 'none yet'}]"
-            f"  {' | '.join(running[:3])}"
-        )
+
+    def view(self, elapsed: float, total: int, shown: int = 3) -> Group:
+        """The live view on a terminal: a status line and the steps of a few running jobs.
+
+        Every line is cut to the terminal's width (never wrapped), so each redraw replaces
+        the previous one exactly.
+        """
+        head = Text(self.line(elapsed, total), no_wrap=True, overflow="ellipsis")
+        rows = [
+            Text(f"  {job}  {steps}", no_wrap=True, overflow="ellipsis", style="dim")
+            for job, steps in self.running()[:shown]
+        ]
+        return Group(head, *rows)
 
 
 @dataclass
 class DemoMes:
     """Configures the station, starts the jobs, waits for them, reads and clears the results."""
 
-    client: MqttTestClient
+    client: CloudEventClient
     progress: Progress
     jobs: int
     interval: float
-    out: TextIO = sys.stdout
+    out: Console = field(default_factory=Console)
 
     @property
     def commands(self) -> str:
@@ -113,22 +132,31 @@ class DemoMes:
             await anyio.sleep(self.interval)
         return names
 
-    async def follow(self, started: float, timeout: float) -> None:
-        """Redraw the progress line until every job ended (or ``timeout``)."""
-        live = self.out.isatty()
-        last = ""
-        with anyio.move_on_after(timeout):
+    async def follow(self, started: float) -> None:
+        """Show progress until every job ended: redrawn in place on a terminal, else a line
+        whenever something changed."""
+
+        def elapsed() -> float:
+            return time.monotonic() - started
+
+        if not self.out.is_terminal:
+            last = ""
             while len(self.progress.ended()) < self.jobs:
-                line = self.progress.line(time.monotonic() - started, self.jobs)
-                if live:
-                    self.out.write("\r\033[K" + line)
-                    self.out.flush()
-                elif line != last:
-                    print(line, file=self.out)
-                last = line
+                line = self.progress.line(elapsed(), self.jobs)
+                if line != last:
+                    self.out.print(line, markup=False, highlight=False, soft_wrap=True)
+                    last = line
                 await anyio.sleep(0.25)
-        final = self.progress.line(time.monotonic() - started, self.jobs)
-        print(("\r\033[K" if live else "") + final, file=self.out)
+            self.out.print(self.progress.line(elapsed(), self.jobs), markup=False, soft_wrap=True)
+            return
+        view = self.progress.view(elapsed(), self.jobs)
+        with Live(view, console=self.out, auto_refresh=False, transient=False) as live:
+            try:
+                while len(self.progress.ended()) < self.jobs:
+                    live.update(self.progress.view(elapsed(), self.jobs), refresh=True)
+                    await anyio.sleep(0.25)
+            finally:  # also when interrupted: the last view stays, nothing half-drawn
+                live.update(self.progress.view(elapsed(), self.jobs, shown=0), refresh=True)
 
     async def collect(self) -> dict[str, Any]:
         """Read every result from the retained topics as an MES does, and Clear the jobs."""
@@ -143,16 +171,19 @@ class DemoMes:
         return dict(mes.results)
 
 
-def summary(results: dict[str, Any], progress: Progress, elapsed: float) -> list[str]:
-    lines = []
+def summary(results: dict[str, Any], progress: Progress, elapsed: float) -> Group:
+    """The end of the demo: totals, a row per job, throughput."""
     outcomes: Counter[str] = Counter()
+    table = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
+    table.add_column("job", no_wrap=True)
+    table.add_column("outcome", no_wrap=True)
+    table.add_column("results", overflow="fold")
     for job in sorted(results):
         response = results[job]
         states = [state["StateText"]["Text"] for state in response.get("JobState", [])]
-        outcome = "/".join(states[:2]) or "?"
         outcomes[states[0] if states else "?"] += 1
         data = {entry["ID"]: entry.get("Value") for entry in response.get("JobResponseData", [])}
-        lines.append(f"  {job}  {outcome:<16} {_describe(data)}")
+        table.add_row(job, "/".join(states[:2]) or "?", _describe(data))
     done = sum(outcomes.values())
     head = (
         f"Demo finished in {elapsed:.1f} s: {done} jobs, {outcomes['Ended']} completed, "
@@ -163,7 +194,20 @@ def summary(results: dict[str, Any], progress: Progress, elapsed: float) -> list
         f"Throughput: {rate}, {progress.steps_done} recipe steps. The simulated MES read every "
         "result from the retained MQTT topics and cleared the jobs."
     )
-    return [head, *lines, tail]
+    return Group(Text(head, style="bold"), table, Text(tail))
+
+
+def partial_summary(progress: Progress, total: int, elapsed: float, why: str) -> Text:
+    """What had happened when the demo was interrupted or gave up."""
+    counts = progress.counts()
+    others = ", ".join(
+        f"{count} {name}" for name, count in sorted(counts.items()) if name not in ("Ended",)
+    )
+    return Text(
+        f"Demo {why} after {elapsed:.1f} s: {counts['Ended']} of {total} jobs completed"
+        f"{', ' + others if others else ''}, {progress.steps_done} recipe steps. "
+        "The gateway stopped cleanly."
+    )
 
 
 def _describe(data: dict[str, Any]) -> str:
@@ -180,16 +224,14 @@ def _describe(data: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-async def run_demo(gateway: Gateway, mes: DemoMes, timeout: float) -> int:
+async def run_demo(gateway: Gateway, mes: DemoMes, started: float) -> int:
     """Everything after start-up; the exit status (0: every job completed)."""
-    started = time.monotonic()
     await mes.configure()
     async with anyio.create_task_group() as tasks:
-        tasks.start_soon(mes.follow, started, timeout)
+        tasks.start_soon(mes.follow, started)
         await mes.start_jobs()
     results = await mes.collect()
-    for line in summary(results, mes.progress, time.monotonic() - started):
-        print(line, file=mes.out)
+    mes.out.print(summary(results, mes.progress, time.monotonic() - started))
     completed = all(
         result.get("JobState", [{}])[0].get("StateText", {}).get("Text") == "Ended"
         for result in results.values()

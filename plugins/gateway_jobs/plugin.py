@@ -11,11 +11,13 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from gateway.cli import Command
 from gateway.cloudevents import CloudEvent
 from gateway.hookspecs import hookimpl
 from gateway.recipes import JobControl
 from gateway.settings import Settings
 from gateway.transport import MQTT_BINDING, Processor, Service
+from gateway_jobs.commands import config_push_command, jobs_command
 from gateway_jobs.control import JobsControl
 from gateway_jobs.events import BindingEvents, MetadataService
 from gateway_jobs.jobs import JobManager
@@ -87,3 +89,9 @@ def gateway_register_services(
     sample_jobs_by_state(gateway.metrics, manager.repository)
     if BINDING in gateway.bindings:
         register(MetadataService(settings.get(JobsSettings).topic_prefix, BINDING))
+
+
+@hookimpl
+def gateway_register_commands(register: Callable[[Command], None]) -> None:
+    register(jobs_command())
+    register(config_push_command())

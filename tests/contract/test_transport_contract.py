@@ -26,7 +26,7 @@ from gateway.testing import running, wait_until
 from gateway.testing.mqtt import MqttTestClient
 from gateway.transport import Processor, Subscription
 from gateway_mqtt import memory
-from gateway_mqtt.testing import connect_test_client
+from gateway_mqtt.clients import connect_test_client
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 

@@ -17,7 +17,7 @@ from gateway.settings import Settings
 from gateway.testing import running
 from gateway.transport import Processor, Subscription
 from gateway_mqtt import memory
-from gateway_mqtt.testing import connect_test_client
+from gateway_mqtt.clients import connect_test_client
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 

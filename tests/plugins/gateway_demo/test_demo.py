@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import pty
+import re
+import signal
+import socket
+import struct
 import subprocess
 import sys
+import termios
+import time
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,3 +55,80 @@ def test_the_demo_runs_over_a_real_broker(mqtt_url: str) -> None:
 def test_the_demo_recipe_is_the_documented_example() -> None:
     shipped = json.loads((resources.files("gateway_demo") / "rear_axle.json").read_text())
     assert shipped == json.loads(EXAMPLE.read_text())
+
+
+def start_demo(*args: str, **options: Any) -> subprocess.Popen[str]:
+    environ = {key: value for key, value in os.environ.items() if not key.startswith("GATEWAY_")}
+    return subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli", "demo", "--seed", "7", *args],
+        env={**environ, "COLUMNS": "80", "LINES": "24"},
+        text=True,
+        **options,
+    )
+
+
+def test_ctrl_c_ends_the_demo_with_a_partial_summary_and_no_warnings() -> None:
+    running = start_demo(
+        "--jobs", "200", "--interval", "0.2", stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        assert running.stdout is not None
+        assert running.stdout.readline().startswith("Station gateway demo: 200 rear-axle jobs")
+        assert "jobs 0/200 done" in running.stdout.readline()  # the station is working
+        running.send_signal(signal.SIGINT)
+        out, err = running.communicate(timeout=60)
+    finally:
+        if running.poll() is None:
+            running.kill()
+            running.communicate()
+    assert running.returncode == 130
+    assert "Demo interrupted after" in out
+    assert "of 200 jobs completed" in out
+    assert "The gateway stopped cleanly." in out
+    assert err == ""  # no warnings, no traceback
+
+
+def test_no_broker_at_the_given_url_is_reported_at_once() -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    started = time.monotonic()
+    result = demo("--mqtt", f"mqtt://127.0.0.1:{port}", "--timeout", "8")
+    assert time.monotonic() - started < 60  # not the ten minutes of retries it once was
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"gateway demo: cannot reach the MQTT broker at 127.0.0.1:{port} "
+        "([Errno 111] Connection refused); start one, or leave out --mqtt\n"
+    )
+
+
+def test_the_live_view_fits_80_columns_in_a_terminal() -> None:
+    """In a real (pseudo) terminal of 80 columns: every line drawn fits, nothing wraps."""
+    controller, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    running = start_demo(
+        "--jobs", "4", "--interval", "0.1", stdin=terminal, stdout=terminal, stderr=terminal
+    )
+    os.close(terminal)
+    output = bytearray()
+    try:
+        while True:
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:  # the terminal closed: the demo has ended
+                break
+            if not chunk:
+                break
+            output += chunk
+        assert running.wait(timeout=120) == 0, output.decode(errors="replace")
+    finally:
+        os.close(controller)
+        if running.poll() is None:
+            running.kill()
+            running.wait()
+    text = output.decode()
+    assert "\x1b[1A" in text  # redrawn in place (cursor up), not appended
+    visible = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
+    lines = [line for line in re.split(r"\r\n|\r|\n", visible) if line]
+    assert max(len(line) for line in lines) <= 80
+    assert any("AXLE-0001" in line and "Ended/Completed" in line for line in lines)

@@ -23,7 +23,7 @@ from gateway.testing.equipment import TestEquipment
 from gateway_jobs.model import ReturnStatus
 from gateway_jobs.testing import JobsMes, job_order, return_status, work_master
 from gateway_mqtt import memory
-from gateway_mqtt.testing import connect_test_client
+from gateway_mqtt.clients import connect_test_client
 from gateway_sfc.model import DATASCHEMA
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]

@@ -1,0 +1,297 @@
+"""``gateway jobs ...`` and ``gateway config push``: drive a station by hand, as an MES does.
+
+For commissioning and troubleshooting: store a job order from a file, start it, watch its states,
+read its Job Response, clear it, push a Work Master, all over MQTT through the same commands
+topic an MES uses (``JobsClient``). Tables for people; ``--json`` for scripts (one JSON document,
+or one per line for ``watch``). Exit status 0: done; 1: the gateway refused or did not answer,
+or the broker cannot be reached (the message says which); 2: wrong usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+from rich.console import Console
+from rich.table import Table
+
+from gateway.app import load_gateway_settings
+from gateway.cli import Command
+from gateway.cloudevents import CloudEvent
+from gateway.documents import DocumentError, read_document
+from gateway.errors import GatewayError
+from gateway.mqttclient import connect_client
+from gateway.plugins import GatewayPluginManager
+from gateway_jobs.client import LISTED_STATES, JobsClient, config_kinds, job_order_payload
+from gateway_jobs.config import CONFIG_KINDS
+
+DEFAULT_MQTT_URL = "mqtt://localhost:1883"
+# Methods that take a JobOrderID: action name -> OPC 40001-3 method.
+JOB_ACTIONS = {
+    "start": "Start",
+    "revoke-start": "RevokeStart",
+    "pause": "Pause",
+    "resume": "Resume",
+    "stop": "Stop",
+    "abort": "Abort",
+    "cancel": "Cancel",
+    "clear": "Clear",
+}
+
+Action = Callable[[argparse.Namespace, JobsClient, Console], Awaitable[None]]
+
+
+# -- arguments ----------------------------------------------------------------------------------
+
+
+def _add_connection_options(parser: argparse.ArgumentParser) -> None:
+    where = parser.add_argument_group("where the station is")
+    where.add_argument("-s", "--scope", required=True, help="station scope (CloudEvent subject)")
+    where.add_argument(
+        "--mqtt",
+        default=None,
+        help=f"broker URL (mqtt://user:password@host:port, mqtts:// for TLS); default: mqtt.url "
+        f"of the settings, else {DEFAULT_MQTT_URL}",
+    )
+    where.add_argument("--prefix", default=None, help="topic prefix; default: jobs.topic_prefix")
+    where.add_argument("-c", "--config", type=Path, default=None, help="settings file (TOML)")
+    where.add_argument(
+        "--timeout", type=float, default=10.0, help="seconds to wait for the broker and replies"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+
+
+def _configure_jobs(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    def action(name: str, help: str) -> argparse.ArgumentParser:
+        sub = actions.add_parser(name, help=help, description=help)
+        _add_connection_options(sub)
+        return sub
+
+    listing = action("list", "the scope's jobs and their states")
+    listing.add_argument(
+        "--state",
+        action="append",
+        choices=LISTED_STATES,
+        help="only jobs in this top-level state (repeatable)",
+    )
+    listing.set_defaults(run=_list)
+    show = action("show", "one job's state and Job Response (results)")
+    show.add_argument("job", metavar="JOB", help="JobOrderID")
+    show.set_defaults(run=_show)
+    store = action("store", "store a job order from a JSON or YAML file")
+    store.add_argument("file", metavar="FILE", help="a JobOrder, or {JobOrder: ..., Comment: ...}")
+    store.add_argument("--start", action="store_true", help="StoreAndStart: allowed to start")
+    store.set_defaults(run=_store)
+    for name, method in JOB_ACTIONS.items():
+        act = action(name, f"call {method} on a job")
+        act.add_argument("job", metavar="JOB", help="JobOrderID")
+        act.add_argument("--comment", default=None, help="a comment for the MES method call")
+        act.set_defaults(run=_act, method=method)
+    watch = action("watch", "print the scope's status events as they arrive (Ctrl-C ends)")
+    watch.add_argument("--count", type=int, default=None, help="end after this many events")
+    watch.set_defaults(run=_watch)
+
+
+def _configure_push(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("kind", choices=CONFIG_KINDS, metavar="KIND", help=config_kinds())
+    parser.add_argument("file", metavar="FILE", help="the document, JSON or YAML ('-': stdin)")
+    parser.add_argument("--delete", action="store_true", help="DELETE instead of PUT")
+    _add_connection_options(parser)
+    parser.set_defaults(run=_push)
+
+
+# -- running ----------------------------------------------------------------------------------
+
+
+def _run(args: argparse.Namespace, plugins: GatewayPluginManager) -> int:
+    """Connect, run the action, turn every expected failure into one line on stderr."""
+    out = Console(soft_wrap=True, highlight=False)
+    try:
+        url, prefix = _where(args, plugins)
+        anyio.run(_session, args, url, prefix, out)
+    except (GatewayError, DocumentError) as error:
+        print(f"gateway {args.command}: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+async def _session(args: argparse.Namespace, url: str, prefix: str, out: Console) -> None:
+    async with connect_client(
+        url, reply_prefix=f"{prefix}/cli-replies", connect_timeout=args.timeout
+    ) as client:
+        jobs = JobsClient(client, prefix, args.scope, timeout=args.timeout)
+        action: Action = args.run
+        await action(args, jobs, out)
+
+
+def _where(args: argparse.Namespace, plugins: GatewayPluginManager) -> tuple[str, str]:
+    """Broker URL and topic prefix: the options, else the settings (file and environment)."""
+    settings = dict(load_gateway_settings(plugins, args.config).items())
+    url = args.mqtt or getattr(settings.get("mqtt"), "url", None) or DEFAULT_MQTT_URL
+    prefix = args.prefix or getattr(settings.get("jobs"), "topic_prefix", "jobs")
+    if url.startswith("memory://"):
+        raise GatewayError(
+            f"{url} is a broker inside a gateway process; give a real broker with --mqtt"
+        )
+    return url, prefix
+
+
+def _print_json(out: Console, data: Any) -> None:
+    out.print_json(json.dumps(data), indent=None if out.is_terminal is False else 2)
+
+
+# -- actions ----------------------------------------------------------------------------------
+
+
+async def _list(args: argparse.Namespace, jobs: JobsClient, out: Console) -> None:
+    states = tuple(args.state) if args.state else LISTED_STATES
+    responses = await jobs.job_responses(states)
+    if args.json:
+        _print_json(out, responses)
+        return
+    if not responses:
+        out.print(f"no jobs in scope {jobs.scope}")
+        return
+    table = Table(title=f"jobs in {jobs.scope}", title_justify="left", expand=False)
+    for column in ("job", "state", "started", "ended", "results"):
+        table.add_column(column, overflow="fold")
+    for response in responses:
+        table.add_row(
+            str(response.get("JobOrderID", "?")),
+            state_path(response),
+            _time(response.get("StartTime")),
+            _time(response.get("EndTime")),
+            str(len(response.get("JobResponseData") or [])),
+        )
+    out.print(table)
+
+
+async def _show(args: argparse.Namespace, jobs: JobsClient, out: Console) -> None:
+    response = await jobs.job_response(args.job)
+    if args.json:
+        _print_json(out, response)
+        return
+    table = Table(title=f"job {args.job}", title_justify="left", show_header=False)
+    table.add_column("field", style="bold")
+    table.add_column("value", overflow="fold")
+    table.add_row("state", state_path(response))
+    table.add_row("started", _time(response.get("StartTime")) or "-")
+    table.add_row("ended", _time(response.get("EndTime")) or "-")
+    for entry in response.get("JobResponseData") or []:
+        table.add_row(str(entry.get("ID")), _value(entry.get("Value")))
+    out.print(table)
+
+
+async def _store(args: argparse.Namespace, jobs: JobsClient, out: Console) -> None:
+    payload = job_order_payload(read_document(args.file))
+    await jobs.store(payload, start=args.start)
+    job = payload.get("JobOrder", payload.get("job_order", {})).get("JobOrderID", "?")
+    method = "StoreAndStart" if args.start else "Store"
+    _done(args, out, method, job)
+
+
+async def _act(args: argparse.Namespace, jobs: JobsClient, out: Console) -> None:
+    await jobs.act(args.method, args.job, args.comment)
+    _done(args, out, args.method, args.job)
+
+
+def _done(args: argparse.Namespace, out: Console, method: str, job: str) -> None:
+    if args.json:
+        _print_json(out, {"method": method, "JobOrderID": job, "ReturnStatus": 1})
+    else:
+        out.print(f"{method} {job}: done")
+
+
+async def _watch(args: argparse.Namespace, jobs: JobsClient, out: Console) -> None:
+    seen = 0
+    async with jobs.status_events() as events:
+        print(f"watching {jobs.events_topic} (Ctrl-C ends)", file=sys.stderr, flush=True)
+        async for event in events:
+            _print_event(args, out, event)
+            seen += 1
+            if args.count is not None and seen >= args.count:
+                return
+
+
+def _print_event(args: argparse.Namespace, out: Console, event: CloudEvent) -> None:
+    data = event.data if isinstance(event.data, Mapping) else {}
+    order = data.get("JobOrder")
+    job = str(order.get("JobOrderID", "?")) if isinstance(order, Mapping) else "?"
+    state = state_path(data)
+    if args.json:
+        time = event.time.isoformat() if event.time else None
+        line = {"time": time, "JobOrderID": job, "state": state, "event": data}
+        if event.causationid:
+            line["causationid"] = event.causationid
+        out.print(json.dumps(line), soft_wrap=True, markup=False, highlight=False)
+        return
+    result = ""
+    response = data.get("JobResponse")
+    if isinstance(response, Mapping):
+        result = f"  {len(response.get('JobResponseData') or [])} results"
+    out.print(f"{_time(event.time)}  {job}  {state}{result}", markup=False)
+
+
+async def _push(args: argparse.Namespace, jobs: JobsClient, out: Console) -> None:
+    document = read_document(args.file)
+    await jobs.configure(args.kind, document, delete=args.delete)
+    name = document.get("ID", "") if isinstance(document, Mapping) else ""
+    verb = "DELETE" if args.delete else "PUT"
+    if args.json:
+        _print_json(out, {"kind": args.kind, "method": verb, "ID": name, "ReturnStatus": 1})
+    else:
+        out.print(f"{verb} {args.kind} {name}: done".replace("  ", " "), markup=False)
+
+
+# -- formatting -------------------------------------------------------------------------------
+
+
+def state_path(document: Mapping[str, Any]) -> str:
+    """``Ended.Completed`` from a Job Response's or status event's ``JobState``."""
+    states = document.get("JobState") or []
+    texts = [
+        str((entry.get("StateText") or {}).get("Text", "?"))
+        for entry in states
+        if isinstance(entry, Mapping)
+    ]
+    return ".".join(texts) or "?"
+
+
+def _time(value: Any) -> str:
+    """An ISO 8601 time as ``2026-11-26 07:21:05`` (seconds are enough to read)."""
+    if isinstance(value, datetime):
+        value = value.isoformat()
+    if not isinstance(value, str) or not value:
+        return ""
+    return value.replace("T", " ")[:19]
+
+
+def _value(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def jobs_command() -> Command:
+    return Command(
+        "jobs",
+        "list, show, store, start, pause, resume, stop, abort, cancel, clear and watch jobs over "
+        "MQTT, as an MES does",
+        _configure_jobs,
+        _run,
+    )
+
+
+def config_push_command() -> Command:
+    return Command(
+        "config push",
+        "send station configuration (workmaster, equipment, ...) from a file, as an MES does",
+        _configure_push,
+        _run,
+    )
