@@ -5,8 +5,12 @@ An engine never touches a transport. It hands an ``EquipmentCommand`` to the gat
 equipment. The driver delivers the command in its own protocol and, when the equipment answers,
 hands an ``EquipmentReply`` (matched by the command's correlation id) or an ``EquipmentEvent``
 (a ``pull_event`` the equipment publishes on its own) back to the hub, which passes it to the
-sink the engine attached. Replies and events may arrive at any gateway instance: the sink must
-route them through shared state, never through memory of the instance that sent the command.
+sink of the recipe interpreter whose job it is for: every interpreter attaches its own sink, and
+with several attached the hub asks each ``runs_job`` (the job is the first part of the
+correlation id ``{job}:{action}:{attempt}``); an event naming no job goes to every sink, each
+taking it only if one of its jobs waits for it. Replies and events may arrive at any gateway
+instance: a sink must route them through shared state, never through memory of the instance
+that sent the command.
 
 The hub also keeps **liveness**: drivers report ``heartbeat(equipment)`` when the equipment
 signals it is alive and ``gone(equipment)`` when it says goodbye (or its connection drops).
@@ -184,7 +188,11 @@ def event_from_cloudevent(event: CloudEvent) -> EquipmentEvent:
 
 
 class EquipmentSink(Protocol):
-    """Where replies and events go (implemented by the recipe engine)."""
+    """Where replies and events go: one per recipe interpreter (``EquipmentHub.attach``).
+
+    With more than one sink attached, each must also be a ``JobOwner``, so the hub can tell
+    whose job a reply is for.
+    """
 
     async def reply(self, reply: EquipmentReply) -> None:
         """Record the reply durably before returning (the driver acknowledges after)."""
@@ -206,6 +214,16 @@ class EquipmentDriver(Protocol):
 
     async def send(self, command: EquipmentCommand) -> None:
         """Deliver ``command``; the reply comes later through ``gateway.equipment.reply``."""
+        ...
+
+
+@runtime_checkable
+class JobOwner(Protocol):
+    """A sink that can say whether a job is its interpreter's (optional member of
+    ``EquipmentSink``, needed once several interpreters share the hub)."""
+
+    async def runs_job(self, job_order_id: str, scope: str | None) -> bool:
+        """Whether this interpreter runs ``job_order_id`` (in ``scope``, when known)."""
         ...
 
 
@@ -261,7 +279,7 @@ class EquipmentHub:
         self.heartbeat_timeout_seconds = heartbeat_timeout_seconds
         self.clock = clock  # Unix time of heartbeats and departures, and "now" in explanations
         self._store = store
-        self._sink: EquipmentSink | None = None
+        self.sinks: list[EquipmentSink] = []
         self._local = _LocalLivenessRecords(lambda: self.clock())
 
     def add_driver(self, driver: EquipmentDriver) -> None:
@@ -270,10 +288,17 @@ class EquipmentHub:
         self.drivers.append(driver)
 
     def attach(self, sink: EquipmentSink) -> None:
-        """Make ``sink`` receive every reply and event (one engine per gateway)."""
-        if self._sink is not None and self._sink is not sink:
-            raise GatewayError("an equipment sink is already attached")
-        self._sink = sink
+        """Make ``sink`` receive the replies and events of its interpreter's jobs (each recipe
+        interpreter attaches its own; attaching the same sink again changes nothing)."""
+        if any(existing is sink for existing in self.sinks):
+            return
+        for candidate in (*self.sinks, sink):
+            if self.sinks and not isinstance(candidate, JobOwner):
+                raise GatewayError(
+                    f"equipment sink {type(candidate).__name__} cannot say which jobs are its "
+                    "own (runs_job), so it cannot share the hub with another interpreter"
+                )
+        self.sinks.append(sink)
 
     def driver_for(self, command: EquipmentCommand) -> EquipmentDriver:
         """The first driver that serves ``command``; catch-all drivers are asked last.
@@ -295,17 +320,32 @@ class EquipmentHub:
         await self.driver_for(command).send(command)
 
     async def reply(self, reply: EquipmentReply) -> None:
-        """Called by drivers when equipment answers a command."""
-        await self._attached().reply(reply)
+        """Called by drivers when equipment answers a command: to its job's interpreter."""
+        job = reply.correlation_id.rsplit(":", 2)[0]
+        sink = await self._sink_for(job, reply.scope, f"reply {reply.correlation_id}")
+        await sink.reply(reply)
 
     async def event(self, event: EquipmentEvent) -> None:
-        """Called by drivers when equipment reports an event."""
-        await self._attached().event(event)
-
-    def _attached(self) -> EquipmentSink:
-        if self._sink is None:
+        """Called by drivers when equipment reports an event: to the interpreter of the job it
+        names, else to every interpreter (the one with a job waiting for it takes it)."""
+        if event.job_order_id is not None:
+            sink = await self._sink_for(event.job_order_id, event.scope, f"event {event.id}")
+            await sink.event(event)
+            return
+        if not self.sinks:
             raise GatewayError("equipment reported something, but no recipe engine is attached")
-        return self._sink
+        for sink in self.sinks:
+            await sink.event(event)
+
+    async def _sink_for(self, job: str, scope: str | None, what: str) -> EquipmentSink:
+        if not self.sinks:
+            raise GatewayError("equipment reported something, but no recipe engine is attached")
+        if len(self.sinks) == 1:
+            return self.sinks[0]
+        for sink in self.sinks:
+            if isinstance(sink, JobOwner) and await sink.runs_job(job, scope):
+                return sink
+        raise GatewayError(f"{what}: no recipe interpreter runs job {job!r}")
 
     # -- liveness -----------------------------------------------------------------------------
 

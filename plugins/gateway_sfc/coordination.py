@@ -96,6 +96,11 @@ class Coordinator:
             fields["error"] = reply.error
         await self.work.enqueue(str(scope), fields)
 
+    async def runs_job(self, job_order_id: str, scope: str | None) -> bool:
+        """``gateway.equipment.JobOwner``: whether the job is a chart of this engine."""
+        known = await self.scopes.job_scope(job_order_id)
+        return known is not None and (scope is None or known == scope)
+
     async def event(self, event: EquipmentEvent) -> None:
         scope = event.scope
         if scope is None and event.job_order_id:

@@ -114,6 +114,46 @@ async def test_replies_and_events_go_to_the_attached_sink() -> None:
     assert [e.id for e in sink.events] == ["e1"]
 
 
+class OwningSink(Sink):
+    """A sink whose interpreter runs the jobs in ``jobs`` (scope -> job ids)."""
+
+    def __init__(self, jobs: dict[str, set[str]]) -> None:
+        super().__init__()
+        self.jobs = jobs
+
+    async def runs_job(self, job_order_id: str, scope: str | None) -> bool:
+        return any(job_order_id in ids for name, ids in self.jobs.items() if scope in (None, name))
+
+
+@pytest.mark.anyio
+async def test_each_interpreter_gets_the_replies_and_events_of_its_own_jobs() -> None:
+    hub = EquipmentHub()
+    charts, sequences = OwningSink({"cell1": {"J1"}}), OwningSink({"cell1": {"J2"}})
+    hub.attach(charts)
+    hub.attach(sequences)
+    hub.attach(charts)  # again: nothing changes
+    assert hub.sinks == [charts, sequences]
+    await hub.reply(EquipmentReply("J2:press:1", data="for J2"))
+    await hub.reply(EquipmentReply("J1:tighten:3", data="for J1", scope="cell1"))
+    await hub.event(EquipmentEvent(type="t.v1", id="e1", job_order_id="J2", scope="cell1"))
+    await hub.event(EquipmentEvent(type="t.v1", id="e2"))  # no job: every interpreter looks
+    assert [r.data for r in charts.replies] == ["for J1"]
+    assert [r.data for r in sequences.replies] == ["for J2"]
+    assert [e.id for e in charts.events] == ["e2"]
+    assert [e.id for e in sequences.events] == ["e1", "e2"]
+    with pytest.raises(GatewayError, match="no recipe interpreter runs job 'J9'"):
+        await hub.reply(EquipmentReply("J9:a:1"))
+    with pytest.raises(GatewayError, match="no recipe interpreter runs job 'J1'"):
+        await hub.reply(EquipmentReply("J1:a:1", scope="cell2"))  # J1 of another scope
+
+
+def test_a_sink_that_cannot_name_its_jobs_cannot_share_the_hub() -> None:
+    hub = EquipmentHub()
+    hub.attach(Sink())
+    with pytest.raises(GatewayError, match="cannot say which jobs are its own"):
+        hub.attach(OwningSink({}))
+
+
 # -- the equipment CloudEvent shape ---------------------------------------------------------
 
 
