@@ -24,17 +24,18 @@ make_secret() {  # name
 
 make_secret mqtt_password            # user "gateway": every gateway process
 make_secret mqtt_mes_password        # user "mes": the MES
-make_secret mqtt_equipment_password  # user "equipment": the simulated station's devices
 make_secret redis_password           # ACL user "gateway"
 
-# The simulated devices connect with credentials in their broker URL.
-if [ ! -s secrets/simulator_mqtt_url ]; then
-    printf 'mqtt://equipment:%s@mosquitto:1883\n' "$(cat secrets/mqtt_equipment_password)" \
-        > secrets/simulator_mqtt_url
-    echo "made secrets/simulator_mqtt_url"
+# One MQTT user per simulated device, named like it ("name=password,..."): the broker's ACL
+# lets each publish under its own topics only. Real equipment gets a user of its own the same way.
+if [ ! -s secrets/mqtt_device_passwords ]; then
+    printf 'positioner=%s,tightener=%s,camera=%s\n' \
+        "$(random_password)" "$(random_password)" "$(random_password)" \
+        > secrets/mqtt_device_passwords
+    echo "made secrets/mqtt_device_passwords"
 fi
 
 # Compose bind-mounts these files as they are, and the gateway runs as uid 10001: the files are
 # readable by everyone, the directory (0700) by you only.
-chmod 0444 secrets/mqtt_password secrets/mqtt_mes_password secrets/mqtt_equipment_password \
-    secrets/redis_password secrets/simulator_mqtt_url
+chmod 0444 secrets/mqtt_password secrets/mqtt_mes_password secrets/mqtt_device_passwords \
+    secrets/redis_password

@@ -286,7 +286,10 @@ class Gateway:
                 tasks.cancel_scope.cancel()
             if self.instances is not None:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(2):
-                    await self.instances.leave()
+                    try:
+                        await self.instances.leave()
+                    except Exception as error:  # the store is away: the entry ages out
+                        log.warning("instance entry not removed: %s", error)
         log.info("gateway %s stopped: %s", self.instance_id, self.stop_reason)
         if self.failed:
             raise GatewayError(f"gateway stopped: {self.stop_reason}")
@@ -433,6 +436,8 @@ class _PhaseView:
             "stopping",
             "binding",
             "runs",
+            "readiness",
+            "resilience",
         }
     )
 

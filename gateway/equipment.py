@@ -39,16 +39,20 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from gateway.cloudevents import JSON, CloudEvent, utc_now
-from gateway.errors import GatewayError, ValidationError
+from gateway.errors import GatewayError, NotPermitted, ValidationError
 
 if TYPE_CHECKING:
-    from gateway.store import LivenessRecords, Store
+    from gateway.store import CommandLedger, LivenessRecords, Store
 
 log = logging.getLogger(__name__)
 
 DEFAULT_HEARTBEAT_TIMEOUT = 10.0
 """Seconds without a heartbeat after which equipment counts as offline, unless the driver
 reporting the heartbeat says otherwise."""
+
+SENT_RECORD_SECONDS = 86_400.0
+"""How long the hub remembers which equipment an unanswered command went to (longer when the
+command's own timeout is longer): a reply later than that is refused."""
 
 
 @dataclass(frozen=True)
@@ -72,12 +76,19 @@ class EquipmentCommand:
 
 @dataclass(frozen=True)
 class EquipmentReply:
-    """The equipment's answer to the command with ``correlation_id``; ``error`` if it failed."""
+    """The equipment's answer to the command with ``correlation_id``; ``error`` if it failed.
+
+    ``equipment``: who answered, as the driver's transport vouches for it (the topic the broker's
+    ACL let it publish on, the connection it authenticated). Set, the hub accepts the reply only
+    for a command it sent to that equipment. ``None``: a reply the driver itself makes (a
+    command it could not deliver), accepted as it is.
+    """
 
     correlation_id: str
     data: Any = None
     error: str | None = None
     scope: str | None = None  # the command's scope, when the reply carries it back
+    equipment: str | None = None
 
 
 @dataclass(frozen=True)
@@ -281,6 +292,7 @@ class EquipmentHub:
         self._store = store
         self.sinks: list[EquipmentSink] = []
         self._local = _LocalLivenessRecords(lambda: self.clock())
+        self._local_sent = _LocalCommandLedger()  # without a store
 
     def add_driver(self, driver: EquipmentDriver) -> None:
         if any(existing.name == driver.name for existing in self.drivers):
@@ -317,13 +329,38 @@ class EquipmentHub:
         )
 
     async def send(self, command: EquipmentCommand) -> None:
-        await self.driver_for(command).send(command)
+        """Hand ``command`` to its driver, after recording which equipment it goes to (in the
+        store, so a reply is checked against it on whichever instance it arrives)."""
+        driver = self.driver_for(command)
+        if command.equipment is not None:
+            seconds = max(SENT_RECORD_SECONDS, command.timeout_seconds or 0)
+            await self._ledger().sent(command.correlation_id, command.equipment, seconds)
+        await driver.send(command)
+
+    def _ledger(self) -> CommandLedger:
+        store = self._store()
+        return self._local_sent if store is None else store.commands
 
     async def reply(self, reply: EquipmentReply) -> None:
-        """Called by drivers when equipment answers a command: to its job's interpreter."""
+        """Called by drivers when equipment answers a command: to its job's interpreter.
+
+        A reply naming its sender (``reply.equipment``) is accepted only if the command with its
+        correlation id went to that equipment and is still unanswered; ``NotPermitted``
+        otherwise, and nothing reaches the engine.
+        """
+        if reply.equipment is not None:
+            addressee = await self._ledger().addressee(reply.correlation_id)
+            if addressee != reply.equipment:
+                sent = f"it went to {addressee}" if addressee else "none is waiting for a reply"
+                raise NotPermitted(
+                    f"equipment {reply.equipment} may not answer command "
+                    f"{reply.correlation_id}: {sent}"
+                )
         job = reply.correlation_id.rsplit(":", 2)[0]
         sink = await self._sink_for(job, reply.scope, f"reply {reply.correlation_id}")
         await sink.reply(reply)
+        # The engine has the reply (durably): a second one finds no command waiting.
+        await self._ledger().answered(reply.correlation_id)
 
     async def event(self, event: EquipmentEvent) -> None:
         """Called by drivers when equipment reports an event: to the interpreter of the job it
@@ -402,6 +439,22 @@ class EquipmentHub:
         if state.gone_at is not None:
             last = f"{state.gone_reason or 'disconnected'} {now - state.gone_at:.1f} s ago ({last})"
         return f"equipment {equipment_id} offline: {last}"
+
+
+class _LocalCommandLedger:
+    """``CommandLedger`` in this process only (no store)."""
+
+    def __init__(self) -> None:
+        self._sent: dict[str, str] = {}
+
+    async def sent(self, correlation_id: str, equipment_id: str, ttl_seconds: float) -> None:
+        self._sent[correlation_id] = equipment_id
+
+    async def addressee(self, correlation_id: str) -> str | None:
+        return self._sent.get(correlation_id)
+
+    async def answered(self, correlation_id: str) -> None:
+        self._sent.pop(correlation_id, None)
 
 
 class _LocalLivenessRecords:

@@ -31,5 +31,11 @@ class SettingsError(ValidationError):
     """A settings value that stops start-up."""
 
 
+class NotPermitted(GatewayError):
+    """A message its sender may not send: equipment answering a command that was sent to other
+    equipment, or speaking for equipment it is not. Answered with the ``not-permitted`` error
+    code and never retried."""
+
+
 class PluginError(GatewayError):
     """A plugin that cannot be loaded or registers something twice."""

@@ -20,7 +20,8 @@ hook                                          ``gateway`` is a
 
 The basics (``GatewayBasics``) are there from the first of these hooks on: settings, plugin
 manager, instance id, source, role, metrics, the store (``None`` without a store plugin), the
-bindings, the instance registry, ``stopping`` (an event for running code) and ``state``.
+bindings, the instance registry, ``stopping`` (an event for running code), ``state``, and
+``readiness`` / ``resilience`` (``gateway.resilience``: how loops survive outages).
 Reading something a later phase builds raises ``PluginError`` naming the hook that builds it.
 The full ``Gateway`` satisfies every phase protocol, so code typed against a phase runs with
 either.
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
     from gateway.metrics import Metrics
     from gateway.plugins import GatewayPluginManager
     from gateway.recipes import JobControl, RecipeInterpreter
+    from gateway.resilience import Readiness, Resilience
     from gateway.settings import Settings
     from gateway.store import Store
     from gateway.transport import Binding, Processor
@@ -133,6 +135,16 @@ class GatewayBasics(Protocol):
 
     @property
     def instances(self) -> InstanceRegistry | None: ...
+
+    @property
+    def readiness(self) -> Readiness:
+        """Named readiness checks (``/readyz``); failing ones name the loop and why."""
+        ...
+
+    @property
+    def resilience(self) -> Resilience:
+        """How long-running loops survive store and broker outages (``gateway.resilience``)."""
+        ...
 
     @property
     def stopping(self) -> anyio.Event:

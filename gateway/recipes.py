@@ -87,6 +87,8 @@ class JobOutcome:
     # True when a command that may have changed the product or equipment was sent before the
     # failure: the MES then knows the part is not untouched.
     side_effects: bool = False
+    # The command whose failure ended the job (``{job}:{action}:{attempt}``), for the log.
+    correlation_id: str | None = None
 
 
 class JobControl(Protocol):

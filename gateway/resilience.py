@@ -261,6 +261,18 @@ class Resilience:
         finally:
             outage.close()
 
+    async def every(
+        self,
+        check: str,
+        seconds: float,
+        step: Callable[[], Awaitable[object]],
+        *,
+        logger: logging.Logger = log,
+    ) -> NoReturn:
+        """``forever`` with the first run one interval from now (periodic housekeeping)."""
+        await anyio.sleep(seconds)
+        await self.forever(check, step, interval=seconds, logger=logger)
+
     async def forever(
         self,
         check: str,

@@ -13,8 +13,9 @@ same ``Store``. What callers may rely on, and must keep to:
   scope, or of the pseudo-scope ``_global`` only, so it stays within one hash slot and runs
   unchanged on Redis Cluster;
 - the host itself issues no Redis command: what it stores (de-duplication, which instances are
-  alive, equipment liveness) goes through the narrow protocols below (``store.dedupe``,
-  ``store.instances``, ``store.liveness``), which the store plugin implements.
+  alive, equipment liveness, where each command went) goes through the narrow protocols below
+  (``store.dedupe``, ``store.instances``, ``store.liveness``, ``store.commands``), which the
+  store plugin implements.
 """
 
 from __future__ import annotations
@@ -143,6 +144,23 @@ class LivenessRecords(Protocol):
     async def read(self, equipment_id: str) -> Liveness: ...
 
 
+class CommandLedger(Protocol):
+    """Which equipment each command went to, until answered (``gateway.equipment`` checks a
+    reply naming its sender against it, on whichever instance the reply arrives)."""
+
+    async def sent(self, correlation_id: str, equipment_id: str, ttl_seconds: float) -> None:
+        """The command ``correlation_id`` went to ``equipment_id``; forgotten after the TTL."""
+        ...
+
+    async def addressee(self, correlation_id: str) -> str | None:
+        """The equipment the command went to, while it waits for its reply."""
+        ...
+
+    async def answered(self, correlation_id: str) -> None:
+        """The reply is recorded: no second reply finds the command waiting."""
+        ...
+
+
 class ScopeTransaction(Protocol):
     """Writes to one scope that commit together with their change record (MULTI/EXEC)."""
 
@@ -177,6 +195,9 @@ class Store(Protocol):
 
     @property
     def liveness(self) -> LivenessRecords: ...
+
+    @property
+    def commands(self) -> CommandLedger: ...
 
     @property
     def client(self) -> Redis:

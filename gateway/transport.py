@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
@@ -24,7 +25,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from gateway.cloudevents import CloudEvent
-from gateway.errors import ValidationError
+from gateway.errors import GatewayError, NotPermitted, ValidationError
 from gateway.logs import log_context
 from gateway.metrics import Metrics
 from gateway.resilience import Resilience, is_transient
@@ -46,8 +47,25 @@ it, and plugins that talk to the MES name it through this constant."""
 INVALID_REQUEST = "invalid-request"
 UNKNOWN_TYPE = "unknown-type"
 PROCESSING_FAILED = "processing-failed"
+NOT_PERMITTED = "not-permitted"  # the sender may not send this (``gateway.errors.NotPermitted``)
 # Type of an error reply to a message too malformed to have a usable type of its own.
 ERROR_EVENT_TYPE = "io.github.station-gateway.error.v1"
+
+
+_arrival: ContextVar[str | None] = ContextVar("gateway_arrival_topic", default=None)
+
+
+def arrival_topic() -> str:
+    """The topic the event a handler is handling arrived on (call it inside a handler).
+
+    Where a transport authenticates senders per topic (an MQTT broker's ACL lets equipment
+    publish only under its own name, the MessagePack-RPC binding names the connection's
+    equipment in the topic), the topic says who sent the event, whatever the event claims.
+    """
+    topic = _arrival.get()
+    if topic is None:
+        raise GatewayError("arrival_topic() is only known while a processor handles an event")
+    return topic
 
 
 def error_event(
@@ -241,8 +259,12 @@ class Dispatcher:
             context = log_context(
                 scope=event.subject, correlationid=event.correlationid or event.id, topic=topic
             )
-            with context:
-                replies = await self._dispatch(event, binding=binding, topic=topic)
+            arrival = _arrival.set(topic)
+            try:
+                with context:
+                    replies = await self._dispatch(event, binding=binding, topic=topic)
+            finally:
+                _arrival.reset(arrival)
             outcome = next((r.errorcode for r in replies if r.errorcode), "ok")
             self._handled.labels(binding, outcome).inc()
             return replies
@@ -272,6 +294,11 @@ class Dispatcher:
             self.reject(binding=binding, topic=topic, code=INVALID_REQUEST, error=error)
             replies = [
                 event.error_reply(source=self.source, code=INVALID_REQUEST, message=str(error))
+            ]
+        except NotPermitted as error:
+            self.reject(binding=binding, topic=topic, code=NOT_PERMITTED, error=error)
+            replies = [
+                event.error_reply(source=self.source, code=NOT_PERMITTED, message=str(error))
             ]
         except Exception as error:
             if self._dedupe is not None:

@@ -5,8 +5,9 @@ on (or disturb) whatever else runs on the machine.
 
 For security tests, ``make_certificates`` makes a test CA and certificates with the ``openssl``
 command, ``mosquitto_secure`` starts a broker with a TLS listener, a password file
-(``mosquitto_passwd``) and optionally required client certificates, and ``redis_server`` takes
-ACL users and a TLS port.
+(``mosquitto_passwd``) and optionally required client certificates, ``mosquitto_deployed`` runs
+a deployment's own configuration file (its ACL and password file included), and
+``redis_server`` takes ACL users and a TLS port.
 """
 
 from __future__ import annotations
@@ -269,6 +270,49 @@ def mosquitto_secure(
     return ServerProcess(
         "mosquitto", [find_executable("mosquitto"), "-c", str(config)], port, directory
     )
+
+
+def mosquitto_deployed(
+    config: Path,
+    files: Mapping[str, Path],
+    *,
+    mount: str = "/mosquitto/",
+    directory: Path | None = None,
+) -> ServerProcess:
+    """A mosquitto running a configuration file written for a container (``deploy/mosquitto``).
+
+    Every path under ``mount`` in ``config`` moves into ``directory``, and ``files`` (path
+    under the mount -> file) are copied there: the ACL and the password file the deployment
+    uses, e.g. ``{"config/acl": ..., "auth/passwd": ...}``. The one plain ``listener <port>``
+    becomes a loopback listener on a free port; the rest of the file is used as it is.
+    """
+    directory = directory or Path(tempfile.mkdtemp(prefix="gw-mosquitto-deployed-"))
+    port = free_port()
+    lines = []
+    listeners = 0
+    for line in config.read_text().replace(mount, f"{directory}/").splitlines():
+        words = line.split()
+        if len(words) == 2 and words[0] == "listener":
+            listeners += 1
+            line = f"listener {port} 127.0.0.1"
+        lines.append(line)
+    if listeners != 1:
+        raise RuntimeError(f"{config}: expected one plain 'listener <port>', found {listeners}")
+    # Started as root (tests in a container), mosquitto would drop to its own user before
+    # reading the files in this private directory; "root" keeps root (ignored otherwise).
+    lines.append("user root")
+    for relative, source in files.items():
+        target = directory / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+        target.chmod(0o600)
+    for line in lines:  # directories the configuration names (persistence, logs)
+        words = line.split()
+        if len(words) == 2 and words[0] == "persistence_location":
+            Path(words[1]).mkdir(parents=True, exist_ok=True)
+    (directory / "mosquitto.conf").write_text("\n".join(lines) + "\n")
+    command = [find_executable("mosquitto"), "-c", str(directory / "mosquitto.conf")]
+    return ServerProcess("mosquitto", command, port, directory)
 
 
 # -- test certificates ----------------------------------------------------------------------

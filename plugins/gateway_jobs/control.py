@@ -11,14 +11,18 @@ error in the response's ``Description``; ``hold`` says its reason there too.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from collections.abc import Sequence
 from typing import Any
 
+from gateway.logs import log_context
 from gateway.recipes import JobOutcome, ProcessValue, RecipeJob
 from gateway_jobs.jobs import JobManager
 from gateway_jobs.model import EUInformation, LocalizedText, Parameter
 from gateway_jobs.repository import Edit, StoredJob
+
+log = logging.getLogger(__name__)
 
 ERROR_ID = "Error"
 SIDE_EFFECTS_ID = "SideEffects"
@@ -55,7 +59,12 @@ class JobsControl:
             ProcessValue(SIDE_EFFECTS_ID, outcome.side_effects),
         ]
         edit = _response_edit([*outcome.results, *failure], description=f"Aborted: {error}")
-        return await self.manager.drive(scope, job_order_id, "Fail", edit)
+        failed = await self.manager.drive(scope, job_order_id, "Fail", edit)
+        if failed:
+            # Why a job failed belongs in the log, not only in its Job Response.
+            with log_context(scope=scope, job=job_order_id, correlationid=outcome.correlation_id):
+                log.warning("job %s/%s aborted: %s", scope, job_order_id, error)
+        return failed
 
     async def hold(self, scope: str, job_order_id: str, reason: str) -> bool:
         edit = _response_edit([], description=f"Held: {reason}")

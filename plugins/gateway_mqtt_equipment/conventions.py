@@ -7,13 +7,15 @@ equipment name used in recipes:
 
 - ``<prefix>/<equipment>/commands`` (gateway -> equipment, QoS 1): one ``push_command``.
   Type = the action's ``type_id``; ``subject`` = the job's scope; ``correlationid`` (also the
-  Correlation Data) = ``{job}:{action}:{attempt}``; Response Topic = ``<prefix>/replies``;
-  Message Expiry = the action's timeout; extension attributes ``equipment``, ``joborderid``,
-  ``action``; data = what the driver's ``payload_for`` makes of the command.
-- ``<prefix>/replies`` (equipment -> gateway, QoS 1): the answer, sent to the command's Response
-  Topic with its Correlation Data (``correlationid``). A failed command is answered with the
-  ``errorcode`` and ``errormessage`` attributes set. Every gateway instance subscribes through a
-  shared subscription, so the reply is handled even if the instance that sent the command died.
+  Correlation Data) = ``{job}:{action}:{attempt}``; Response Topic =
+  ``<prefix>/<equipment>/replies``; Message Expiry = the action's timeout; extension attributes
+  ``equipment``, ``joborderid``, ``action``; data = what the driver's ``payload_for`` makes of
+  the command.
+- ``<prefix>/<equipment>/replies`` (equipment -> gateway, QoS 1): the answer, sent to the
+  command's Response Topic with its Correlation Data (``correlationid``). A failed command is
+  answered with the ``errorcode`` and ``errormessage`` attributes set. Every gateway instance
+  subscribes through a shared subscription, so the reply is handled even if the instance that
+  sent the command died.
 - ``<prefix>/<equipment>/events`` (equipment -> gateway, QoS 1): what the equipment reports on its
   own, for ``pull_event`` actions. Type = the action's ``type_id``; ``subject`` = the scope and
   ``joborderid`` = the job when the equipment knows them; ``equipment`` = its name.
@@ -21,6 +23,13 @@ equipment name used in recipes:
   seconds while the equipment is up, ``OFFLINE_TYPE`` (QoS 1) when it goes away, with data
   ``{"reason": "..."}`` if it wants to say why. The offline event also makes a good MQTT Will,
   so a device whose connection breaks is noticed at once.
+
+**Identity.** The ``<equipment>`` level of the topic a reply, event or heartbeat arrives on says
+who sent it: the broker's ACL lets each equipment user publish only under its own name
+(``deploy/mosquitto/acl``: ``pattern write <prefix>/%u/...``). The gateway takes the equipment
+from the topic, refuses an event or heartbeat whose ``equipment`` attribute names other
+equipment, and accepts a reply only for a command it sent to that equipment (``not-permitted``
+otherwise; ``gateway.equipment.EquipmentHub.reply``).
 """
 
 from __future__ import annotations
@@ -61,9 +70,8 @@ class EquipmentTopics:
 
     prefix: str
 
-    @property
-    def replies(self) -> str:
-        return f"{self.prefix}/replies"
+    def replies(self, equipment: str) -> str:
+        return f"{self.prefix}/{equipment}/replies"
 
     def commands(self, equipment: str) -> str:
         return f"{self.prefix}/{equipment}/commands"
@@ -73,3 +81,9 @@ class EquipmentTopics:
 
     def heartbeat(self, equipment: str) -> str:
         return f"{self.prefix}/{equipment}/heartbeat"
+
+    def sender(self, topic: str) -> str | None:
+        """The equipment whose topic ``topic`` is (``<prefix>/<equipment>/...``), or ``None``."""
+        head, _, rest = topic.partition(f"{self.prefix}/")
+        equipment = rest.split("/", 1)[0] if not head else ""
+        return equipment or None

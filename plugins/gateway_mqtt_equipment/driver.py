@@ -28,8 +28,8 @@ from gateway.equipment import (
     reply_error,
     reply_from_event,
 )
-from gateway.errors import GatewayError, ValidationError
-from gateway.transport import MQTT_BINDING, Processor, Subscription
+from gateway.errors import GatewayError, NotPermitted, ValidationError
+from gateway.transport import MQTT_BINDING, Processor, Subscription, arrival_topic
 from gateway_mqtt_equipment.conventions import (
     EQUIPMENT,
     HEARTBEAT_TYPE,
@@ -121,16 +121,17 @@ class MqttEquipmentDriver:
         return command_event(command, self.gateway.source, data=self.payload_for(command))
 
     async def send(self, command: EquipmentCommand) -> None:
-        """Publish ``command`` to its equipment's command topic, with the shared replies topic
-        as its Response Topic; ``GatewayError`` when it cannot be sent (not connected...)."""
+        """Publish ``command`` to its equipment's command topic, with the equipment's replies
+        topic as its Response Topic; ``GatewayError`` when it cannot be sent (not connected...)."""
         if command.equipment is None:
             raise GatewayError(f"{self.name}: command {command.correlation_id} names no equipment")
         self._check_receiving()
         try:
-            topic = self.topics.commands(check_topic_level("equipment", command.equipment))
+            equipment = check_topic_level("equipment", command.equipment)
+            topic = self.topics.commands(equipment)
             event = self.command_event(command)
             await self.gateway.binding(self.binding).publish(
-                topic, event, qos=1, response_topic=self.topics.replies
+                topic, event, qos=1, response_topic=self.topics.replies(equipment)
             )
         except (ValueError, GatewayError) as error:
             raise GatewayError(
@@ -160,7 +161,7 @@ class MqttEquipmentDriver:
         processors = [
             Processor(
                 name=f"{self.name}-replies",
-                subscriptions=[Subscription(self.topics.replies)],
+                subscriptions=[Subscription(self.topics.replies(item)) for item in served],
                 handle=self._on_reply,
                 binding=self.binding,
             ),
@@ -185,22 +186,34 @@ class MqttEquipmentDriver:
             )
         return processors
 
+    def _sender(self, event: CloudEvent) -> str:
+        """The equipment that sent ``event``: the one whose topic it arrived on (the broker's
+        ACL vouches for that). An ``equipment`` attribute naming other equipment is refused."""
+        topic = arrival_topic()
+        sender = self.topics.sender(topic)
+        if sender is None:
+            raise ValidationError("topic", f"{topic!r} is not an equipment topic of {self.name}")
+        claimed = event.extensions.get(EQUIPMENT)
+        if claimed is not None and claimed != sender:
+            raise NotPermitted(f"equipment {sender} may not speak for equipment {claimed}")
+        return sender
+
     async def _on_reply(self, event: CloudEvent) -> Sequence[CloudEvent]:
+        sender = self._sender(event)
         reply = reply_from_event(event)  # ValidationError without a correlation id
         data, error = self.read_reply(event)
-        await self.gateway.equipment.reply(replace(reply, data=data, error=error))
+        await self.gateway.equipment.reply(replace(reply, data=data, error=error, equipment=sender))
         return []
 
     async def _on_event(self, event: CloudEvent) -> Sequence[CloudEvent]:
+        sender = self._sender(event)
         equipment_event = self.read_event(event)
         if equipment_event is not None:
-            await self.gateway.equipment.event(equipment_event)
+            await self.gateway.equipment.event(replace(equipment_event, equipment=sender))
         return []
 
     async def _on_heartbeat(self, event: CloudEvent) -> Sequence[CloudEvent]:
-        equipment = event.extensions.get(EQUIPMENT)
-        if not equipment:
-            raise ValidationError(EQUIPMENT, "a heartbeat must name its equipment")
+        equipment = self._sender(event)
         if event.type == OFFLINE_TYPE:
             detail = event.data.get("reason") if isinstance(event.data, dict) else None
             reason = f"disconnected ({detail})" if detail else "disconnected"

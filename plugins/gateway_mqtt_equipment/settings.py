@@ -14,8 +14,8 @@ class MqttEquipmentSettings:
 
     topic_prefix: str = setting(
         "equipment",
-        "Equipment topics: <prefix>/<equipment>/commands|events|heartbeat; replies on "
-        "<prefix>/replies (shared by every instance)",
+        "Equipment topics: <prefix>/<equipment>/commands|replies|events|heartbeat (replies, "
+        "events and heartbeats shared by every instance)",
     )
     equipment: list[str] = setting(
         [],

@@ -11,10 +11,13 @@ Two ways to connect, same methods either way:
 1. **Equipment connects to the gateway** (``[msgpack_rpc] port``; 0, the default, opens none).
    Methods the gateway serves:
 
-   - ``hello(equipment_id) -> {"equipment", "gateway", "heartbeat_timeout_seconds",
+   - ``hello(equipment_id[, token]) -> {"equipment", "gateway", "heartbeat_timeout_seconds",
      "max_request_bytes"}``: names the equipment this connection is. Required before
      ``publish``; a later ``hello`` / ``heartbeat`` must repeat the same id. When a second
-     connection names the same equipment, the newest wins and the older one is closed.
+     connection names the same equipment, the newest wins and the older one is closed. What
+     proves the id is ``device_auth`` (``gateway_msgpack_rpc.auth``): nothing, the ``token``,
+     or the TLS client certificate; a refused one is answered ``not-authorized`` and the
+     connection closed.
    - ``heartbeat(equipment_id) -> true``: a sign of life; the first one also identifies the
      connection. A connection that sends nothing for ``heartbeat_timeout_seconds`` is closed
      and its equipment is offline.
@@ -24,7 +27,9 @@ Two ways to connect, same methods either way:
      ``errorcode`` / ``errormessage`` marks a failed command); one without is an equipment
      event (a ``pull_event``; a ``joborderid`` extension names its job). The result is the
      list of reply events of the processor that took it: ``[]`` for equipment replies and
-     events, a processor's own replies (or its error reply) otherwise.
+     events, a processor's own replies (or its error reply) otherwise. A reply to a command
+     that was not sent to this connection's equipment is answered with an error reply
+     ``not-permitted`` and goes no further.
 
    The gateway sends each command as the notification ``command(event)``, a CloudEvent shaped
    like the MQTT equipment driver's commands: ``type`` is the action's ``type_id``,
@@ -49,14 +54,14 @@ offline, with the reason, as soon as the connection ends (``gateway_msgpack_rpc.
 
 Errors (``error.code``): ``parse-error`` (not MessagePack), ``invalid-message`` (not a
 request/response/notification array of the right shape), ``request-too-large`` (frame over
-``max_request_bytes``), ``method-not-found``, ``invalid-params``, ``invalid-request`` (an
-invalid CloudEvent; the message names the attribute), ``not-identified`` (``publish`` before
-``hello``), ``internal-error``. A malformed request is answered with its msgid, or with msgid
-``nil`` when it has none that can be read; a malformed notification or response is only
-logged. The connection stays open, except after an oversize frame longer than
-``max_skip_bytes``. After bytes that are not MessagePack at all, the bytes of that read are
-dropped (there is no way to find the next frame in them); a request pipelined right behind
-garbage may therefore go unanswered.
+``max_request_bytes``), ``method-not-found``, ``invalid-params``, ``invalid-request`` (an invalid
+CloudEvent; the message names the attribute), ``not-identified`` (``publish`` before ``hello``),
+``not-authorized`` (a refused credential), ``internal-error``. A malformed request is answered with
+its msgid, or with msgid ``nil`` when it has none that can be read; a malformed notification or
+response is only logged. The connection stays open, except after an oversize frame longer than
+``max_skip_bytes``. After bytes that are not MessagePack at all, the bytes of that read are dropped
+(there is no way to find the next frame in them); a request pipelined right behind garbage may
+therefore go unanswered.
 
 What other plugins and equipment-side tools may use is exported here: ``RpcDevice`` (equipment
 that connects to the gateway, e.g. the simulator's RPC devices), ``RpcEquipmentServer``

@@ -24,6 +24,7 @@ from gateway.cloudevents import CloudEvent
 from gateway.equipment import EQUIPMENT_ATTRIBUTE
 from gateway.errors import GatewayError, SettingsError
 from gateway.transport import Dispatcher
+from gateway_msgpack_rpc.auth import DeviceAuthenticator
 from gateway_msgpack_rpc.client import RpcClient
 from gateway_msgpack_rpc.codec import to_map
 from gateway_msgpack_rpc.forwarding import Forwarding
@@ -58,11 +59,17 @@ class MsgpackRpcBinding:
         self.liveness = Liveness(ttl_seconds=settings.heartbeat_timeout_seconds)
         self.known = _known_equipment(settings)
         self.sessions = Sessions(
-            settings, self.liveness, source=source, receive=self.receive, report=self.report
+            settings,
+            self.liveness,
+            source=source,
+            receive=self.receive,
+            report=self.report,
+            authenticator=DeviceAuthenticator.from_settings(settings),
         )
         self.server = RpcServer(self.sessions)
         self.client = RpcClient(self.sessions)
-        self._pending: dict[str, MemoryObjectSendStream[CloudEvent]] = {}
+        # correlation id -> (the equipment asked, where its answer goes)
+        self._pending: dict[str, tuple[str, MemoryObjectSendStream[CloudEvent]]] = {}
         self._gateway: Gateway | None = None
         self._serving = False
 
@@ -126,12 +133,13 @@ class MsgpackRpcBinding:
     async def receive(self, equipment_id: str, event: CloudEvent) -> list[CloudEvent]:
         """An event from equipment (published, or in a command's result); returns the replies.
 
-        A reply a ``request`` of this instance waits for goes to it; anything else is
-        dispatched, marked with the sender's id in the ``equipment`` extension (the connection
-        says who sent it, whatever the event claims).
+        A reply a ``request`` of this instance waits for goes to it, if it comes from the
+        equipment asked; anything else is dispatched, marked with the sender's id in the
+        ``equipment`` extension (the connection says who sent it, whatever the event claims).
+        A dispatch that fails transiently is retried until it succeeds or the gateway stops.
         """
-        waiting = self._pending.get(event.correlationid or "")
-        if waiting is not None:
+        asked, waiting = self._pending.get(event.correlationid or "", (None, None))
+        if waiting is not None and asked == equipment_id:
             try:
                 waiting.send_nowait(event)
             except anyio.WouldBlock:
@@ -139,8 +147,17 @@ class MsgpackRpcBinding:
             return []
         extensions = {**event.extensions, EQUIPMENT_ATTRIBUTE: equipment_id}
         topic = f"{self.settings.topic_prefix}/{equipment_id}/publish"
-        return await self._dispatcher().dispatch(
-            event.replace(extensions=extensions), binding=self.name, topic=topic
+        dispatcher = self._dispatcher()
+        marked = event.replace(extensions=extensions)
+        assert self._gateway is not None
+        # A failure that may pass (the store away) is tried again before the equipment gets
+        # its answer: what it published is recorded before it hears "accepted". If the
+        # gateway stops first, the equipment gets an error and may publish it again.
+        return await self._gateway.resilience.retry(
+            "msgpack-rpc.handlers",
+            lambda: dispatcher.dispatch(marked, binding=self.name, topic=topic),
+            stop=self._gateway.closing,
+            logger=log,
         )
 
     def report(self, where: str, code: str, message: str) -> None:
@@ -189,7 +206,7 @@ class MsgpackRpcBinding:
             raise GatewayError(f"a request with correlation {correlation!r} is already waiting")
         event = event.replace(correlationid=correlation)
         send, replies = anyio.create_memory_object_stream[CloudEvent](1)
-        self._pending[correlation] = send
+        self._pending[correlation] = (topic, send)
         try:
             await self.publish(topic, event)
             with anyio.fail_after(timeout):

@@ -47,9 +47,11 @@ class RpcDevice:
         *,
         source: str | None = None,
         on_command: CommandHandler | None = None,
+        token: str | None = None,
     ) -> None:
         self.connection = connection
         self.equipment_id = equipment_id
+        self.token = token  # proves the equipment id, when the server asks for tokens
         self.source = source or f"urn:equipment:{equipment_id}"
         self.welcome: dict[str, Any] = {}  # what the gateway answered to hello
         self._on_command = on_command
@@ -74,16 +76,20 @@ class RpcDevice:
         ssl_context: ssl.SSLContext | None = None,
         tls_hostname: str | None = None,
         limits: Limits | None = None,
+        token: str | None = None,
     ) -> AsyncIterator[RpcDevice]:
         """Connect, say hello, and send heartbeats until the block ends.
 
         ``heartbeat_seconds``: ``None`` sends one every third of the gateway's heartbeat
         timeout (from the hello answer), ``0`` none at all. ``hello=False`` leaves the
-        connection unidentified (for tests of the protocol itself).
+        connection unidentified (for tests of the protocol itself). ``token``: the device's
+        token, sent with hello (servers with ``device_auth = "token"``); with
+        ``device_auth = "certificate"`` the certificate in ``ssl_context`` proves the id.
+        A refused hello raises ``RpcError`` (``not-authorized``).
         """
         stream = await _open(host, port, ssl_context, tls_hostname)
         connection = RpcConnection(stream, name=f"gateway {host}:{port}", limits=limits)
-        device = cls(connection, equipment_id, source=source, on_command=on_command)
+        device = cls(connection, equipment_id, source=source, on_command=on_command, token=token)
         with _sole_exception():
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(connection.run)
@@ -99,7 +105,10 @@ class RpcDevice:
                     tasks.cancel_scope.cancel()
 
     async def hello(self) -> dict[str, Any]:
-        welcome: dict[str, Any] = await self.connection.call("hello", self.equipment_id)
+        credential = () if self.token is None else (self.token,)
+        welcome: dict[str, Any] = await self.connection.call(
+            "hello", self.equipment_id, *credential
+        )
         return welcome
 
     async def heartbeat(self) -> None:

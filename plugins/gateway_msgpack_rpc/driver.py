@@ -9,16 +9,19 @@ dispatcher to ``equipment_processor``:
 - an event without one is something the equipment reports unasked (a ``pull_event``) ->
   ``gateway.equipment.event`` (``event_from_cloudevent``).
 
-The rule needs no memory of sent commands, so a reply is handled even by an instance that did not
-send the command, or after a restart (DESIGN section 7: replies are matched on any instance).
+The rule needs no memory of this instance, so a reply is handled even by an instance that did
+not send the command, or after a restart. A reply carries the connection's equipment as its
+sender, and the hub accepts it only for a command sent to that equipment.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from gateway.cloudevents import MSGPACK, CloudEvent
 from gateway.equipment import (
+    EQUIPMENT_ATTRIBUTE,
     EquipmentCommand,
     command_event,
     event_from_cloudevent,
@@ -125,7 +128,9 @@ def equipment_processor(hub: EquipmentHub, topic_prefix: str) -> Processor:
 
     async def handle(event: CloudEvent) -> list[CloudEvent]:
         if event.correlationid is not None:
-            await hub.reply(reply_from_event(event))
+            # The binding set the extension from the connection: who really answered.
+            sender = event.extensions.get(EQUIPMENT_ATTRIBUTE)
+            await hub.reply(replace(reply_from_event(event), equipment=sender))
         else:
             await hub.event(event_from_cloudevent(event))
         return []

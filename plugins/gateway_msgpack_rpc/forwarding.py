@@ -8,6 +8,10 @@ command to the owner's stream (``rpc:forward:<instance>``); the owner delivers i
 connection. The owner reads its stream from the start and deletes what it handled, so a command
 forwarded while it restarts is delivered when it is back; one that cannot be delivered is
 answered with an error, so the engine's retry policy decides.
+
+Both loops (owners, delivery) survive store outages through ``gateway.resilience``: the
+readiness checks ``msgpack-rpc.owners`` and ``msgpack-rpc.forwarding`` fail meanwhile, and a
+forwarded command is deleted from the stream only once it was delivered (or answered).
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ class Forwarding:
         self.owners: dict[str, str] = {}  # equipment -> instance, refreshed from the store
         self.forwarded = 0
         self.delivered = 0
+        self._after = "0"
 
     @property
     def instance(self) -> str:
@@ -118,24 +123,32 @@ class Forwarding:
             tasks.cancel_scope.cancel()
 
     async def _keep_owners(self) -> None:
-        while True:
-            try:
-                await self._refresh_owners()
-            except Exception as error:  # the store may be away for a moment
-                log.warning("equipment owners not read: %s", error)
-            await anyio.sleep(OWNERS_REFRESH_SECONDS)
+        await self.gateway.resilience.forever(
+            "msgpack-rpc.owners", self._refresh_owners, interval=OWNERS_REFRESH_SECONDS, logger=log
+        )
 
     async def _deliver_forwarded(self) -> None:
+        self._after = "0"  # entries up to here are delivered (and deleted)
+        await self.gateway.resilience.forever(
+            "msgpack-rpc.forwarding", self._deliver_batch, logger=log
+        )
+
+    async def _deliver_batch(self) -> None:
+        """Read what was forwarded to this instance; deliver and delete each entry in turn.
+
+        A store failure on the way leaves the entry in the stream: the next batch (after the
+        backoff) starts from it again, and the equipment gets it once more with the same
+        correlation id (equipment treats a repetition idempotently).
+        """
         store = self._store()
         assert store is not None
-        stream, after = self._key("forward", self.instance), "0"
-        while True:
-            reply = await store.client.xread({stream: after}, count=100, block=READ_BLOCK_MS)
-            for _, entries in cast(list[tuple[str, list[tuple[str, dict[str, str]]]]], reply or []):
-                for entry_id, fields in entries:
-                    after = entry_id
-                    await self._deliver(fields)
-                    await store.client.xdel(stream, entry_id)
+        stream = self._key("forward", self.instance)
+        reply = await store.client.xread({stream: self._after}, count=100, block=READ_BLOCK_MS)
+        for _, entries in cast(list[tuple[str, list[tuple[str, dict[str, str]]]]], reply or []):
+            for entry_id, fields in entries:
+                await self._deliver(fields)
+                await store.client.xdel(stream, entry_id)
+                self._after = entry_id
 
     async def _deliver(self, fields: dict[str, str]) -> None:
         try:

@@ -28,6 +28,7 @@ METHOD_NOT_FOUND = "method-not-found"
 INVALID_PARAMS = "invalid-params"
 INVALID_CLOUDEVENT = INVALID_REQUEST
 NOT_IDENTIFIED = "not-identified"
+NOT_AUTHORIZED = "not-authorized"  # the device's credential does not prove its equipment id
 INTERNAL_ERROR = "internal-error"
 REMOTE_ERROR = "remote-error"  # a peer's error that does not follow the {code, message} shape
 

@@ -14,6 +14,7 @@ from anyio.abc import AnyByteStream, ByteStream, Listener, SocketAttribute, Task
 from anyio.streams.tls import TLSListener
 
 from gateway.errors import SettingsError
+from gateway_msgpack_rpc.auth import DeviceAuth, certificate_names
 from gateway_msgpack_rpc.sessions import Session, Sessions
 from gateway_msgpack_rpc.settings import SECTION, server_tls_context
 
@@ -50,6 +51,17 @@ class RpcServer:
                 handshake_timeout=settings.connect_timeout_seconds,
             )
         self.address = (settings.host, settings.port)
+        authenticator = self.sessions.authenticator
+        if (authenticator is None or authenticator.mode is DeviceAuth.NONE) and (
+            settings.host not in ("127.0.0.1", "::1", "localhost")
+        ):
+            log.warning(
+                "MessagePack-RPC server on %s:%d believes any device's equipment id "
+                "(%s.device_auth = none): use 'token' or 'certificate' outside a trusted network",
+                settings.host,
+                settings.port,
+                SECTION,
+            )
         log.info(
             "MessagePack-RPC server listening on %s:%d%s",
             settings.host,
@@ -67,7 +79,8 @@ class RpcServer:
             self.address = None
 
     async def _serve_connection(self, stream: ByteStream) -> None:
-        session = Session(self.sessions, peer_name(stream))
+        names = certificate_names(stream)
+        session = Session(self.sessions, peer_name(stream), certificate_names=names)
         log.info("MessagePack-RPC connection from %s", session.peer)
         await self.sessions.serve(session, stream, watchdog=True)
 

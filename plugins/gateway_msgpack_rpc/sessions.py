@@ -18,6 +18,7 @@ from anyio.abc import ByteStream
 
 from gateway.cloudevents import CloudEvent
 from gateway.errors import CloudEventError, GatewayError
+from gateway_msgpack_rpc.auth import DeviceAuthenticator
 from gateway_msgpack_rpc.codec import from_map, to_map
 from gateway_msgpack_rpc.connection import Limits, RpcConnection
 from gateway_msgpack_rpc.liveness import Liveness
@@ -47,7 +48,8 @@ class Sessions:
     """The live connection of each equipment on this instance, and how a connection is served.
 
     ``receive`` takes what equipment publishes, ``report`` what it sends wrong; ``source`` is
-    the gateway's CloudEvents source, told to equipment in the ``hello`` answer.
+    the gateway's CloudEvents source, told to equipment in the ``hello`` answer;
+    ``authenticator`` checks the credential of a device that names its equipment.
     """
 
     def __init__(
@@ -58,8 +60,10 @@ class Sessions:
         source: str,
         receive: Receive,
         report: Report,
+        authenticator: DeviceAuthenticator | None = None,
     ) -> None:
         self.settings = settings
+        self.authenticator = authenticator
         self.liveness = liveness
         self.source = source
         self.receive = receive
@@ -181,15 +185,23 @@ class Session:
     """One connection's side of the protocol: which equipment it is, and its methods.
 
     ``remote`` set: the gateway connected to this equipment's server, so it is identified
-    from the start; otherwise equipment connected and names itself with ``hello``.
+    from the start; otherwise equipment connected and names itself with ``hello``, proving it
+    as the authenticator asks (a token, or ``certificate_names``: the names in its verified TLS
+    client certificate).
     """
 
     def __init__(
-        self, sessions: Sessions, peer: str, remote: RemoteEquipment | None = None
+        self,
+        sessions: Sessions,
+        peer: str,
+        remote: RemoteEquipment | None = None,
+        *,
+        certificate_names: frozenset[str] = frozenset(),
     ) -> None:
         self.sessions = sessions
         self.peer = peer
         self.remote = remote
+        self.certificate_names = certificate_names
         self.equipment_id: str | None = remote.equipment_id if remote is not None else None
         self.connection: RpcConnection | None = None
 
@@ -197,8 +209,7 @@ class Session:
         return {"hello": self.hello, "heartbeat": self.heartbeat, "publish": self.publish}
 
     async def hello(self, params: list[Any]) -> dict[str, Any]:
-        expect_params("hello", params, "equipment_id")
-        await self._identify(params[0])
+        await self._identify(*_identity_params("hello", params))
         settings = self.sessions.settings
         return {
             "equipment": self.equipment_id,
@@ -208,8 +219,7 @@ class Session:
         }
 
     async def heartbeat(self, params: list[Any]) -> bool:
-        expect_params("heartbeat", params, "equipment_id")
-        await self._identify(params[0])
+        await self._identify(*_identity_params("heartbeat", params))
         return True
 
     async def publish(self, params: list[Any]) -> list[dict[str, Any]]:
@@ -224,12 +234,21 @@ class Session:
         replies = await self.sessions.receive(self.equipment_id, event)
         return [to_map(reply) for reply in replies]
 
-    async def _identify(self, equipment_id: Any) -> None:
-        """The first hello or heartbeat names the equipment; later ones must repeat the name."""
+    async def _identify(self, equipment_id: Any, token: Any = None) -> None:
+        """The first hello or heartbeat names the equipment (with its credential); later ones
+        must repeat the name. A refused credential closes the connection after the answer."""
         problem = equipment_id_problem(equipment_id)
         if problem is not None:
             raise RpcError(INVALID_PARAMS, problem)
         if self.equipment_id is None:
+            authenticator = self.sessions.authenticator
+            if authenticator is not None and self.remote is None:
+                try:
+                    authenticator.check(equipment_id, token, self.certificate_names, self.peer)
+                except RpcError:
+                    if self.connection is not None:
+                        self.connection.close("not authorized")
+                    raise
             self.equipment_id = equipment_id
             log.info("MessagePack-RPC connection %s is equipment %s", self.peer, equipment_id)
             await self.sessions.attach(self)
@@ -243,3 +262,13 @@ class Session:
 
     def report(self, code: str, message: str) -> None:
         self.sessions.report(self.equipment_id or self.peer, code, message)
+
+
+def _identity_params(method: str, params: list[Any]) -> tuple[Any, Any]:
+    """``(equipment_id)`` or ``(equipment_id, token)``."""
+    if len(params) not in (1, 2):
+        raise RpcError(
+            INVALID_PARAMS,
+            f"{method} takes 1 or 2 params (equipment_id[, token]), got {len(params)}",
+        )
+    return params[0], params[1] if len(params) == 2 else None

@@ -80,6 +80,18 @@ class MsgpackRpcSettings:
         False, "The server requires a client certificate signed by tls_ca_file"
     )
     tls_verify: bool = setting(True, "Verify equipment servers' certificates and host names")
+    device_auth: str = setting(
+        "none",
+        "What proves the equipment id a device names in hello: 'none' (nothing: trusted "
+        "networks only), 'token' (hello(equipment_id, token), checked against "
+        "device_tokens_file), 'certificate' (the TLS client certificate's common name or a DNS "
+        "name is the id; needs tls_client_auth)",
+        choices=("none", "token", "certificate"),
+    )
+    device_tokens_file: str = setting(
+        "",
+        "With device_auth 'token': lines '<equipment id> sha256:<hex SHA-256 of its token>'",
+    )
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,9 @@ time of its last refresh). ``gateway.store.LivenessRecords`` (``store.liveness``
 ``equipment:online:<id>`` exists while the equipment is online (TTL = its heartbeat timeout, so
 Redis's clock decides, the same for every instance), the ``equipment:last-seen`` hash keeps the
 time of the last heartbeat, ``equipment:gone`` the time and reason of a departure since (JSON),
-for the explanation after the online key is gone. Every key is in the ``_global`` slot.
+for the explanation after the online key is gone. ``gateway.store.CommandLedger``
+(``store.commands``): ``equipment:sent:<correlation id>`` names the equipment a command went to,
+with a TTL, deleted once answered. Every key is in the ``_global`` slot.
 """
 
 from __future__ import annotations
@@ -79,3 +81,26 @@ class RedisLivenessRecords:
             gone_at=goodbye.get("at"),
             gone_reason=goodbye.get("reason"),
         )
+
+
+class RedisCommandLedger:
+    """``gateway.store.CommandLedger`` on one key per command, with a TTL."""
+
+    def __init__(self, keys: KeySchema, client: Client) -> None:
+        self._keys = keys
+        self._client = client
+
+    def _key(self, correlation_id: str) -> str:
+        return self._keys.global_key("equipment", "sent", correlation_id)
+
+    async def sent(self, correlation_id: str, equipment_id: str, ttl_seconds: float) -> None:
+        await self._client().set(
+            self._key(correlation_id), equipment_id, px=max(1, round(ttl_seconds * 1000))
+        )
+
+    async def addressee(self, correlation_id: str) -> str | None:
+        value = await self._client().get(self._key(correlation_id))
+        return str(value) if value is not None else None
+
+    async def answered(self, correlation_id: str) -> None:
+        await self._client().delete(self._key(correlation_id))

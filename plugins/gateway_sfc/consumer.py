@@ -1,11 +1,15 @@
 """Taking entries from the work streams: this instance's own, orphans of dead instances, timers.
 
 An entry is acknowledged (and deleted) once handled; one that failed stays pending and is
-handed to another instance by XAUTOCLAIM after ``claim_idle_seconds``.
+handed to another instance by XAUTOCLAIM after ``claim_idle_seconds``. A failure that may pass
+(``gateway.resilience.is_transient``: the store or the broker away) is retried in place with
+backoff until it succeeds (or the instance stops, and then another instance claims the entry),
+so an outage delays work but never drops it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -16,6 +20,7 @@ from anyio.abc import TaskGroup
 
 from gateway.errors import ValidationError
 from gateway.logs import log_context
+from gateway.resilience import is_transient
 from gateway_sfc.context import EngineContext
 from gateway_sfc.keys import GROUP, scope_of_stream
 from gateway_sfc.scopes import ScopeRegistry
@@ -41,17 +46,21 @@ class WorkConsumer:
         self._slots = anyio.Semaphore(self.context.settings.max_concurrent_items)
 
     async def read_loop(self, handlers: TaskGroup) -> None:
-        await self._read_backlog(handlers)
-        while True:
-            if not self.scopes.scopes:
-                await self.scopes.wait_for_first()
-                continue
-            streams = {self.context.keys.work(scope): ">" for scope in self.scopes.scopes}
-            # A short block: a scope adopted meanwhile joins the next read.
-            for stream, batch in await self._read_group(streams, block_ms=100):
-                for entry_id, fields in batch:
-                    if fields:
-                        await self._take(handlers, stream, entry_id, fields)
+        """Read work entries for ever; a store outage fails ``sfc-engine.read`` meanwhile."""
+        resilience = self.context.gateway.resilience
+        await resilience.retry("sfc-engine.read", lambda: self._read_backlog(handlers), logger=log)
+        await resilience.forever("sfc-engine.read", lambda: self._read_once(handlers), logger=log)
+
+    async def _read_once(self, handlers: TaskGroup) -> None:
+        if not self.scopes.scopes:
+            await self.scopes.wait_for_first()
+            return
+        streams = {self.context.keys.work(scope): ">" for scope in self.scopes.scopes}
+        # A short block: a scope adopted meanwhile joins the next read.
+        for stream, batch in await self._read_group(streams, block_ms=100):
+            for entry_id, fields in batch:
+                if fields:
+                    await self._take(handlers, stream, entry_id, fields)
 
     async def _read_backlog(self, handlers: TaskGroup) -> None:
         """Entries handed to this consumer name before a restart and never acknowledged."""
@@ -105,17 +114,33 @@ class WorkConsumer:
         correlation = (
             f"{job}:{fields['action']}:{fields['attempt']}" if "attempt" in fields else None
         )
+        gateway = self.context.gateway
+        resilience, stopping = gateway.resilience, gateway.stopping
         try:
             with log_context(scope=scope, job=job, correlationid=correlation):
-                await self.handle(scope, fields)
+                await resilience.retry(
+                    "sfc-engine.work", lambda: self.handle(scope, fields), stop=stopping, logger=log
+                )
+                await resilience.retry(
+                    "sfc-engine.work",
+                    lambda: self._acknowledge(stream, entry_id),
+                    stop=stopping,
+                    logger=log,
+                )
         except (ValidationError, KeyError, ValueError) as error:
             # The entry itself is wrong: retrying cannot help, so say so and drop it.
             log.error("SFC work entry %s of %s dropped: %s (%s)", entry_id, scope, error, fields)
-        except Exception:
-            log.exception("SFC work entry %s of %s failed; it will be retried", entry_id, scope)
-            return
+            with contextlib.suppress(Exception):  # else claimed again later, and dropped then
+                await self._acknowledge(stream, entry_id)
+        except Exception as error:
+            if is_transient(error):  # stopping: another instance claims the entry
+                log.info("SFC work entry %s of %s left pending: %s", entry_id, scope, error)
+            else:
+                log.exception("SFC work entry %s of %s failed; it will be retried", entry_id, scope)
         finally:
             self._slots.release()
+
+    async def _acknowledge(self, stream: str, entry_id: str) -> None:
         async with self.context.client.pipeline(transaction=True) as pipe:
             pipe.xack(stream, GROUP, entry_id)
             pipe.xdel(stream, entry_id)

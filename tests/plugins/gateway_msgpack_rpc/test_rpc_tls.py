@@ -16,7 +16,6 @@ from gateway_msgpack_rpc.testing import (
     Certificates,
     RecordingSink,
     rpc_binding,
-    rpc_driver,
     rpc_gateway,
 )
 
@@ -54,7 +53,7 @@ async def test_equipment_connects_over_tls_with_a_client_certificate(
         running(gateway),
         RpcDevice.connect("127.0.0.1", port, "tool", ssl_context=context) as device,
     ):
-        await rpc_driver(gateway).send(command("tool"))
+        await gateway.equipment.send(command("tool"))
         sent = await device.commands.receive()
         await device.reply(sent, {"done": True})
         await wait_until(lambda: sink.replies)
@@ -106,6 +105,6 @@ async def test_the_gateway_connects_to_an_equipment_server_over_mutual_tls(
         gateway.equipment.attach(sink)
         async with running(gateway):
             await wait_until(lambda: rpc_binding(gateway).is_connected("press"))
-            await rpc_driver(gateway).send(command("press"))
+            await gateway.equipment.send(command("press"))
             await wait_until(lambda: sink.replies)
     assert sink.replies[0].data == {"ok": True}

@@ -46,6 +46,29 @@ async def test_the_hook_builds_a_store_that_connects_and_pings(
         _ = store.client
 
 
+async def test_more_concurrent_work_than_connections_waits_instead_of_failing(
+    store_factory: StoreFactory, unique: str
+) -> None:
+    """200 jobs at once must not exhaust the pool (redis-py's default pool raises
+    MaxConnectionsError): work beyond ``redis.max_connections`` waits for a free connection."""
+    async with store_factory(max_connections="4") as store:
+        done = 0
+
+        async def blocking_read(number: int) -> None:
+            nonlocal done
+            # Holds its connection for the whole block, as the engine's stream reads do.
+            await store.client.blpop([f"{unique}:nothing:{number}"], timeout=0.1)
+            done += 1
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tasks:
+                for number in range(40):
+                    tasks.start_soon(blocking_read, number)
+        pool = store.client.connection_pool
+    assert done == 40
+    assert pool.max_connections == 4
+
+
 async def test_wrong_password_stops_start_up_without_showing_it(
     password_server: ServerProcess, store_factory: StoreFactory
 ) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +21,8 @@ from gateway.testing import running, wait_until
 from gateway.testing.services import free_port
 from gateway_mqtt_equipment import MqttEquipmentDriver
 from gateway_msgpack_rpc import MsgpackRpcBinding, RpcDevice
-from gateway_msgpack_rpc.testing import RecordingSink, rpc_driver
+from gateway_msgpack_rpc.auth import token_digest
+from gateway_msgpack_rpc.testing import RecordingSink
 from gateway_simulator.links import MqttDeviceLink, RpcDeviceLink
 from gateway_simulator.service import SimulatorService
 
@@ -34,7 +36,11 @@ QA_RESULT = f"{TYPES}.qa_result.v1"
 
 
 def simulator_gateway(
-    *, allow: str = "msgpack-rpc,simulator", port: int | None = None, **simulator: str
+    *,
+    allow: str = "msgpack-rpc,simulator",
+    port: int | None = None,
+    rpc: dict[str, str] | None = None,
+    **simulator: str,
 ) -> Gateway:
     """A gateway with its RPC server on a free port and the simulator on (fast, seeded)."""
     settings = {
@@ -51,6 +57,7 @@ def simulator_gateway(
         "GATEWAY_GATEWAY_INSTANCE_ID": "sim-rpc-test",
         "GATEWAY_MSGPACK_RPC_PORT": str(free_port() if port is None else port),
         **{f"GATEWAY_SIMULATOR_{key.upper()}": value for key, value in settings.items()},
+        **{f"GATEWAY_MSGPACK_RPC_{key.upper()}": value for key, value in (rpc or {}).items()},
     }
     return Gateway.from_environment(None, environ)
 
@@ -95,13 +102,32 @@ async def test_rpc_devices_connect_to_the_gateways_own_server_and_are_online() -
         assert not [d for d in gateway.equipment.drivers if d.name == "simulator"]
 
 
+async def test_rpc_devices_prove_their_names_with_their_tokens(tmp_path: Path) -> None:
+    tokens = {"positioner": "p-token", "tightener": "t-token", "camera": "c-token"}
+    listed = tmp_path / "device-tokens"
+    listed.write_text("".join(f"{name} {token_digest(t)}\n" for name, t in tokens.items()))
+    gateway = simulator_gateway(
+        rpc={"device_auth": "token", "device_tokens_file": str(listed)},
+        rpc_tokens=",".join(f"{name}={token}" for name, token in tokens.items()),
+    )
+    sink = RecordingSink()
+    gateway.equipment.attach(sink)
+    async with running(gateway):
+        binding = gateway.binding("msgpack-rpc")
+        assert isinstance(binding, MsgpackRpcBinding)
+        await wait_until(lambda: all(binding.is_connected(name) for name in tokens))
+        await gateway.equipment.send(command(POSITION, "positioner", "J1:position:1"))
+        await wait_until(lambda: sink.replies)
+    assert sink.replies[0].equipment == "positioner"
+    assert sink.replies[0].error is None
+
+
 async def test_a_tightening_over_rpc_is_answered_and_reported_once_per_correlation_id() -> None:
     async with rpc_station() as (gateway, sink):
-        driver = rpc_driver(gateway)
         tighten = command(TIGHTEN, "tightener", "J1:tighten:1", torque_spec="60 Nm")
-        await driver.send(tighten)
+        await gateway.equipment.send(tighten)
         await wait_until(lambda: sink.replies and sink.events)
-        await driver.send(tighten)  # a re-sent command (same correlation id)
+        await gateway.equipment.send(tighten)  # a re-sent command (same correlation id)
         await wait_until(lambda: len(sink.replies) == 2)
         # Worked out once, repeated once: a device emits events only while working a command
         # out, so there is no second torque result to wait for.
@@ -120,7 +146,7 @@ async def test_a_tightening_over_rpc_is_answered_and_reported_once_per_correlati
 
 async def test_a_positioned_part_is_inspected_by_the_rpc_camera() -> None:
     async with rpc_station() as (gateway, sink):
-        await rpc_driver(gateway).send(command(POSITION, "positioner", "J2:position:1"))
+        await gateway.equipment.send(command(POSITION, "positioner", "J2:position:1"))
         await wait_until(lambda: sink.replies and sink.events)
     assert sink.replies[0].data["in_position"] is True
     [qa] = sink.events
@@ -135,7 +161,7 @@ async def test_a_positioned_part_is_inspected_by_the_rpc_camera() -> None:
 
 async def test_a_command_a_device_does_not_know_fails_with_its_error() -> None:
     async with rpc_station() as (gateway, sink):
-        await rpc_driver(gateway).send(command(TIGHTEN, "camera", "J3:inspect:1"))
+        await gateway.equipment.send(command(TIGHTEN, "camera", "J3:inspect:1"))
         await wait_until(lambda: sink.replies)
     assert sink.replies[0].error == (
         f"unknown-command: camera QA station camera does not know {TIGHTEN!r}"
@@ -149,7 +175,7 @@ async def test_an_rpc_device_reconnects_when_its_connection_ends() -> None:
         # (the newest wins), the device connects again and so closes the impostor's.
         async with RpcDevice.connect("127.0.0.1", port, "tightener", heartbeat_seconds=0) as other:
             await wait_until(lambda: other.connection.finished)
-        await rpc_driver(gateway).send(command(TIGHTEN, "tightener", "J4:tighten:1"))
+        await gateway.equipment.send(command(TIGHTEN, "tightener", "J4:tighten:1"))
         await wait_until(lambda: sink.replies)
     assert sink.replies[0].error is None
     assert sink.replies[0].correlation_id == "J4:tighten:1"
