@@ -16,6 +16,7 @@ from gateway.core import CoreSettings
 from gateway.equipment import EquipmentHub
 from gateway.errors import GatewayError, PluginError, SettingsError
 from gateway.instances import InstanceRegistry
+from gateway.jobmethods import JobMethods
 from gateway.metrics import Metrics
 from gateway.phases import BUILT_BY, PluginState
 from gateway.plugins import GatewayPluginManager, build_plugin_manager
@@ -107,6 +108,13 @@ class Gateway:
             )
         )
         self._job_control_built = True
+        self._job_methods: JobMethods | None = plugins.hook.gateway_make_job_methods(
+            gateway=_PhaseView(
+                self,
+                "gateway_make_job_methods",
+                {"equipment", "recipe_interpreters", "job_control"},
+            )
+        )
         self.processors: list[Processor] = []
         plugins.hook.gateway_register_processors(
             register=self._add_processor,
@@ -114,7 +122,7 @@ class Gateway:
             gateway=_PhaseView(
                 self,
                 "gateway_register_processors",
-                {"equipment", "recipe_interpreters", "job_control"},
+                {"equipment", "recipe_interpreters", "job_control", "job_methods"},
             ),
         )
         self.services: list[Service] = []
@@ -124,7 +132,7 @@ class Gateway:
             gateway=_PhaseView(
                 self,
                 "gateway_register_services",
-                {"equipment", "recipe_interpreters", "job_control", "processors"},
+                {"equipment", "recipe_interpreters", "job_control", "job_methods", "processors"},
             ),
         )
         self._check_role()
@@ -177,6 +185,13 @@ class Gateway:
                 )
             raise PluginError("no plugin provides job control (is the jobs plugin blocked?)")
         return self._job_control
+
+    @property
+    def job_methods(self) -> JobMethods:
+        """The MES's job methods, for northbound protocols (provided by job management)."""
+        if self._job_methods is None:
+            raise PluginError("no plugin provides job methods (is the jobs plugin blocked?)")
+        return self._job_methods
 
     def _add_processor(self, processor: Processor) -> None:
         if any(existing.name == processor.name for existing in self.processors):

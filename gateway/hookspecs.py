@@ -7,7 +7,8 @@ whose async ``run`` the host starts in its task group.
 
 The host builds the gateway in the order of the hooks below. A registration hook's ``gateway``
 is a typed view of what is built before it (``gateway.phases``: ``DriverPhase``,
-``InterpreterPhase``, ``JobControlPhase``, ``ProcessorPhase``, ``ServicePhase``); reading a part
+``InterpreterPhase``, ``JobControlPhase``, ``JobMethodsPhase``, ``ProcessorPhase``,
+``ServicePhase``); reading a part
 a later hook builds raises ``PluginError`` naming that hook. Only the lifecycle hooks and the
 ``run`` methods of bindings and services get the whole ``gateway.app.Gateway``.
 
@@ -28,10 +29,12 @@ if TYPE_CHECKING:
     from gateway.app import Gateway
     from gateway.cli import Command
     from gateway.equipment import EquipmentDriver
+    from gateway.jobmethods import JobMethods
     from gateway.phases import (
         DriverPhase,
         InterpreterPhase,
         JobControlPhase,
+        JobMethodsPhase,
         ProcessorPhase,
         ServicePhase,
     )
@@ -108,6 +111,15 @@ def gateway_make_job_control(gateway: JobControlPhase) -> JobControl | None:
     """Build the job control recipe interpreters report to (``gateway.job_control``).
 
     Fires once, after the interpreters are registered and before the processors.
+    """
+
+
+@hookspec(firstresult=True)
+def gateway_make_job_methods(gateway: JobMethodsPhase) -> JobMethods | None:
+    """Build the job methods northbound protocols call (``gateway.job_methods``).
+
+    Fires once, right after ``gateway_make_job_control``. Every protocol serving the MES (MQTT,
+    OPC UA) calls the same methods, so a job stored through one is controlled through another.
     """
 
 

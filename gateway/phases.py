@@ -12,7 +12,8 @@ hook                                          ``gateway`` is a
 ``gateway_register_recipe_interpreters``      ``InterpreterPhase``: + ``job_control`` (a
                                               handle, usable once the gateway is built)
 ``gateway_make_job_control``                  ``JobControlPhase``: + ``recipe_interpreters``
-``gateway_register_processors``               ``ProcessorPhase``: + ``job_control``
+``gateway_make_job_methods``                  ``JobMethodsPhase``: + ``job_control``
+``gateway_register_processors``               ``ProcessorPhase``: + ``job_methods``
 ``gateway_register_services``                 ``ServicePhase``: + ``processors``
 ``gateway_startup`` / ``gateway_shutdown``,
 ``Binding.run`` / ``Service.run``             the whole ``gateway.app.Gateway``
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
 
     from gateway.equipment import EquipmentHub
     from gateway.instances import InstanceRegistry
+    from gateway.jobmethods import JobMethods
     from gateway.metrics import Metrics
     from gateway.plugins import GatewayPluginManager
     from gateway.recipes import JobControl, RecipeInterpreter
@@ -186,11 +188,20 @@ class JobControlPhase(DriverPhase, Protocol):
     def recipe_interpreters(self) -> Mapping[str, RecipeInterpreter]: ...
 
 
-class ProcessorPhase(JobControlPhase, Protocol):
-    """``gateway_register_processors``: job control is built."""
+class JobMethodsPhase(JobControlPhase, Protocol):
+    """``gateway_make_job_methods``: job control is built."""
 
     @property
     def job_control(self) -> JobControl: ...
+
+
+class ProcessorPhase(JobMethodsPhase, Protocol):
+    """``gateway_register_processors``: job control and the job methods are built."""
+
+    @property
+    def job_methods(self) -> JobMethods:
+        """The MES's job methods (``PluginError`` when no plugin provides them)."""
+        ...
 
 
 class ServicePhase(ProcessorPhase, Protocol):
@@ -205,6 +216,7 @@ BUILT_BY: Mapping[str, str] = {
     "equipment": "the host, before gateway_register_equipment_drivers",
     "recipe_interpreters": "gateway_register_recipe_interpreters",
     "job_control": "gateway_make_job_control",
+    "job_methods": "gateway_make_job_methods",
     "processors": "gateway_register_processors",
     "services": "gateway_register_services",
     "dispatcher": "the host once every processor is registered (use it when running)",

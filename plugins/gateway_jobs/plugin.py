@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from gateway.cli import Command
 from gateway.cloudevents import CloudEvent
 from gateway.hookspecs import hookimpl
+from gateway.jobmethods import JobMethods
 from gateway.recipes import JobControl
 from gateway.settings import Settings
 from gateway.transport import MQTT_BINDING, Processor, Service
@@ -21,12 +22,13 @@ from gateway_jobs.commands import config_push_command, jobs_command
 from gateway_jobs.control import JobsControl
 from gateway_jobs.events import BindingEvents, MetadataService
 from gateway_jobs.jobs import JobManager
+from gateway_jobs.methods import JobsMethods
 from gateway_jobs.metrics import count_methods, sample_jobs_by_state
 from gateway_jobs.processor import JobsProcessor
 from gateway_jobs.settings import JobsSettings
 
 if TYPE_CHECKING:
-    from gateway.phases import JobControlPhase, ProcessorPhase, ServicePhase
+    from gateway.phases import JobControlPhase, JobMethodsPhase, ProcessorPhase, ServicePhase
 
 log = logging.getLogger(__name__)
 
@@ -67,14 +69,23 @@ def gateway_make_job_control(gateway: JobControlPhase) -> JobControl | None:
 
 
 @hookimpl
+def gateway_make_job_methods(gateway: JobMethodsPhase) -> JobMethods | None:
+    """The MES's methods over the ``JobManager`` (also kept in ``gateway.state``)."""
+    manager = gateway.state.find(JobManager)
+    if manager is None:
+        return None
+    return gateway.state.add(JobsMethods(manager, count=count_methods(gateway.metrics)))
+
+
+@hookimpl
 def gateway_register_processors(
     register: Callable[[Processor], None], settings: Settings, gateway: ProcessorPhase
 ) -> None:
-    manager = gateway.state.find(JobManager)
-    if manager is not None and BINDING in gateway.bindings:
+    manager, methods = gateway.state.find(JobManager), gateway.state.find(JobsMethods)
+    if manager is not None and methods is not None and BINDING in gateway.bindings:
         prefix = settings.get(JobsSettings).topic_prefix
         processor = JobsProcessor(
-            manager, source=gateway.source, count=count_methods(gateway.metrics)
+            manager, methods, source=gateway.source, count=count_methods(gateway.metrics)
         )
         register(processor.processor(prefix))
 

@@ -15,50 +15,46 @@ from typing import Any
 
 from gateway.cloudevents import CloudEvent, mqtt_safe_text
 from gateway.errors import ValidationError
+from gateway.jobmethods import JobMethod
 from gateway.logs import log_context
 from gateway.store import check_scope
 from gateway.transport import MQTT_BINDING, Processor, Subscription
 from gateway_jobs.config import CONFIG_KINDS, PUT, config_type
-from gateway_jobs.events import QUERY_METHODS, Cause, method_type
+from gateway_jobs.events import method_type
 from gateway_jobs.jobs import JobManager
-from gateway_jobs.model import (
-    JobOrderCall,
-    JobOrderIDCall,
-    JobResponseByIDCall,
-    JobResponseByStateCall,
-    MethodReply,
-    Outcome,
-    from_json,
-    to_json,
-)
-from gateway_jobs.states import CREATING, MES_METHODS, state_path
+from gateway_jobs.methods import JobsMethods
+from gateway_jobs.model import MethodReply, to_json
 
-METHOD_TYPES = {method_type(method): method for method in MES_METHODS}
-QUERY_TYPES = {method_type(method): method for method in QUERY_METHODS}
+METHOD_TYPES = {method_type(method): method for method in JobMethod if not method.is_query}
+QUERY_TYPES = {method_type(method): method for method in JobMethod if method.is_query}
+_CALL_TYPES = METHOD_TYPES | QUERY_TYPES
 CONFIG_TYPES = {config_type(kind): kind for kind in CONFIG_KINDS}
 _MAX_MESSAGE = 4096  # CloudEvent attribute limit of the host
 
 
 class JobsProcessor:
-    """Turns one command event into calls on the ``JobManager`` and one reply."""
+    """Turns one command event into a call of the job methods (or the configuration) and one
+    reply; the job methods are the ones every other northbound protocol calls too."""
 
     def __init__(
         self,
         manager: JobManager,
+        methods: JobsMethods,
         *,
         source: str,
         count: Callable[[str, str], None] = lambda method, status: None,
     ) -> None:
         self.manager = manager
+        self.methods = methods
         self.source = source
-        self.count = count  # (method or config kind, ReturnStatus name): for metrics
+        self.count = count  # (config kind, ReturnStatus name): for metrics
 
     def processor(self, topic_prefix: str) -> Processor:
         return Processor(
             name="jobs",
             subscriptions=[Subscription(f"{topic_prefix}/+/commands")],
             handle=self.handle,
-            event_types=frozenset({*METHOD_TYPES, *QUERY_TYPES, *CONFIG_TYPES}),
+            event_types=frozenset({*_CALL_TYPES, *CONFIG_TYPES}),
             binding=MQTT_BINDING,
         )
 
@@ -70,36 +66,19 @@ class JobsProcessor:
         if event.subject is None:
             raise ValidationError("subject", "is required: it names the station scope")
         scope = check_scope(event.subject)
-        if event.type in METHOD_TYPES:
-            cause = Cause(correlationid=event.correlationid or event.id, causationid=event.id)
-            method = METHOD_TYPES[event.type]
-            outcome = await self._method(scope, method, event.data, cause)
-            self.count(method, outcome.status.name)
-            return [self._reply(event, MethodReply(outcome.status), outcome.message)]
-        if event.type in QUERY_TYPES:
-            return [self._reply(event, await self._query(scope, QUERY_TYPES[event.type], event))]
+        if event.type in _CALL_TYPES:
+            result = await self.methods.call(
+                scope,
+                _CALL_TYPES[event.type],
+                event.data,
+                correlationid=event.correlationid or event.id,
+                causationid=event.id,
+            )
+            return [self._reply(event, result.output, result.message)]
         kind = CONFIG_TYPES[event.type]
         outcome = await self.manager.config.apply(scope, kind, event.method or PUT, event.data)
         self.count(f"config.{kind}", outcome.status.name)
         return [self._reply(event, MethodReply(outcome.status), outcome.message)]
-
-    async def _method(self, scope: str, method: str, data: Any, cause: Cause) -> Outcome:
-        if method in CREATING:
-            return await self.manager.store(scope, method, from_json(data, JobOrderCall), cause)
-        if method == "Update":
-            return await self.manager.update(scope, from_json(data, JobOrderCall), cause)
-        return await self.manager.act(scope, method, from_json(data, JobOrderIDCall), cause)
-
-    async def _query(self, scope: str, method: str, event: CloudEvent) -> Any:
-        if method == "RequestJobResponseByJobOrderID":
-            call = from_json(event.data, JobResponseByIDCall)
-            return await self.manager.job_response(scope, call.job_order_id)
-        by_state = from_json(event.data, JobResponseByStateCall)
-        try:
-            wanted = state_path(by_state.job_order_state)
-        except ValueError as error:  # names no state of the machine
-            raise ValidationError("data.JobOrderState", str(error)) from None
-        return await self.manager.job_responses(scope, wanted)
 
     def _reply(self, event: CloudEvent, output: Any, message: str | None = None) -> CloudEvent:
         reply = event.reply(source=self.source, data=to_json(output))

@@ -142,13 +142,17 @@ class JobsMes:
             type=event_type, source=self.source, subject=self.scope, data=data, **attributes
         )
 
-    async def call(self, method: str, data: Any, **attributes: Any) -> CloudEvent:
+    async def call(
+        self, method: str, data: Any, *, timeout: float = 5.0, **attributes: Any
+    ) -> CloudEvent:
         """Call a job method (``Store``, ``Start``, ``RequestJobResponseByJobOrderID``...)."""
         event = self.event(method_type(method), data, **attributes)
-        return await self.client.request(self.commands_topic, event)
+        return await self.client.request(self.commands_topic, event, timeout=timeout)
 
-    async def store(self, order: Mapping[str, Any], method: str = "Store") -> CloudEvent:
-        return await self.call(method, {"JobOrder": dict(order)})
+    async def store(
+        self, order: Mapping[str, Any], method: str = "Store", *, timeout: float = 5.0
+    ) -> CloudEvent:
+        return await self.call(method, {"JobOrder": dict(order)}, timeout=timeout)
 
     async def act(self, method: str, job_order_id: str) -> CloudEvent:
         return await self.call(method, {"JobOrderID": job_order_id})

@@ -9,6 +9,7 @@ import pytest
 from gateway.cloudevents import CloudEvent
 from gateway.logs import ContextFilter
 from gateway_jobs.events import method_type
+from gateway_jobs.methods import JobsMethods
 from gateway_jobs.processor import JobsProcessor
 from gateway_jobs.testing import LocalJobs, job_order, work_master
 
@@ -20,7 +21,7 @@ async def test_lines_about_a_command_name_its_job(
 ) -> None:
     await jobs.manager.config.apply("cell1", "workmaster", "PUT", work_master())
     caplog.handler.addFilter(ContextFilter())
-    processor = JobsProcessor(jobs.manager, source="urn:test")
+    processor = JobsProcessor(jobs.manager, JobsMethods(jobs.manager), source="urn:test")
     store = CloudEvent(
         type=method_type("Store"),
         source="urn:mes",

@@ -1,0 +1,95 @@
+"""``gateway.jobmethods.JobMethods``: the MES's methods, whichever protocol brings them.
+
+The MQTT processor and any other northbound server (OPC UA) call ``JobsMethods.call``, so a job
+is handled the same way, and counted in the same metrics, whichever way it came.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+from gateway.errors import ValidationError
+from gateway.jobmethods import JobMethod, MethodResult
+from gateway.store import check_scope
+from gateway_jobs.events import Cause
+from gateway_jobs.feed import StreamFeed, status_feed
+from gateway_jobs.jobs import JobManager
+from gateway_jobs.model import (
+    JobOrderCall,
+    JobOrderIDCall,
+    JobResponseByIDCall,
+    JobResponseByStateCall,
+    MethodReply,
+    Outcome,
+    from_json,
+    to_json,
+)
+from gateway_jobs.states import CREATING, state_list, state_path
+
+
+class JobsMethods:
+    """The job methods of one job manager."""
+
+    def __init__(
+        self,
+        manager: JobManager,
+        *,
+        count: Callable[[str, str], None] = lambda method, status: None,
+    ) -> None:
+        self.manager = manager
+        self.count = count  # (method, ReturnStatus name): for metrics
+
+    async def call(
+        self,
+        scope: str,
+        method: JobMethod,
+        arguments: Mapping[str, Any],
+        *,
+        correlationid: str | None = None,
+        causationid: str | None = None,
+    ) -> MethodResult:
+        check_scope(scope)
+        if method is JobMethod.REQUEST_JOB_RESPONSE_BY_JOB_ORDER_ID:
+            by_id = from_json(arguments, JobResponseByIDCall)
+            return MethodResult(to_json(await self.manager.job_response(scope, by_id.job_order_id)))
+        if method is JobMethod.REQUEST_JOB_RESPONSE_BY_JOB_ORDER_STATE:
+            by_state = from_json(arguments, JobResponseByStateCall)
+            try:
+                wanted = state_path(by_state.job_order_state)
+            except ValueError as error:  # names no state of the machine
+                raise ValidationError("data.JobOrderState", str(error)) from None
+            return MethodResult(to_json(await self.manager.job_responses(scope, wanted)))
+        cause = Cause(correlationid, causationid or f"urn:uuid:{uuid.uuid4()}")
+        outcome = await self._act(scope, method, arguments, cause)
+        self.count(method.value, outcome.status.name)
+        return MethodResult(to_json(MethodReply(outcome.status)), outcome.message)
+
+    async def _act(
+        self, scope: str, method: JobMethod, arguments: Mapping[str, Any], cause: Cause
+    ) -> Outcome:
+        if method.value in CREATING:
+            call = from_json(arguments, JobOrderCall)
+            return await self.manager.store(scope, method.value, call, cause)
+        if method is JobMethod.UPDATE:
+            return await self.manager.update(scope, from_json(arguments, JobOrderCall), cause)
+        by_id = from_json(arguments, JobOrderIDCall)
+        return await self.manager.act(scope, method.value, by_id, cause)
+
+    async def job_orders(self, scope: str) -> Sequence[Mapping[str, Any]]:
+        repository = self.manager.repository
+        orders = []
+        for job_order_id in await repository.job_order_ids(check_scope(scope)):
+            job = await repository.load(scope, job_order_id)
+            if job is not None:  # cleared between the two reads
+                orders.append(
+                    {"JobOrder": to_json(job.job_order), "State": to_json(state_list(job.state))}
+                )
+        return orders
+
+    def status_feed(self, scopes: Sequence[str]) -> AbstractAsyncContextManager[StreamFeed]:
+        for scope in scopes:
+            check_scope(scope)
+        return status_feed(self.manager.repository.store, self.manager.repository, scopes)

@@ -1,0 +1,84 @@
+"""The ``[opcua]`` settings section."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from gateway.settings import Secret, setting
+from gateway.store import check_scope
+
+
+class SecurityMode(StrEnum):
+    """The lowest message security the server accepts (higher modes are always offered)."""
+
+    NONE = "None"
+    SIGN = "Sign"
+    SIGN_AND_ENCRYPT = "SignAndEncrypt"
+
+
+DEFAULT_PORT = 4840
+
+
+@dataclass(frozen=True)
+class OpcUaSettings:
+    enabled: bool = setting(
+        False, "Serve OPC 40001-3 job management over OPC UA (needs station-gateway[opcua])"
+    )
+    endpoint: str = setting(
+        f"opc.tcp://0.0.0.0:{DEFAULT_PORT}", "Endpoint the server listens on (opc.tcp://host:port)"
+    )
+    security: str = setting(
+        SecurityMode.SIGN_AND_ENCRYPT.value,
+        "Lowest message security accepted with Basic256Sha256: SignAndEncrypt, Sign (and "
+        "SignAndEncrypt), or None (every mode: only for a closed lab network)",
+        choices=tuple(mode.value for mode in SecurityMode),
+    )
+    username: str = setting("", "User name clients log in with (required)")
+    password: Secret | None = setting(None, "Password clients log in with (required)", secret=True)
+    certificate: Path | None = setting(
+        None,
+        "Server certificate (DER or PEM); empty: a self-signed one is made once and kept in "
+        "<gateway.data_dir>/opcua/",
+    )
+    private_key: Path | None = setting(None, "Private key of the server certificate (PEM)")
+    application_uri: str = setting(
+        "",
+        "ApplicationUri of the server (must match the certificate's); "
+        "empty: urn:station-gateway:<instance_id>",
+    )
+    scopes: list[str] = setting(
+        [], "Scopes served: each is a MachineryItem under Machines, its BrowseName the scope id"
+    )
+
+    def __post_init__(self) -> None:
+        # ValueError here becomes a SettingsError naming the section (see gateway.settings).
+        self.host_and_port()
+        for scope in self.scopes:
+            try:
+                check_scope(scope)
+            except ValueError as error:
+                raise ValueError(f"scopes: {error}") from None
+        if (self.certificate is None) != (self.private_key is None):
+            raise ValueError("certificate and private_key go together: set both or neither")
+        if self.enabled:
+            if not self.scopes:
+                raise ValueError("scopes: name at least one scope to serve")
+            if not self.username or self.password is None or not self.password.reveal():
+                raise ValueError("username and password are required: clients must log in")
+
+    @property
+    def security_mode(self) -> SecurityMode:
+        return SecurityMode(self.security)
+
+    def host_and_port(self) -> tuple[str, int]:
+        parts = urlsplit(self.endpoint)
+        if parts.scheme != "opc.tcp" or not parts.hostname:
+            raise ValueError(f"endpoint must look like opc.tcp://host:port, got {self.endpoint!r}")
+        try:
+            port = parts.port
+        except ValueError:
+            raise ValueError(f"endpoint has a bad port: {self.endpoint!r}") from None
+        return parts.hostname, DEFAULT_PORT if port is None else port
