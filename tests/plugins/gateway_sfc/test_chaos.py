@@ -81,7 +81,7 @@ class Chaos:
             self.log.append(f"killed {node.log.stem}")
             await anyio.sleep(rng.uniform(0.05, 0.3))
             node.start()
-            await wait_until(node.ready, timeout=20)
+            await wait_until(node.ready, timeout=60)  # a loaded machine starts Python slowly
 
 
 @pytest.fixture
@@ -136,7 +136,7 @@ async def test_every_job_ends_exactly_once_while_instances_are_killed(
     for node in nodes:
         node.start()
     for node in nodes:
-        await wait_until(node.ready, timeout=20)
+        await wait_until(node.ready, timeout=60)
     chaos = Chaos(nodes)
     async with connect_test_client(mqtt_url) as client:
         mes = JobsMes(client, unique, "cell")
