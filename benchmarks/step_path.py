@@ -225,6 +225,26 @@ def redis_calls(client: Redis) -> Counter[str]:
     return Counter({name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()})
 
 
+def client_commands(port: int, seconds: float, answered: Any) -> tuple[Counter[str], int]:
+    """Commands clients sent (not those scripts ran), by name, over ``seconds`` of MONITOR,
+    and the steps answered meanwhile. (INFO commandstats counts script calls too.)"""
+    counts: Counter[str] = Counter()
+    monitor = Redis(port=port)
+    with monitor.monitor() as stream:  # type: ignore[no-untyped-call]
+        before = answered.value
+        deadline = time.monotonic() + seconds
+        for line in stream.listen():
+            if " lua" not in line["client_address"] and line["client_type"] != "lua":
+                command = line["command"].split(" ", 1)[0].strip('"').lower()
+                if command not in ("info", "monitor"):
+                    counts[command] += 1
+            if time.monotonic() > deadline:
+                break
+        steps = answered.value - before
+    monitor.close()
+    return counts, steps
+
+
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -408,11 +428,11 @@ async def mes_level(
                 for slot in range(jobs):
                     loops.start_soon(loop, slot)
                 await anyio.sleep(warmup)
-                marks["start"]()
+                await anyio.to_thread.run_sync(marks["start"])
                 measuring = True
                 await anyio.sleep(seconds)
                 measuring = False
-                marks["end"]()
+                await anyio.to_thread.run_sync(marks["end"])
                 stop.set()
             tasks.cancel_scope.cancel()
     return run
@@ -432,6 +452,8 @@ class Level:
     step_p99: float
     redis_per_step: float
     redis_top: list[tuple[str, float]]
+    client_per_step: float
+    client_top: list[tuple[str, float]]
     mqtt_per_step: float
     store_p50: float
     store_p99: float
@@ -454,6 +476,7 @@ def measure_level(
     args: argparse.Namespace,
     mqtt: ServerProcess,
     redis: Redis,
+    redis_port: int,
     gateway_pid: int,
     answered: Any,
     pipe: multiprocessing.connection.Connection,
@@ -464,6 +487,25 @@ def measure_level(
     window: dict[str, Any] = {}
 
     def start() -> None:
+        if args.py_spy:
+            output = args.py_spy.with_name(f"{args.py_spy.stem}-{jobs}{args.py_spy.suffix}")
+            window["spy"] = subprocess.Popen(
+                [
+                    "py-spy",
+                    "record",
+                    "--pid",
+                    str(gateway_pid),
+                    "--duration",
+                    str(int(args.seconds)),
+                    "--format",
+                    "raw",
+                    "--output",
+                    str(output),
+                    "--nonblocking",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
         pipe.send("take")
         pipe.recv()  # forget steps before the window
         window["broker"] = broker.fresh()
@@ -481,6 +523,9 @@ def measure_level(
         window["broker"] = after.get("received", 0) - window["broker"].get("received", 0)
         pipe.send("take")
         window["steps"] = pipe.recv()
+        if "spy" in window:
+            window["spy"].wait()
+        window["clients"] = client_commands(redis_port, args.monitor_seconds, answered)
 
     marks["start"], marks["end"] = start, end
     url = f"mqtt://127.0.0.1:{mqtt.port}"
@@ -488,6 +533,8 @@ def measure_level(
     steps = max(1, window["answered"])
     redis_total = sum(window["redis"].values())
     step_times = window["steps"]
+    clients, monitored = window["clients"]
+    monitored = max(1, monitored)
     return Level(
         jobs=jobs,
         raw_rate=raw_rate,
@@ -498,6 +545,8 @@ def measure_level(
         step_p99=percentile(step_times, 0.99),
         redis_per_step=redis_total / steps,
         redis_top=[(name, calls / steps) for name, calls in window["redis"].most_common(8)],
+        client_per_step=sum(clients.values()) / monitored,
+        client_top=[(name, calls / monitored) for name, calls in clients.most_common(8)],
         mqtt_per_step=window["broker"] / steps,
         store_p50=percentile(run.store_latencies, 0.5),
         store_p99=percentile(run.store_latencies, 0.99),
@@ -520,7 +569,9 @@ def report(level: Level) -> None:
         f"  step time                    : p50 {level.step_p50 * ms:.2f} ms, p99 "
         f"{level.step_p99 * ms:.2f} ms (adds {(level.step_p50 - level.raw_p50) * ms:.2f} / "
         f"{(level.step_p99 - level.raw_p99) * ms:.2f} ms to a raw round trip)\n"
-        f"  Redis commands per step      : {level.redis_per_step:.1f}  ("
+        f"  Redis commands per step      : {level.client_per_step:.1f} sent by clients ("
+        + ", ".join(f"{name} {calls:.2f}" for name, calls in level.client_top)
+        + f"); {level.redis_per_step:.1f} run, scripts' calls included ("
         + ", ".join(f"{name} {calls:.2f}" for name, calls in level.redis_top)
         + ")\n"
         f"  MQTT PUBLISH per step        : {level.mqtt_per_step:.1f} (into the broker)\n"
@@ -536,7 +587,7 @@ def report(level: Level) -> None:
 def table(levels: list[Level]) -> None:
     print(
         "\n| jobs | raw MQTT/s | steps/s | ratio | step p50/p99 ms | adds p50/p99 ms | "
-        "Redis cmd/step | MQTT msg/step | StoreAndStart p99 ms | CPU ms/step | aborted |"
+        "Redis cmd/step (run) | MQTT msg/step | StoreAndStart p99 ms | CPU ms/step | aborted |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for level in levels:
@@ -546,7 +597,8 @@ def table(levels: list[Level]) -> None:
             f"{level.step_p50 * 1000:.2f} / {level.step_p99 * 1000:.2f} | "
             f"{(level.step_p50 - level.raw_p50) * 1000:.2f} / "
             f"{(level.step_p99 - level.raw_p99) * 1000:.2f} | "
-            f"{level.redis_per_step:.1f} | {level.mqtt_per_step:.1f} | "
+            f"{level.client_per_step:.1f} ({level.redis_per_step:.0f}) | "
+            f"{level.mqtt_per_step:.1f} | "
             f"{level.store_p99 * 1000:.1f} | {level.cpu_per_step * 1000:.2f} | {level.aborted} |"
         )
 
@@ -559,6 +611,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10, help="push_command steps per recipe")
     parser.add_argument("--timeout", type=float, default=3.0, help="action timeout, seconds")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--monitor-seconds", type=float, default=2.0, help="MONITOR after each window"
+    )
+    parser.add_argument(
+        "--py-spy", type=Path, help="profile the gateway in each window (py-spy raw output)"
+    )
     args = parser.parse_args()
     levels = [int(level) for level in args.levels.split(",")]
 
@@ -587,7 +645,9 @@ def main() -> None:
                 f"{args.timeout:g} s action timeouts, {args.seconds:g} s per level"
             )
             for jobs in levels:
-                level = measure_level(jobs, args, mqtt, redis, pid, answered, parent_pipe, broker)
+                level = measure_level(
+                    jobs, args, mqtt, redis, redis_process.port, pid, answered, parent_pipe, broker
+                )
                 report(level)
                 results.append(level)
         table(results)

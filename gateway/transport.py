@@ -111,6 +111,10 @@ class Processor:
     binding: str = MQTT_BINDING
     # The ``gateway.role`` values it serves in (``*``: every role; role ``all`` runs all).
     roles: frozenset[str] = frozenset({"gateway"})
+    # Claim each event in the store first, so a redelivered one replays its stored replies.
+    # A handler whose effect is idempotent by itself (an equipment reply, checked against the
+    # attempt it answers when it is committed) turns this off and saves the store round trips.
+    deduplicate: bool = True
 
     def accepts(self, event_type: str) -> bool:
         return self.event_types is None or event_type in self.event_types
@@ -277,8 +281,9 @@ class Dispatcher:
             message = f"no processor handles type {event.type!r} on {topic!r}"
             self.reject(binding=binding, topic=topic, code=UNKNOWN_TYPE, error=message)
             return [event.error_reply(source=self.source, code=UNKNOWN_TYPE, message=message)]
-        if self._dedupe is not None:
-            claim = await self._claim(self._dedupe, event)
+        dedupe = self._dedupe if processor.deduplicate else None
+        if dedupe is not None:
+            claim = await self._claim(dedupe, event)
             if claim.duplicate:
                 log.info(
                     "duplicate event %s from %s: replaying %d replies",
@@ -301,9 +306,9 @@ class Dispatcher:
                 event.error_reply(source=self.source, code=NOT_PERMITTED, message=str(error))
             ]
         except Exception as error:
-            if self._dedupe is not None:
+            if dedupe is not None:
                 # Not processed: a redelivery (or the sender's retry) must get a fresh attempt.
-                await self._release(self._dedupe, event)
+                await self._release(dedupe, event)
             if is_transient(error):
                 log.info(
                     "processor %s could not handle event %s yet (%s); it is tried again",
@@ -318,8 +323,8 @@ class Dispatcher:
             self.reject(binding=binding, topic=topic, code=PROCESSING_FAILED, error=error)
             message = f"{type(error).__name__}: {error}"
             return [event.error_reply(source=self.source, code=PROCESSING_FAILED, message=message)]
-        if self._dedupe is not None:
-            await self._complete(self._dedupe, event, replies)
+        if dedupe is not None:
+            await self._complete(dedupe, event, replies)
         log.debug(
             "processor %s handled %s in %.1f ms",
             processor.name,

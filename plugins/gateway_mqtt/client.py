@@ -14,7 +14,7 @@ import ssl
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 import aiomqtt
 import paho.mqtt.client as paho
@@ -190,6 +190,14 @@ class _Client(aiomqtt.Client):
         super().__init__(*args, **kwargs)
         self._last_error = ""
         self._client.on_log = self._remember_error
+
+    async def __aenter__(self) -> Self:
+        self._client.on_log = self._remember_error
+        await super().__aenter__()
+        # Connected: no more use for the reason. With an ``on_log`` hook paho formats a debug
+        # line (its properties included) for every packet sent and received.
+        self._client.on_log = None
+        return self
 
     def _remember_error(self, client: paho.Client, userdata: Any, level: int, text: str) -> None:
         if level == paho.MQTT_LOG_ERR:

@@ -164,6 +164,9 @@ class MqttEquipmentDriver:
                 subscriptions=[Subscription(self.topics.replies(item)) for item in served],
                 handle=self._on_reply,
                 binding=self.binding,
+                # The engine commits a reply only while its attempt is outstanding, so a
+                # redelivered reply changes nothing: no de-duplication claim needed.
+                deduplicate=False,
             ),
             Processor(
                 name=f"{self.name}-events",

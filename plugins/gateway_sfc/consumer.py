@@ -24,7 +24,7 @@ from gateway.resilience import is_transient
 from gateway_sfc.context import EngineContext
 from gateway_sfc.keys import GROUP, scope_of_stream
 from gateway_sfc.scopes import ScopeRegistry
-from gateway_sfc.scripts import FIRE_TIMERS
+from gateway_sfc.scripts import FIRE_TIMERS, RESEND_OUTBOX
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +38,13 @@ class WorkConsumer:
         self.scopes = scopes
         self.handle = handle
         self._fire_timers: Any = None
+        self._resend_outbox: Any = None
         self._slots: anyio.Semaphore | None = None
 
     def start(self) -> None:
         """Called when the engine starts running (the client and event loop exist by then)."""
         self._fire_timers = self.context.client.register_script(FIRE_TIMERS)
+        self._resend_outbox = self.context.client.register_script(RESEND_OUTBOX)
         self._slots = anyio.Semaphore(self.context.settings.max_concurrent_items)
 
     async def read_loop(self, handlers: TaskGroup) -> None:
@@ -147,8 +149,11 @@ class WorkConsumer:
             await pipe.execute()
 
     async def fire_due_timers(self) -> None:
-        """Move due timers of every scope to its work stream."""
+        """Move due timers, and commands whose publication was not confirmed in time, of every
+        scope to its work stream."""
         now = time.time()
         keys = self.context.keys
         for scope in list(self.scopes.scopes):
-            await self._fire_timers(keys=[keys.timers(scope), keys.work(scope)], args=[now, 100])
+            work = keys.work(scope)
+            await self._fire_timers(keys=[keys.timers(scope), work], args=[now, 100])
+            await self._resend_outbox(keys=[keys.outbox(scope), work], args=[now, 100])

@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -22,10 +21,11 @@ import anyio
 from anyio.abc import TaskStatus
 
 from gateway.equipment import EquipmentEvent, EquipmentReply
+from gateway.logs import log_context
 from gateway.recipes import JobCommand, RecipeJob
 from gateway_sfc.consumer import WorkConsumer
 from gateway_sfc.context import EngineContext
-from gateway_sfc.events import EventRouter, event_json
+from gateway_sfc.events import EventRouter, event_fields
 from gateway_sfc.executions import ExecutionStore
 from gateway_sfc.keys import GROUP
 from gateway_sfc.reconcile import Reconciler
@@ -52,6 +52,7 @@ class Coordinator:
         self.events = EventRouter(context, self.executions, self.recipes, self.scopes)
         self.executions.wait_started = self.events.claim_unclaimed
         self.steps = StepHandlers(context, self.executions, self.recipes, self.events)
+        self.executions.committed = self.steps.publish
         self.work = WorkQueue(context, self.scopes)
         self.consumer = WorkConsumer(context, self.scopes, self.steps.handle)
         self.reconciler = Reconciler(context, self.scopes, self.executions, self.work)
@@ -79,6 +80,11 @@ class Coordinator:
         await self.work.command(job.scope, job.job_order_id, command)
 
     async def reply(self, reply: EquipmentReply) -> None:
+        """Apply a reply where it arrives: one commit, then the next command goes out.
+
+        Returns once the reply's effect is stored (the message may be acknowledged then); a
+        store failure propagates, so the message is not acknowledged and comes again.
+        """
         try:
             job, action, attempt = reply.correlation_id.rsplit(":", 2)
             int(attempt)
@@ -89,11 +95,10 @@ class Coordinator:
         if not scope:
             log.warning("reply %s for unknown job %s ignored", reply.correlation_id, job)
             return
-        fields = {"kind": "reply", "job": job, "action": action, "attempt": attempt}
-        fields["data"] = json.dumps(reply.data, default=str)
-        if reply.error is not None:
-            fields["error"] = reply.error
-        await self.work.enqueue(str(scope), fields)
+        if scope not in self.scopes.scopes:
+            await self.scopes.adopt(scope, announce=True)
+        with log_context(scope=scope, job=job, correlationid=reply.correlation_id):
+            await self.steps.reply(scope, job, action, int(attempt), reply.data, reply.error)
 
     async def runs_job(self, job_order_id: str, scope: str | None) -> bool:
         """``gateway.equipment.JobOwner``: whether the job is a chart of this engine."""
@@ -101,6 +106,7 @@ class Coordinator:
         return known is not None and (scope is None or known == scope)
 
     async def event(self, event: EquipmentEvent) -> None:
+        """Give an event to the job waiting for it, where it arrives (see ``reply``)."""
         scope = event.scope
         if scope is None and event.job_order_id:
             scope = await self.scopes.job_scope(event.job_order_id)
@@ -109,7 +115,9 @@ class Coordinator:
         if scope is None:
             log.info("event %s (%s) arrived where no job runs; dropped", event.id, event.type)
             return
-        await self.work.enqueue(str(scope), {"kind": "event", "event": event_json(event)})
+        if scope not in self.scopes.scopes:
+            await self.scopes.adopt(scope, announce=True)
+        await self.events.route(scope, event_fields(event))
 
     # -- the service ------------------------------------------------------------------------
 
@@ -152,6 +160,12 @@ class Coordinator:
                 "sfc-engine.reconcile",
                 settings.reconcile_seconds,
                 self.reconciler.reconcile,
+            )
+            loops.start_soon(
+                resilience.every,
+                "sfc-engine.outbox",
+                settings.timer_poll_seconds,
+                self.steps.flush_published,
             )
             await self.context.gateway.stopping.wait()
             loops.cancel_scope.cancel()

@@ -145,7 +145,3 @@ def event_fields(event: EquipmentEvent) -> dict[str, Any]:
         "job_order_id": event.job_order_id,
         "data": event.data,
     }
-
-
-def event_json(event: EquipmentEvent) -> str:
-    return json.dumps(event_fields(event), default=str)

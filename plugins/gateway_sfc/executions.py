@@ -1,10 +1,18 @@
-"""Reading and compare-and-swapping one job's execution state, and telling observers."""
+"""Reading and compare-and-swapping one job's execution state, and telling observers.
+
+The last state this instance committed for a job is kept in memory: a step applies to it
+and commits with one script call, no read first. The compare-and-swap still guards every
+write, so a state another instance changed meanwhile fails the swap, is read again and the
+change re-applied; and a stimulus that changes nothing on a remembered state is checked again
+on a fresh read before it is dropped (the memory may be behind, never ahead).
+"""
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 from gateway.errors import GatewayError
@@ -19,6 +27,12 @@ if TYPE_CHECKING:
 
 Apply = Callable[[Executor, Execution, float], Effects]
 WaitStarted = Callable[[str, str], Awaitable[None]]
+Committed = Callable[[str, str, Sequence[tuple[str, int]]], Awaitable[None]]
+Try = tuple[str, int]  # action name, attempt
+
+# Timers of one try: at most one of these per (action, attempt), so each has a fixed name.
+TRY_TIMERS = ("timeout", "liveness")
+OUTSTANDING = (Phase.DISPATCHED, Phase.WAITING)
 
 
 class ExecutionStore:
@@ -28,13 +42,17 @@ class ExecutionStore:
         self.context = context
         self.recipes = recipes
         self._commit: AsyncScript | None = None
+        self._remembered: OrderedDict[tuple[str, str], Execution] = OrderedDict()
         # Called after a write that made the job wait for an equipment event (the event router
         # then offers it the events that came early).
         self.wait_started: WaitStarted | None = None
+        # Called after every write that dispatched commands (scope, job, the tries to send).
+        self.committed: Committed | None = None
 
     def start(self) -> None:
         """Called when the engine starts running: the store's client is new on every run."""
         self._commit = self.context.client.register_script(COMMIT)
+        self._remembered.clear()
 
     async def read(self, scope: str, job: str) -> Execution | None:
         text = await self.context.client.get(self.context.keys.execution(scope, job))
@@ -45,18 +63,22 @@ class ExecutionStore:
 
     async def create(self, execution: Execution, effects: Effects) -> bool:
         """Write a new job's first state (``False``: another instance started it first)."""
-        if not await self.write(execution, -1, effects):
+        if not await self.write(execution, -1, effects, set()):
             return False
         self.announce_steps(execution, {}, time.time())
-        if waiting(execution):
-            await self._wait_started(execution.scope, execution.job)
+        await self._after(execution, effects, was_waiting=set())
+        self._remember(execution)
         return True
 
     async def mutate(self, scope: str, job: str, apply: Apply) -> None:
-        """Read, apply, compare-and-swap; on a conflict, read again and re-apply."""
+        """Apply, compare-and-swap; on a conflict, read again and re-apply."""
         settings = self.context.settings
+        key = (scope, job)
         for _ in range(settings.max_cas_retries):
-            execution = await self.read(scope, job)
+            execution = self._remembered.pop(key, None)
+            fresh = execution is None
+            if execution is None:
+                execution = await self.read(scope, job)
             if execution is None:
                 return  # never started, or ended long ago
             if execution.status is Status.ENDED:
@@ -64,27 +86,45 @@ class ExecutionStore:
             executor = await self.recipes.executor(scope, job)
             was_waiting = waiting(execution)
             was_active = {name: node.entered_at for name, node in execution.nodes.items()}
+            was_outstanding = outstanding(execution)
             now = time.time()
             effects = apply(executor, execution, now)
             if not (effects.changed or effects.sends or effects.timers or effects.report):
-                return
-            if await self.write(execution, execution.version, effects):
+                if fresh:
+                    self._remember(execution)
+                    return
+                continue  # the remembered state may be behind: look at the stored one
+            ended = was_outstanding - outstanding(execution)
+            if await self.write(execution, execution.version, effects, ended):
                 self.announce_steps(execution, was_active, now)
                 if effects.reply is not None:
                     seconds, failed = effects.reply
                     self.context.metrics.replies.labels("error" if failed else "ok").observe(
                         seconds
                     )
-                if waiting(execution) - was_waiting:
-                    await self._wait_started(scope, job)
+                await self._after(execution, effects, was_waiting)
+                # Remembered only now: the steps above may wait, and another task must not
+                # change this object meanwhile (it reads the stored state instead).
+                self._remember(execution)
                 return
         raise GatewayError(
             f"job {scope}/{job}: state kept changing under {settings.max_cas_retries} tries"
         )
 
-    async def _wait_started(self, scope: str, job: str) -> None:
-        if self.wait_started is not None:
-            await self.wait_started(scope, job)
+    async def _after(self, execution: Execution, effects: Effects, was_waiting: set[str]) -> None:
+        started_waiting = bool(waiting(execution) - was_waiting)
+        tries = [(action, execution.actions[action].attempt) for action in effects.sends]
+        if tries and self.committed is not None:
+            await self.committed(execution.scope, execution.job, tries)
+        if started_waiting and self.wait_started is not None:
+            await self.wait_started(execution.scope, execution.job)
+
+    def _remember(self, execution: Execution) -> None:
+        if execution.status is Status.ENDED:
+            return
+        self._remembered[(execution.scope, execution.job)] = execution
+        if len(self._remembered) > self.context.settings.chart_cache_size:
+            self._remembered.popitem(last=False)
 
     def announce_steps(
         self, execution: Execution, was_active: dict[str, float], now: float
@@ -97,25 +137,39 @@ class ExecutionStore:
         for node in sorted(execution.nodes.keys() - was_active.keys()):
             hook(scope=execution.scope, job_order_id=execution.job, step=node, active=True)
 
-    async def write(self, execution: Execution, expected: int, effects: Effects) -> bool:
+    async def write(
+        self, execution: Execution, expected: int, effects: Effects, ended: set[Try]
+    ) -> bool:
+        """Compare-and-swap; ``ended``: the tries that were outstanding and are no longer (their
+        timers are cancelled and their outbox entries removed in the same step)."""
         scope, job = execution.scope, execution.job
         keys = self.context.keys
         work: list[list[str]] = []
-        for action in effects.sends:
-            attempt = str(execution.actions[action].attempt)
-            work.append(["kind", "send", "job", job, "action", action, "attempt", attempt])
         if effects.report is not None:
             work.append(["kind", "report", "job", job])
-        ended = execution.status is Status.ENDED
+        now = time.time()
+        resend_at = now + self.context.settings.outbox_grace_seconds
+        done = execution.status is Status.ENDED
         ops = {
             "work": work,
+            "cancel": [
+                timer_member(job, kind, action, attempt)
+                for action, attempt in sorted(ended)
+                for kind in TRY_TIMERS
+            ],
             "timers": [[timer.due, timer_json(job, timer)] for timer in effects.timers],
-            "waiting": bool(waiting(execution)) and not ended,
-            "active": not ended,
+            "done": [outbox_member(job, action, attempt) for action, attempt in sorted(ended)],
+            "outbox": [
+                [resend_at, outbox_member(job, action, execution.actions[action].attempt)]
+                for action in effects.sends
+            ],
+            "waiting": bool(waiting(execution)) and not done,
+            "active": not done,
             "job": job,
-            "now": time.time(),
-            "ttl": self.context.settings.ended_ttl_seconds if ended else 0,
+            "now": now,
+            "ttl": self.context.settings.ended_ttl_seconds if done else 0,
         }
+        previous_version = execution.version
         execution.version = expected + 1 if expected >= 0 else 0
         redis_keys = [
             keys.execution(scope, job),
@@ -123,11 +177,16 @@ class ExecutionStore:
             keys.timers(scope),
             keys.waiting(scope),
             keys.active(scope),
+            keys.outbox(scope),
         ]
         assert self._commit is not None, "the engine is not running"
-        written = await self._commit(
-            keys=redis_keys, args=[expected, dump_execution(execution), json.dumps(ops)]
-        )
+        try:
+            written = await self._commit(
+                keys=redis_keys, args=[expected, dump_execution(execution), json.dumps(ops)]
+            )
+        except BaseException:
+            execution.version = previous_version
+            raise
         return bool(written)
 
 
@@ -136,12 +195,34 @@ def waiting(execution: Execution) -> set[str]:
     return {run.name for run in execution.actions.values() if run.phase is Phase.WAITING}
 
 
+def outstanding(execution: Execution) -> set[Try]:
+    """The tries sent (or waiting) and not answered yet."""
+    return {
+        (run.name, run.attempt) for run in execution.actions.values() if run.phase in OUTSTANDING
+    }
+
+
 def mark_ended(executor: Executor, execution: Execution, now: float) -> Effects:
     execution.status = Status.ENDED
     return Effects(changed=True)
 
 
+def outbox_member(job: str, action: str, attempt: int) -> str:
+    return json.dumps([job, action, attempt])
+
+
+def timer_member(job: str, kind: str, action: str, attempt: int) -> str:
+    """A timer's name in the timers set; the due time is its score."""
+    return json.dumps(
+        {"job": job, "kind": kind, "action": action, "attempt": attempt}, sort_keys=True
+    )
+
+
 def timer_json(job: str, timer: Timer) -> str:
+    if timer.kind in TRY_TIMERS:
+        return timer_member(job, timer.kind, timer.action, timer.attempt)
+    # Other timers of a job may be set more than once for the same action: the due time
+    # keeps them apart.
     return json.dumps(
         {
             "job": job,
@@ -154,8 +235,10 @@ def timer_json(job: str, timer: Timer) -> str:
     )
 
 
-def timer_from_json(text: str) -> Timer:
+def timer_from_json(text: str, due: str | None = None) -> Timer:
+    """The timer a timers-set member names (``due``: its score, for members without it)."""
     data = json.loads(text)
-    return Timer(
-        float(data["due"]), TimerKind(data["kind"]), str(data["action"]), int(data["attempt"])
-    )
+    when = data.get("due", due)
+    if when is None:
+        raise ValueError(f"timer {text} has no due time")
+    return Timer(float(when), TimerKind(data["kind"]), str(data["action"]), int(data["attempt"]))

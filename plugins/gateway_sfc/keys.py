@@ -2,9 +2,10 @@
 
 Per scope:
 
-- ``sfc:work`` stream, consumer group ``sfc-engine``: every stimulus for a job (start, reply,
-  event, timer, MES command, send, report) is an entry; XREADGROUP hands each to one instance,
-  XAUTOCLAIM hands the entries of a dead instance to a live one.
+- ``sfc:work`` stream, consumer group ``sfc-engine``: the work no message carries (start, MES
+  command, due timer, report, a command to send again); XREADGROUP hands each to one instance,
+  XAUTOCLAIM hands the entries of a dead instance to a live one. Equipment replies and events
+  do not pass through it: they are applied by the instance that receives them.
 - ``sfc:exec:<job>``: the execution state (``gateway_sfc.state``), changed only by the CAS
   script (``gateway_sfc.scripts``), which also writes the follow-up entries and timers.
 - ``sfc:recipe:<job>``: the recipe and parameters the job started with (a snapshot, so a
@@ -14,6 +15,8 @@ Per scope:
 - ``sfc:waiting`` sorted set: jobs with a ``pull_event`` waiting, oldest first, where an
   incoming equipment event looks for its taker; ``sfc:unclaimed``: recent events nobody waited
   for yet (an event may overtake the state change that starts the wait).
+- ``sfc:outbox`` sorted set: commands committed and about to be published, by the time after
+  which they count as lost (the instance died between commit and publish) and are sent again.
 - ``sfc:active`` set: jobs not ended, for the recovery scan at start.
 
 Globally: ``sfc:scopes`` (every scope that ran a job, for discovery) and ``sfc:job-scopes``
@@ -53,6 +56,9 @@ class SfcKeys:
 
     def unclaimed(self, scope: str) -> str:
         return self.scoped(scope, "unclaimed")
+
+    def outbox(self, scope: str) -> str:
+        return self.scoped(scope, "outbox")
 
     def active(self, scope: str) -> str:
         return self.scoped(scope, "active")

@@ -6,9 +6,10 @@ Values travel as arguments and JSON decoded by cjson: nothing is spliced into a 
 from __future__ import annotations
 
 # Compare-and-swap of one job's execution state, with everything that must happen with it.
-# KEYS: exec doc, work stream, timers, waiting, active. ARGV[1]: the version the caller read
-# (-1: create, the doc must not exist); ARGV[2]: the new doc; ARGV[3]: JSON of the follow-ups.
-# Values travel as arguments and JSON decoded by cjson: nothing is spliced into the script.
+# KEYS: exec doc, work stream, timers, waiting, active, outbox. ARGV[1]: the version the caller
+# read (-1: create, the doc must not exist); ARGV[2]: the new doc; ARGV[3]: JSON of the
+# follow-ups: ``work`` entries, ``cancel`` timers of tries that ended, new ``timers``, the
+# ``done`` tries whose outbox entries go, the ``outbox`` entries of the commands to send now.
 COMMIT = """
 local current = redis.call('GET', KEYS[1])
 local expected = tonumber(ARGV[1])
@@ -26,8 +27,17 @@ end
 for _, entry in ipairs(ops['work']) do
   redis.call('XADD', KEYS[2], '*', unpack(entry))
 end
+if #ops['cancel'] > 0 then
+  redis.call('ZREM', KEYS[3], unpack(ops['cancel']))
+end
 for _, timer in ipairs(ops['timers']) do
   redis.call('ZADD', KEYS[3], timer[1], timer[2])
+end
+if #ops['done'] > 0 then
+  redis.call('ZREM', KEYS[6], unpack(ops['done']))
+end
+for _, entry in ipairs(ops['outbox']) do
+  redis.call('ZADD', KEYS[6], entry[1], entry[2])
 end
 if ops['waiting'] then
   redis.call('ZADD', KEYS[4], 'NX', ops['now'], ops['job'])
@@ -42,14 +52,36 @@ end
 return 1
 """
 
-# Move due timers to the work stream; ZREM decides which instance moves each one.
+# Move due timers to the work stream (their due time with them); ZREM decides which instance
+# moves each one.
 FIRE_TIMERS = """
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'WITHSCORES', 'LIMIT', 0,
+  tonumber(ARGV[2]))
+local moved = 0
+for index = 1, #due, 2 do
+  local member = due[index]
+  if redis.call('ZREM', KEYS[1], member) == 1 then
+    local timer = cjson.decode(member)
+    redis.call('XADD', KEYS[2], '*', 'kind', 'timer', 'job', timer['job'], 'timer', member,
+      'due', due[index + 1])
+    moved = moved + 1
+  end
+end
+return moved
+"""
+
+# Commands committed but not confirmed sent within their grace time (the instance that
+# committed them died before publishing, or is stuck): move them to the work stream as "send"
+# entries, where any instance sends them again if their try is still outstanding.
+# Outbox members are JSON ``[job, action, attempt]``.
+RESEND_OUTBOX = """
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
 local moved = 0
 for _, member in ipairs(due) do
   if redis.call('ZREM', KEYS[1], member) == 1 then
-    local timer = cjson.decode(member)
-    redis.call('XADD', KEYS[2], '*', 'kind', 'timer', 'job', timer['job'], 'timer', member)
+    local try = cjson.decode(member)
+    redis.call('XADD', KEYS[2], '*', 'kind', 'send', 'job', try[1], 'action', try[2],
+      'attempt', tostring(try[3]))
     moved = moved + 1
   end
 end

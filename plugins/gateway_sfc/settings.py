@@ -33,6 +33,12 @@ class SfcSettings:
         "An action without a timeout fails this long after its equipment went offline (0: never)",
         minimum=0,
     )
+    outbox_grace_seconds: float = setting(
+        5.0,
+        "A command committed but not confirmed published this long is sent again (its instance "
+        "died between the two)",
+        minimum=0.1,
+    )
     max_concurrent_items: int = setting(32, "Work entries handled at once", minimum=1)
     max_cas_retries: int = setting(
         50, "Tries of a state change that keeps conflicting with other instances", minimum=1

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from gateway.equipment import EquipmentCommand
 from gateway.errors import GatewayError, ValidationError
@@ -15,10 +16,9 @@ from gateway.resilience import is_transient
 from gateway_sfc.context import EngineContext
 from gateway_sfc.engine import Timer, TimerKind
 from gateway_sfc.events import EventRouter
-from gateway_sfc.executions import ExecutionStore, mark_ended, timer_from_json
+from gateway_sfc.executions import ExecutionStore, mark_ended, outbox_member, timer_from_json
 from gateway_sfc.snapshots import RecipeCache
 from gateway_sfc.state import Execution, Phase, Status
-from gateway_sfc.validation import load_chart
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,7 @@ class StepHandlers:
         self.executions = executions
         self.recipes = recipes
         self.events = events
+        self._published: dict[str, set[str]] = {}  # scope -> outbox entries sent
 
     async def handle(self, scope: str, fields: Mapping[str, str]) -> None:
         kind = fields["kind"]
@@ -51,23 +52,12 @@ class StepHandlers:
             await self.send(scope, job, fields["action"], int(fields["attempt"]))
         elif kind == "report":
             await self.report(scope, job)
-        elif kind == "reply":
+        elif kind == "reply":  # written by earlier versions, which queued replies
             data = json.loads(fields.get("data") or "null")
             attempt = int(fields["attempt"])
-            await mutate(
-                scope,
-                job,
-                lambda ex, execution, now: ex.on_reply(
-                    _noting_late_reply(execution, fields["action"], attempt),
-                    fields["action"],
-                    attempt,
-                    data,
-                    fields.get("error"),
-                    now,
-                ),
-            )
+            await self.reply(scope, job, fields["action"], attempt, data, fields.get("error"))
         elif kind == "timer":
-            timer = timer_from_json(fields["timer"])
+            timer = timer_from_json(fields["timer"], fields.get("due"))
             offline = await self._offline_reason(scope, job, timer)
             await mutate(
                 scope, job, lambda ex, execution, now: ex.on_timer(execution, timer, now, offline)
@@ -82,6 +72,18 @@ class StepHandlers:
         else:
             raise ValueError(f"unknown work entry kind {kind!r}")
 
+    async def reply(
+        self, scope: str, job: str, action: str, attempt: int, data: Any, error: str | None
+    ) -> None:
+        """Apply an equipment reply (repeated or late ones change nothing)."""
+        await self.executions.mutate(
+            scope,
+            job,
+            lambda ex, execution, now: ex.on_reply(
+                _noting_late_reply(execution, action, attempt), action, attempt, data, error, now
+            ),
+        )
+
     async def start(self, scope: str, job: str) -> None:
         control = self.context.gateway.job_control
         recipe_job = await control.job(scope, job)
@@ -94,12 +96,12 @@ class StepHandlers:
                 log.info("job %s/%s not started: it is %s", scope, job, state)
                 return
         try:
-            chart = load_chart(recipe_job.recipe)
+            chart = self.recipes.chart(recipe_job.recipe)
         except ValidationError as error:
             await control.abort(scope, job, JobOutcome(error=f"invalid recipe: {error}"))
             return
         parameters = recipe_job.parameters()
-        await self.recipes.save(scope, job, recipe_job.recipe, parameters)
+        await self.recipes.save(scope, job, chart, recipe_job.recipe, parameters)
         executor = self.context.executor(chart, parameters)
         execution, effects = executor.start(scope, job, time.time())
         if await self.executions.create(execution, effects):
@@ -116,14 +118,40 @@ class StepHandlers:
         return await self.context.gateway.equipment.offline_reason(action.equipment)
 
     async def send(self, scope: str, job: str, action_name: str, attempt: int) -> None:
+        """Send a command again (a work entry: its first publication was not confirmed)."""
         execution = await self.executions.read(scope, job)
         if execution is None:
             return
         run = execution.actions.get(action_name)
         if run is None or run.attempt != attempt or run.phase is not Phase.DISPATCHED:
             return  # cancelled or answered meanwhile
+        await self._publish(scope, job, action_name, attempt)
+
+    async def publish(self, scope: str, job: str, tries: Sequence[tuple[str, int]]) -> None:
+        """Send the commands a commit just dispatched; ``flush_published`` then drops them
+        from the outbox (or the commit of their reply does, whichever comes first)."""
+        for action, attempt in tries:
+            try:
+                published = await self._publish(scope, job, action, attempt)
+            except GatewayError as error:  # transient: the broker is away
+                # The commit stands and the command waits in the outbox, which sends it again
+                # after ``outbox_grace_seconds`` (the same correlation id).
+                log.info("job %s/%s: %s not sent yet (%s)", scope, job, action, error)
+                continue
+            if published:
+                self._published.setdefault(scope, set()).add(outbox_member(job, action, attempt))
+
+    async def flush_published(self) -> None:
+        """Drop the commands published since the last flush from the outbox, one command per
+        scope. (An instance that dies first leaves them there: they are sent once more.)"""
+        published, self._published = self._published, {}
+        for scope, members in published.items():
+            await self.context.client.zrem(self.context.keys.outbox(scope), *members)
+
+    async def _publish(self, scope: str, job: str, action_name: str, attempt: int) -> bool:
+        """Send one try's command (``False``: it could not be delivered, and the try failed)."""
         snapshot = await self.recipes.get(scope, job)
-        action = next(a for a in snapshot.chart.recipe.actions if a.name == action_name)
+        action = snapshot.action(action_name)
         command = EquipmentCommand(
             correlation_id=f"{job}:{action_name}:{attempt}",
             type=action.type_id,
@@ -137,13 +165,15 @@ class StepHandlers:
         )
         try:
             await self.context.gateway.equipment.send(command)
-            self.context.metrics.commands.labels(command.type).inc()
         except GatewayError as error:
             if is_transient(error):
                 raise  # the broker is away: sent again once it is back (same correlation id)
             # No driver, or the driver could not deliver: this try failed.
             log.warning("job %s/%s: %s not delivered: %s", scope, job, action_name, error)
             await self._fail_try(scope, job, action_name, attempt, str(error))
+            return False
+        self.context.metrics.commands.labels(command.type).inc()
+        return True
 
     async def _fail_try(self, scope: str, job: str, action: str, attempt: int, error: str) -> None:
         await self.executions.mutate(
@@ -180,6 +210,7 @@ class StepHandlers:
         else:  # stopped or aborted by the MES: the job's state is already set
             await control.record_results(scope, job, outcome.results)
         await self.executions.mutate(scope, job, mark_ended)
+        self.recipes.forget(scope, job)
         self.context.metrics.charts.labels(execution.outcome or "unknown").inc()
         log.info("job %s/%s: chart %s", scope, job, execution.outcome)
 
