@@ -18,9 +18,11 @@ Equipment is online while its last heartbeat is younger than its heartbeat timeo
 lives in the gateway's store (keys with that timeout as TTL), so every instance sees the same.
 
 A command to equipment known to be offline is still delivered: the equipment may come back (a
-broker keeps the command for it), and a command is never dropped silently. The engine's timeout
-fails the action, and ``offline_reason`` tells it to say "equipment offline" instead of
-"no reply".
+broker keeps the command for it), and a command is never dropped silently. When equipment comes
+back online (its first heartbeat after it was offline), a sink that is an ``OnlineObserver`` (the
+recipe engine) is told, and sends the commands still waiting for a reply again (same correlation
+id) while their timeouts allow. The engine's timeout fails the action otherwise, and
+``offline_reason`` tells it to say "equipment offline" instead of "no reply".
 
 Drivers that carry commands as CloudEvents share one shape for them (whatever the transport),
 so equipment and simulators read every driver's messages alike: ``command_event`` builds a
@@ -214,6 +216,17 @@ class EquipmentSink(Protocol):
         ...
 
 
+@runtime_checkable
+class OnlineObserver(Protocol):
+    """A sink that wants to know when equipment comes (back) online (optional for a sink).
+
+    The recipe engine implements it to send again the commands the equipment may have missed
+    while it was away.
+    """
+
+    async def equipment_online(self, equipment_id: str) -> None: ...
+
+
 class EquipmentDriver(Protocol):
     """A driver plugin's contribution: delivers commands to the equipment it serves."""
 
@@ -393,7 +406,22 @@ class EquipmentHub:
         ``None`` takes the hub's ``heartbeat_timeout_seconds``.
         """
         timeout = self.heartbeat_timeout_seconds if timeout_seconds is None else timeout_seconds
-        await self._records().heartbeat(equipment_id, self.clock(), timeout)
+        if await self._records().heartbeat(equipment_id, self.clock(), timeout):
+            await self._came_online(equipment_id)
+
+    async def _came_online(self, equipment_id: str) -> None:
+        """Tell the sinks (an engine re-sends the commands the equipment may have missed)."""
+        for sink in self.sinks:
+            if not isinstance(sink, OnlineObserver):
+                continue
+            try:
+                await sink.equipment_online(equipment_id)
+            except Exception as error:  # its commands then wait for their timeouts, as before
+                log.warning(
+                    "equipment %s is back, but its commands were not re-sent: %s",
+                    equipment_id,
+                    error,
+                )
 
     async def gone(self, equipment_id: str, reason: str = "disconnected") -> None:
         """Called by drivers: ``equipment_id`` is offline now (it said goodbye, its connection
@@ -464,8 +492,10 @@ class _LocalLivenessRecords:
         self._clock = clock
         self._states: dict[str, tuple[Liveness, float]] = {}  # id -> (state, online until)
 
-    async def heartbeat(self, equipment_id: str, at: float, ttl_seconds: float) -> None:
+    async def heartbeat(self, equipment_id: str, at: float, ttl_seconds: float) -> bool:
+        known = self._states.get(equipment_id)
         self._states[equipment_id] = (Liveness(online=True, last_seen=at), at + ttl_seconds)
+        return known is None or known[1] <= at
 
     async def gone(self, equipment_id: str, at: float, reason: str) -> None:
         known = self._states.get(equipment_id)

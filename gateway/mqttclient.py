@@ -10,6 +10,7 @@ plugin's in-process broker (``memory://<name>``) is reached: ``gateway_mqtt.clie
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import ssl
 import uuid
@@ -21,6 +22,7 @@ from urllib.parse import unquote, urlsplit
 import aiomqtt
 import anyio
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
+from anyio.streams.memory import MemoryObjectSendStream
 
 from gateway.cloudevents import CloudEvent
 from gateway.codecs.mqtt import MqttMessage, from_client_message, from_mqtt, publish, to_mqtt
@@ -49,13 +51,18 @@ class CloudEventClient:
         self._connection = connection
         self.client_id = client_id
         self.reply_topic = f"{reply_prefix}/{client_id}"
-        self._pending: dict[bytes, ObjectSendStream[MqttMessage]] = {}
+        self._pending: dict[bytes, MemoryObjectSendStream[MqttMessage]] = {}
         self._watchers: list[tuple[str, ObjectSendStream[MqttMessage]]] = []
 
     async def _route(self) -> None:
         async for incoming in self._connection.messages():
             if incoming.topic == self.reply_topic and incoming.correlation_data in self._pending:
-                await self._pending[incoming.correlation_data].send(incoming)
+                # Not awaited: the request may give up (and close its stream) meanwhile, and
+                # a reply that comes as its request gives up is dropped, as one after it.
+                with contextlib.suppress(
+                    anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError
+                ):
+                    self._pending[incoming.correlation_data].send_nowait(incoming)
                 continue
             for topic_filter, stream in self._watchers:
                 if topic_matches(topic_filter, incoming.topic):

@@ -133,8 +133,9 @@ class LivenessRecords(Protocol):
     live), so every instance sees the same; the times are those of the reporting instance.
     """
 
-    async def heartbeat(self, equipment_id: str, at: float, ttl_seconds: float) -> None:
-        """Online now and for ``ttl_seconds``; clears an earlier departure."""
+    async def heartbeat(self, equipment_id: str, at: float, ttl_seconds: float) -> bool:
+        """Online now and for ``ttl_seconds``; clears an earlier departure. True when it was
+        not online before: exactly one heartbeat (of all instances) sees it come back."""
         ...
 
     async def gone(self, equipment_id: str, at: float, reason: str) -> None:

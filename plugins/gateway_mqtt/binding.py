@@ -85,6 +85,8 @@ class MqttBinding:
         ).labels(self.name)
         delay = self.settings.reconnect_min_seconds
         started = False
+        # Logged once per outage (and its end once); /readyz shows "binding mqtt" meanwhile.
+        outage = gateway.resilience.outage("mqtt.connection", logger=log)
 
         def stop_event() -> anyio.Event:
             # Until the first connection, a stop request ends the retrying; after it, the
@@ -98,6 +100,7 @@ class MqttBinding:
                     self._client = client
                     self._connected.set()
                     log.info("MQTT connected to %s as %s", self.connector.where, self.client_id)
+                    outage.succeeded()
                     if not started:
                         started = True
                         task_status.started()
@@ -112,17 +115,13 @@ class MqttBinding:
                     ) from None
                 self.reconnects += 1
                 reconnects.inc()
-                log.warning(
-                    "MQTT connection to %s lost or refused (%s); retrying in %.1f s",
-                    self.connector.where,
-                    error,
-                    delay,
-                )
+                outage.failed(TransientError(f"MQTT broker {self.connector.where}: {error}"))
                 with anyio.move_on_after(delay):
                     await stop_event().wait()
                 delay = min(delay * 2 or 0.1, self.settings.reconnect_max_seconds)
             else:
                 self._disconnected()
+        outage.close()
         self._closed = True
         log.info("MQTT binding stopped; session %s kept by the broker", self.client_id)
 

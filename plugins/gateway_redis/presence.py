@@ -55,12 +55,15 @@ class RedisLivenessRecords:
     def _online(self, equipment_id: str) -> str:
         return self._keys.global_key("equipment", "online", equipment_id)
 
-    async def heartbeat(self, equipment_id: str, at: float, ttl_seconds: float) -> None:
+    async def heartbeat(self, equipment_id: str, at: float, ttl_seconds: float) -> bool:
         async with self._client().pipeline(transaction=True) as pipe:
-            pipe.set(self._online(equipment_id), repr(at), px=max(1, round(ttl_seconds * 1000)))
+            # GET: the previous value, so exactly one instance sees it come back.
+            ttl = max(1, round(ttl_seconds * 1000))
+            pipe.set(self._online(equipment_id), repr(at), px=ttl, get=True)
             pipe.hset(self._last_seen, equipment_id, repr(at))
             pipe.hdel(self._gone, equipment_id)
-            await pipe.execute()
+            previous, *_ = await pipe.execute()
+        return previous is None
 
     async def gone(self, equipment_id: str, at: float, reason: str) -> None:
         async with self._client().pipeline(transaction=True) as pipe:

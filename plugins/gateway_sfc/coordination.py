@@ -9,7 +9,8 @@
 - ``snapshots``: the recipe each job runs, compiled and cached;
 - ``steps``: what each kind of work entry does;
 - ``events``: equipment events to the actions waiting for them;
-- ``reconcile``: what a crash lost, repaired at start and periodically.
+- ``reconcile``: what a crash lost, repaired at start and periodically;
+- ``resend``: commands sent again to equipment that came back online.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from gateway_sfc.events import EventRouter, event_fields
 from gateway_sfc.executions import ExecutionStore
 from gateway_sfc.keys import GROUP
 from gateway_sfc.reconcile import Reconciler
+from gateway_sfc.resend import Resender
 from gateway_sfc.scopes import ScopeRegistry
 from gateway_sfc.settings import SfcSettings
 from gateway_sfc.snapshots import RecipeCache
@@ -56,6 +58,7 @@ class Coordinator:
         self.work = WorkQueue(context, self.scopes)
         self.consumer = WorkConsumer(context, self.scopes, self.steps.handle)
         self.reconciler = Reconciler(context, self.scopes, self.executions, self.work)
+        self.resender = Resender(context, self.scopes, self.executions, self.recipes, self.work)
         context.metrics.sample_streams(gateway.metrics, self._group_info)
 
     @property
@@ -118,6 +121,10 @@ class Coordinator:
         if scope not in self.scopes.scopes:
             await self.scopes.adopt(scope, announce=True)
         await self.events.route(scope, event_fields(event))
+
+    async def equipment_online(self, equipment_id: str) -> None:
+        """``gateway.equipment.OnlineObserver``: commands it may have missed go out again."""
+        await self.resender.equipment_back(equipment_id)
 
     # -- the service ------------------------------------------------------------------------
 

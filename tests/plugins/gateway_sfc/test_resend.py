@@ -1,0 +1,83 @@
+"""Commands to equipment that went offline and came back are sent again, same correlation id.
+
+A command published while its equipment was away may never reach it (a device reconnecting
+with a clean session loses what came meanwhile). When the equipment's heartbeat comes back,
+every command still waiting for its reply is sent again while its action's timeout allows, so
+the job goes on instead of failing with "no reply".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from gateway.app import Gateway
+from gateway.equipment import EquipmentCommand
+from gateway.testing import running, wait_until
+from gateway.testing.equipment import NoAnswer, TestEquipment
+from gateway.testing.mqtt import connect_test_client
+from gateway_jobs.testing import JobsMes, final_response, job_order, work_master
+from gateway_jobs.testing import state_texts as state_of
+from gateway_sfc.model import DATASCHEMA
+
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+
+RECIPE = {
+    "steps": [{"name": "Init", "initial": True}, {"name": "Tighten"}],
+    "transitions": [{"source": "Init", "target": "Tighten"}],
+    "actions": [
+        {
+            "name": "tighten",
+            "step": "Tighten",
+            "interaction": "push_command",
+            "type_id": "com.example.tighten.v1",
+            "equipment": "tool",
+            "timeout_seconds": 30,
+        }
+    ],
+}
+
+
+def gateway(mqtt_url: str, redis_url: str, name: str, equipment: TestEquipment) -> Gateway:
+    environ = {
+        "GATEWAY_MQTT_URL": mqtt_url,
+        "GATEWAY_MQTT_SHARE_GROUP": name,
+        "GATEWAY_REDIS_URL": redis_url,
+        "GATEWAY_REDIS_KEY_PREFIX": name,
+        "GATEWAY_GATEWAY_INSTANCE_ID": name,
+        "GATEWAY_JOBS_TOPIC_PREFIX": name,
+        "GATEWAY_SFC_TIMER_POLL_SECONDS": "0.01",
+    }
+    return Gateway.from_environment(None, environ, extra_plugins={"equipment": equipment})
+
+
+async def test_a_command_lost_while_its_equipment_was_away_is_sent_again_when_it_is_back(
+    mqtt_url: str, redis_url: str, unique: str
+) -> None:
+    deliveries = 0
+
+    def lost_while_away(command: EquipmentCommand) -> Any:
+        nonlocal deliveries
+        deliveries += 1
+        if deliveries == 1:  # the equipment is away: this delivery never reaches it
+            raise NoAnswer
+        return {"torque": 85.0}
+
+    equipment = TestEquipment({"com.example.tighten.v1": lost_while_away})
+    instance = gateway(mqtt_url, redis_url, unique, equipment)
+    async with running(instance), connect_test_client(mqtt_url) as client:
+        hub = instance.equipment
+        await hub.heartbeat("tool", timeout_seconds=0.2)
+        with anyio.fail_after(10):
+            while (await hub.liveness("tool")).online:  # noqa: ASYNC110  # the tool goes away
+                await anyio.sleep(0.05)
+        mes = JobsMes(client, unique, "cell1")
+        await mes.configure("workmaster", work_master("WM", RECIPE, dataschema=DATASCHEMA))
+        await mes.store(job_order("J1", work_masters=["WM"]), method="StoreAndStart")
+        await wait_until(lambda: deliveries == 1)
+        await hub.heartbeat("tool", timeout_seconds=5)  # back
+        response = await final_response(mes, "J1", timeout=10)  # well within the 30 s timeout
+    assert state_of(response)[:2] == ["Ended", "Completed"]
+    assert [c.correlation_id for c in equipment.received] == ["J1:tighten:1", "J1:tighten:1"]
