@@ -83,7 +83,7 @@ class Gateway:
         self.bindings: dict[str, Binding] = {}
         plugins.hook.gateway_register_bindings(register=self._add_binding, settings=settings)
         # From here on, hooks get a view of what is built so far (``gateway.phases``).
-        self.equipment = EquipmentHub(lambda: self.store)
+        self.equipment = EquipmentHub(lambda: self.store, observers=plugins.hook)
         plugins.hook.gateway_register_equipment_drivers(
             register=self.equipment.add_driver,
             settings=settings,

@@ -283,6 +283,18 @@ class Liveness:
     gone_reason: str | None = None  # how it went away ("disconnected", "heartbeat timeout"...)
 
 
+class EquipmentObservers(Protocol):
+    """The observer hooks the hub calls (the gateway passes its plugin manager's ``hook``)."""
+
+    def gateway_equipment_command_sent(
+        self, *, command: EquipmentCommand, error: str | None
+    ) -> Any: ...
+
+    def gateway_equipment_replied(self, *, reply: EquipmentReply) -> Any: ...
+
+    def gateway_equipment_event_received(self, *, event: EquipmentEvent) -> Any: ...
+
+
 class EquipmentHub:
     """Routes commands to drivers and replies/events from drivers to the attached sink.
 
@@ -290,6 +302,7 @@ class EquipmentHub:
     needed because the store connects only when the gateway runs; liveness is kept in its
     ``LivenessRecords`` (``store.liveness``). Without a store, liveness is kept in this process
     only (fine for one instance, not shared). ``clock`` gives the Unix time (tests inject one).
+    ``observers`` hear of every command, reply and event (the ``gateway_equipment_*`` hooks).
     """
 
     def __init__(
@@ -298,10 +311,12 @@ class EquipmentHub:
         *,
         heartbeat_timeout_seconds: float = DEFAULT_HEARTBEAT_TIMEOUT,
         clock: Callable[[], float] = time.time,
+        observers: EquipmentObservers | None = None,
     ) -> None:
         self.drivers: list[EquipmentDriver] = []
         self.heartbeat_timeout_seconds = heartbeat_timeout_seconds
         self.clock = clock  # Unix time of heartbeats and departures, and "now" in explanations
+        self._observers = observers
         self._store = store
         self.sinks: list[EquipmentSink] = []
         self._local = _LocalLivenessRecords(lambda: self.clock())
@@ -344,11 +359,16 @@ class EquipmentHub:
     async def send(self, command: EquipmentCommand) -> None:
         """Hand ``command`` to its driver, after recording which equipment it goes to (in the
         store, so a reply is checked against it on whichever instance it arrives)."""
-        driver = self.driver_for(command)
-        if command.equipment is not None:
-            seconds = max(SENT_RECORD_SECONDS, command.timeout_seconds or 0)
-            await self._ledger().sent(command.correlation_id, command.equipment, seconds)
-        await driver.send(command)
+        try:
+            driver = self.driver_for(command)
+            if command.equipment is not None:
+                seconds = max(SENT_RECORD_SECONDS, command.timeout_seconds or 0)
+                await self._ledger().sent(command.correlation_id, command.equipment, seconds)
+            await driver.send(command)
+        except GatewayError as error:
+            self._observe("gateway_equipment_command_sent", command=command, error=str(error))
+            raise
+        self._observe("gateway_equipment_command_sent", command=command, error=None)
 
     def _ledger(self) -> CommandLedger:
         store = self._store()
@@ -374,6 +394,15 @@ class EquipmentHub:
         await sink.reply(reply)
         # The engine has the reply (durably): a second one finds no command waiting.
         await self._ledger().answered(reply.correlation_id)
+        self._observe("gateway_equipment_replied", reply=reply)
+
+    def _observe(self, hook: str, **arguments: Any) -> None:
+        if self._observers is None:
+            return
+        try:
+            getattr(self._observers, hook)(**arguments)
+        except Exception:  # an observer must never fail the equipment's traffic
+            log.exception("a %s observer failed", hook)
 
     async def event(self, event: EquipmentEvent) -> None:
         """Called by drivers when equipment reports an event: to the interpreter of the job it
@@ -381,11 +410,13 @@ class EquipmentHub:
         if event.job_order_id is not None:
             sink = await self._sink_for(event.job_order_id, event.scope, f"event {event.id}")
             await sink.event(event)
+            self._observe("gateway_equipment_event_received", event=event)
             return
         if not self.sinks:
             raise GatewayError("equipment reported something, but no recipe engine is attached")
         for sink in self.sinks:
             await sink.event(event)
+        self._observe("gateway_equipment_event_received", event=event)
 
     async def _sink_for(self, job: str, scope: str | None, what: str) -> EquipmentSink:
         if not self.sinks:

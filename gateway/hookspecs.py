@@ -20,7 +20,7 @@ it in a module-level variable: one process may build several gateways.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -28,7 +28,12 @@ import pluggy
 if TYPE_CHECKING:
     from gateway.app import Gateway
     from gateway.cli import Command
-    from gateway.equipment import EquipmentDriver
+    from gateway.equipment import (
+        EquipmentCommand,
+        EquipmentDriver,
+        EquipmentEvent,
+        EquipmentReply,
+    )
     from gateway.jobmethods import JobMethods
     from gateway.phases import (
         DriverPhase,
@@ -42,6 +47,16 @@ if TYPE_CHECKING:
     from gateway.settings import Settings
     from gateway.store import Store
     from gateway.transport import Binding, Processor, Service
+
+ASGIApp = Callable[
+    [
+        MutableMapping[str, Any],
+        Callable[[], Awaitable[MutableMapping[str, Any]]],
+        Callable[[MutableMapping[str, Any]], Awaitable[None]],
+    ],
+    Awaitable[None],
+]
+"""An ASGI 3 application (scope, receive, send), as Starlette, FastAPI and others build them."""
 
 PROJECT = "station_gateway"
 ENTRY_POINT_GROUP = "station_gateway.plugins"
@@ -147,6 +162,21 @@ def gateway_register_services(
 
 
 @hookspec
+def gateway_register_http_apps(
+    register: Callable[[str, ASGIApp], None], settings: Settings, gateway: ServicePhase
+) -> None:
+    """Contribute web applications to the HTTP endpoint (``register(prefix, app)``).
+
+    ``app`` is an ASGI 3 application served under the path ``prefix`` (``/ui``; its scope has
+    ``root_path`` = prefix and the full ``path``, as Starlette expects). Fires once, when the
+    HTTP plugin builds its service (only when ``http.port`` is set), from its
+    ``gateway_register_services``: ``gateway`` is that phase's view (store, job control,
+    interpreters, processors). Prefixes are unique; ``/healthz``, ``/readyz`` and ``/metrics``
+    are taken.
+    """
+
+
+@hookspec
 def gateway_register_commands(register: Callable[[Command], None]) -> None:
     """Contribute ``gateway`` CLI subcommands (``register(command)``), when the CLI is built."""
 
@@ -180,6 +210,50 @@ def gateway_step_changed(scope: str, job_order_id: str, step: str, active: bool)
     Fires after the change is stored, on the instance that made it; a step entered and left
     within one change (no actions) is not reported. For progress displays, metrics and audit;
     must not raise or block.
+    """
+
+
+@hookspec
+def gateway_job_method_called(
+    scope: str,
+    job_order_id: str,
+    method: str,
+    status: str,
+    message: str | None,
+    requested_by: str,
+) -> None:
+    """Observer: a job method (Store, Start, Pause, Abort...) was called and answered.
+
+    ``status`` is the ReturnStatus name (``NO_ERROR`` when it was carried out), ``message`` why
+    not; ``requested_by`` says who called: ``MES <source>`` for the MES's CloudEvents, the
+    operator's name for a request from the web UI. Fires on the instance that answered, after
+    the change (if any) is stored. For audit and traces; must not raise or block.
+    """
+
+
+@hookspec
+def gateway_equipment_command_sent(command: EquipmentCommand, error: str | None) -> None:
+    """Observer: a recipe command was handed to its equipment driver.
+
+    ``error`` is why it could not be delivered (no driver, driver failure), ``None`` when the
+    driver took it. The reply comes later, maybe to another instance, matched by
+    ``command.correlation_id``. For traces and audit; must not raise or block.
+    """
+
+
+@hookspec
+def gateway_equipment_replied(reply: EquipmentReply) -> None:
+    """Observer: equipment answered a command (``reply.correlation_id``), and the answer was
+    handed to the recipe engine. Fires on the instance whose driver received it. For traces
+    and audit; must not raise or block.
+    """
+
+
+@hookspec
+def gateway_equipment_event_received(event: EquipmentEvent) -> None:
+    """Observer: equipment reported an event (for ``pull_event`` actions), handed to the recipe
+    engine. Fires on the instance whose driver received it. For traces and audit; must not
+    raise or block.
     """
 
 

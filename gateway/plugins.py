@@ -37,6 +37,7 @@ DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
     ("simulator", "gateway_simulator.plugin"),
     ("publisher", "gateway_publisher.plugin"),
     ("http", "gateway_http.plugin"),
+    ("ui", "gateway_ui.plugin"),
     ("opcua", "gateway_opcua.plugin"),
     ("demo", "gateway_demo.plugin"),
 )

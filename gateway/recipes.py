@@ -13,14 +13,33 @@ the execution of the Work Master's recipe. They meet here, so neither imports th
 Every ``JobControl`` call is a compare-and-swap on the job's stored state: it returns ``False``
 (and changes nothing) when the job is not in the state the call expects, for example because the
 MES aborted it meanwhile. Interpreters treat ``False`` as "stop working on this job".
+
+Other plugins (the web UI) read jobs through ``JobControl`` too (``jobs``, ``response``) and ask
+for the MES's Pause, Resume and Abort on an operator's behalf (``request``). An interpreter that
+can draw its recipes and say how far a job got implements ``RecipeViewer`` as well.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import hashlib
+import json
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
+
+RECIPE_VERSION_ID = "RecipeVersion"
+"""``ID`` of the Job Response entry naming the recipe version a job runs (``recipe_version``)."""
+
+
+def recipe_version(recipe: Any) -> str:
+    """A content hash of a recipe (``sha256:<hex>`` of its canonical JSON).
+
+    Key order and white space do not change it; any change of content does. Job management
+    records it in the Job Response when a job is stored, so a result says which recipe made it.
+    """
+    text = json.dumps(recipe, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
 class JobCommand(StrEnum):
@@ -91,6 +110,29 @@ class JobOutcome:
     correlation_id: str | None = None
 
 
+@dataclass(frozen=True)
+class JobSummary:
+    """One job of a scope, as lists show it. Times are RFC 3339 text, ``None`` when unknown."""
+
+    job_order_id: str
+    state: str  # state path, e.g. ``Running`` or ``Ended.Completed``
+    priority: int
+    stored_at: str | None  # when the job entered the station
+    start_time: str | None  # first time Running
+    end_time: str | None  # reached Ended or Aborted
+    work_master_id: str | None
+    recipe_version: str | None  # ``recipe_version`` of its Work Master's recipe at Store
+
+
+@dataclass(frozen=True)
+class RequestOutcome:
+    """How job management answered a method call made for someone other than the MES."""
+
+    accepted: bool
+    status: str  # the ReturnStatus name, e.g. ``NO_ERROR``, ``INVALID_JOB_ORDER_STATUS``
+    message: str | None = None  # why not, when not accepted
+
+
 class JobControl(Protocol):
     """What an interpreter may do to its job (implemented by the job management plugin)."""
 
@@ -133,6 +175,79 @@ class JobControl(Protocol):
         self, scope: str, job_order_id: str, results: Sequence[ProcessValue]
     ) -> bool:
         """Update the Job Response with results so far, without changing the job's state."""
+        ...
+
+    async def jobs(self, scope: str) -> Sequence[JobSummary]:
+        """The scope's jobs, highest priority first (for displays; not a consistent snapshot)."""
+        ...
+
+    async def summary(self, scope: str, job_order_id: str) -> JobSummary | None:
+        """One job as ``jobs`` lists it, or ``None`` when it does not exist."""
+        ...
+
+    async def response(self, scope: str, job_order_id: str) -> Mapping[str, Any] | None:
+        """The job's Job Response as OPC UA JSON (``ISA95JobResponseDataType``), or ``None``."""
+        ...
+
+    async def request(
+        self, scope: str, job_order_id: str, command: JobCommand, requested_by: str
+    ) -> RequestOutcome:
+        """Call the MES method ``command`` on the job for ``requested_by`` (an operator).
+
+        Exactly as if the MES had called it (same checks, state change, status event and
+        interpreter hand-off); observers of ``gateway_job_method_called`` see who asked.
+        """
+        ...
+
+
+@dataclass(frozen=True)
+class StepProgress:
+    """An active step or branch of a running recipe; ``entered_at`` is a Unix time."""
+
+    name: str
+    entered_at: float
+    branch: bool = False
+
+
+@dataclass(frozen=True)
+class ActionProgress:
+    """The latest activation of one action: its phase and tries, its result or last error."""
+
+    name: str
+    step: str
+    phase: str  # pending, dispatched, waiting, done, failed, cancelled
+    attempt: int  # correlation attempt number of the last try
+    tries: int  # tries in this activation
+    max_attempts: int
+    dispatched_at: float | None  # Unix time of the last try
+    deadline: float | None  # Unix time its timeout ends, while it waits
+    error: str | None
+    result: Any = None
+
+
+@dataclass(frozen=True)
+class RecipeProgress:
+    """How far a job's recipe got: what is active, each action, the results and the error."""
+
+    status: str  # the interpreter's own word: running, paused, held, finishing, ended
+    active: Sequence[StepProgress]
+    actions: Sequence[ActionProgress]
+    results: Mapping[str, Any]
+    error: str | None = None
+    outcome: str | None = None  # when it ended: completed, aborted, stopped...
+
+
+@runtime_checkable
+class RecipeViewer(Protocol):
+    """Optional for an interpreter: draw its recipes and report a running job's progress."""
+
+    def render_svg(self, recipe: Any, active: Collection[str] = ()) -> str:
+        """The recipe as a standalone SVG drawing, ``active`` steps marked with class
+        ``active``; raises ``ValidationError`` for a recipe it cannot draw."""
+        ...
+
+    async def progress(self, scope: str, job_order_id: str) -> RecipeProgress | None:
+        """The job's progress, or ``None`` when this interpreter has (no longer) any state."""
         ...
 
 

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from gateway.testing import asyncio_backend
 from gateway.testing.services import (
     ServerProcess,
     TestCertificates,
@@ -18,10 +19,9 @@ from gateway.testing.services import (
 )
 
 
-@pytest.fixture(scope="session")
-def anyio_backend() -> str:
-    # aiomqtt and redis.asyncio run on asyncio.
-    return "asyncio"
+def pytest_configure(config: pytest.Config) -> None:
+    """Make ``anyio_backend`` asyncio, whatever anyio's plugin would offer (see the module)."""
+    config.pluginmanager.register(asyncio_backend, "gateway-asyncio-backend")
 
 
 @pytest.fixture(scope="session")

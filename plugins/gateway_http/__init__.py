@@ -1,1 +1,1 @@
-"""Health, readiness and Prometheus metrics over HTTP, one endpoint per gateway instance."""
+"""Health, readiness, Prometheus metrics and the applications of other plugins over HTTP."""

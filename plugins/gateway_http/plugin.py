@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from gateway.hookspecs import hookimpl
+from gateway.errors import PluginError
+from gateway.hookspecs import ASGIApp, hookimpl
 from gateway.settings import Settings
 from gateway.transport import Service
 from gateway_http.service import HttpService
@@ -25,5 +26,20 @@ def gateway_register_services(
     register: Callable[[Service], None], settings: Settings, gateway: ServicePhase
 ) -> None:
     http = settings.get(HttpSettings)
-    if http.port:
-        register(HttpService(http))
+    if not http.port:
+        return
+    mounts: list[tuple[str, ASGIApp]] = []
+
+    def mount(prefix: str, app: ASGIApp) -> None:
+        if not prefix.startswith("/") or prefix.endswith("/"):
+            raise PluginError(
+                f"HTTP mount {prefix!r}: a prefix starts with / and does not end with /"
+            )
+        if any(existing == prefix for existing, _ in mounts):
+            raise PluginError(f"two HTTP applications want the prefix {prefix!r}")
+        mounts.append((prefix, app))
+
+    gateway.plugins.hook.gateway_register_http_apps(
+        register=mount, settings=settings, gateway=gateway
+    )
+    register(HttpService(http, mounts))

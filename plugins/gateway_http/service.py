@@ -1,15 +1,21 @@
-"""The HTTP service: what /healthz, /readyz and /metrics answer."""
+"""The HTTP service: what /healthz, /readyz and /metrics answer, and the plugins' applications.
+
+Other plugins mount ASGI applications under path prefixes through the
+``gateway_register_http_apps`` hook (the operator's web UI at ``/ui``, its JSON at ``/api``).
+"""
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import anyio
 from anyio.abc import TaskStatus
 
-from gateway_http.server import HttpServer, Response
+from gateway.hookspecs import ASGIApp
+from gateway_http.server import HttpServer, Response, build_app
 from gateway_http.settings import HttpSettings
 
 if TYPE_CHECKING:
@@ -27,8 +33,9 @@ class HttpService:
     roles = frozenset({"*"})
     before_bindings = True  # probes get answers (not ready yet) while the broker is reached
 
-    def __init__(self, settings: HttpSettings) -> None:
+    def __init__(self, settings: HttpSettings, mounts: Sequence[tuple[str, ASGIApp]] = ()) -> None:
         self.settings = settings
+        self.mounts = list(mounts)  # (path prefix, application) from other plugins
         self.port: int | None = None  # the bound port, once listening
 
     async def run(self, gateway: Gateway, *, task_status: TaskStatus[None]) -> None:
@@ -38,13 +45,15 @@ class HttpService:
             "/metrics": lambda: self._metrics(gateway),
         }
         server = HttpServer(
-            self.settings.host, self.settings.port, routes, self.settings.max_request_bytes
+            self.settings.host,
+            self.settings.port,
+            build_app(routes, self.mounts),
+            max_request_bytes=self.settings.max_request_bytes,
+            grace_seconds=gateway.grace_seconds,
         )
         async with anyio.create_task_group() as tasks:
-            self.port = await tasks.start(server.serve)
+            self.port = await tasks.start(server.serve, gateway.stopping)
             task_status.started()
-            await gateway.stopping.wait()
-            tasks.cancel_scope.cancel()
 
     async def _healthz(self) -> Response:
         return Response(200, b"ok\n")  # answering at all is the proof of life

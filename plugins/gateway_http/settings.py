@@ -11,7 +11,7 @@ from gateway.settings import PORT_MAXIMUM, setting
 class HttpSettings:
     port: int = setting(
         0,
-        "Port of /healthz, /readyz and /metrics; 0: no HTTP endpoint",
+        "Port of /healthz, /readyz, /metrics and the web UI; 0: no HTTP endpoint",
         minimum=0,
         maximum=PORT_MAXIMUM,
     )

@@ -13,13 +13,23 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Sequence
+import uuid
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gateway.logs import log_context
-from gateway.recipes import JobOutcome, ProcessValue, RecipeJob
+from gateway.recipes import (
+    RECIPE_VERSION_ID,
+    JobCommand,
+    JobOutcome,
+    JobSummary,
+    ProcessValue,
+    RecipeJob,
+    RequestOutcome,
+)
+from gateway_jobs.events import Cause
 from gateway_jobs.jobs import JobManager
-from gateway_jobs.model import EUInformation, LocalizedText, Parameter
+from gateway_jobs.model import EUInformation, JobOrderIDCall, LocalizedText, Parameter, to_json
 from gateway_jobs.repository import Edit, StoredJob
 
 log = logging.getLogger(__name__)
@@ -44,6 +54,34 @@ class JobsControl:
 
     async def startable(self, scope: str) -> Sequence[str]:
         return await self.manager.repository.in_state(scope, "AllowedToStart")
+
+    async def jobs(self, scope: str) -> Sequence[JobSummary]:
+        repository = self.manager.repository
+        summaries = []
+        for job_order_id in await repository.job_order_ids(scope):
+            job = await repository.load(scope, job_order_id)
+            if job is not None:  # cleared meanwhile
+                summaries.append(summary(job))
+        return summaries
+
+    async def summary(self, scope: str, job_order_id: str) -> JobSummary | None:
+        job = await self.manager.repository.load(scope, job_order_id)
+        return None if job is None else summary(job)
+
+    async def response(self, scope: str, job_order_id: str) -> Mapping[str, Any] | None:
+        job = await self.manager.repository.load(scope, job_order_id)
+        return None if job is None else dict(to_json(job.response))
+
+    async def request(
+        self, scope: str, job_order_id: str, command: JobCommand, requested_by: str
+    ) -> RequestOutcome:
+        cause = Cause(correlationid=None, causationid=f"operator-{uuid.uuid4()}")
+        call = JobOrderIDCall(job_order_id=job_order_id)
+        outcome = await self.manager.act(scope, command.value, call, cause)
+        self.manager.method_called(
+            scope, job_order_id, command.value, outcome, requested_by=requested_by
+        )
+        return RequestOutcome(outcome.ok, outcome.status.name, outcome.message)
 
     async def run(self, scope: str, job_order_id: str) -> bool:
         return await self.manager.drive(scope, job_order_id, "Run")
@@ -77,6 +115,27 @@ class JobsControl:
         results an interpreter collects up to a Stop or Abort from the MES)."""
         edit = _response_edit(results)
         return await self.manager.drive(scope, job_order_id, "ResultUpdate", edit)
+
+
+def summary(job: StoredJob) -> JobSummary:
+    version = next(
+        (
+            entry.value
+            for entry in job.response.job_response_data or []
+            if entry.id == RECIPE_VERSION_ID
+        ),
+        None,
+    )
+    return JobSummary(
+        job_order_id=job.job_order_id,
+        state=job.state,
+        priority=job.priority,
+        stored_at=job.stored_at,
+        start_time=job.response.start_time,
+        end_time=job.response.end_time,
+        work_master_id=job.work_master.id,
+        recipe_version=version if isinstance(version, str) else None,
+    )
 
 
 def _response_edit(results: Sequence[ProcessValue], **description: str | None) -> Edit:

@@ -50,6 +50,7 @@ class JobManager:
         source: str,
         events: EventSink,
         observe: Observer,
+        observe_method: Observer = lambda **_: None,
     ) -> None:
         self.repository = JobRepository(store, retry_limit=settings.retry_limit)
         self.config = StationConfig(store, interpreters)
@@ -58,6 +59,7 @@ class JobManager:
         self.source = source
         self.events = events
         self.observe = observe
+        self.observe_method = observe_method  # gateway_job_method_called(...)
 
     # -- MES methods ------------------------------------------------------------------------
 
@@ -117,6 +119,30 @@ class JobManager:
             if "." not in wanted or state_path(response.job_state or []) == wanted
         ]
         return JobResponsesReply(ReturnStatus.NO_ERROR, responses)
+
+    def method_called(
+        self,
+        scope: str,
+        job_order_id: str | None,
+        method: str,
+        outcome: Outcome,
+        *,
+        requested_by: str,
+    ) -> None:
+        """Tell ``gateway_job_method_called`` observers how a method call on a job was answered."""
+        if job_order_id is None:
+            return
+        try:
+            self.observe_method(
+                scope=scope,
+                job_order_id=job_order_id,
+                method=method,
+                status=outcome.status.name,
+                message=outcome.message,
+                requested_by=requested_by,
+            )
+        except Exception:
+            log.exception("a gateway_job_method_called observer failed")
 
     # -- the recipe side (JobControl) -------------------------------------------------------
 

@@ -50,7 +50,9 @@ class JobsMethods:
         *,
         correlationid: str | None = None,
         causationid: str | None = None,
+        requested_by: str = "MES",
     ) -> MethodResult:
+        """``requested_by`` names the caller for ``gateway_job_method_called`` observers."""
         check_scope(scope)
         if method is JobMethod.REQUEST_JOB_RESPONSE_BY_JOB_ORDER_ID:
             by_id = from_json(arguments, JobResponseByIDCall)
@@ -65,6 +67,9 @@ class JobsMethods:
         cause = Cause(correlationid, causationid or f"urn:uuid:{uuid.uuid4()}")
         outcome = await self._act(scope, method, arguments, cause)
         self.count(method.value, outcome.status.name)
+        self.manager.method_called(
+            scope, _job_order_id(arguments), method.value, outcome, requested_by=requested_by
+        )
         return MethodResult(to_json(MethodReply(outcome.status)), outcome.message)
 
     async def _act(
@@ -93,3 +98,14 @@ class JobsMethods:
         for scope in scopes:
             check_scope(scope)
         return status_feed(self.manager.repository.store, self.manager.repository, scopes)
+
+
+def _job_order_id(arguments: Mapping[str, Any]) -> str | None:
+    """The job a call is about (``JobOrder.JobOrderID`` or ``JobOrderID``), when it names one."""
+    order = arguments.get("JobOrder") or arguments.get("job_order")
+    named = (
+        order.get("JobOrderID")
+        if isinstance(order, Mapping)
+        else arguments.get("JobOrderID", arguments.get("job_order_id"))
+    )
+    return named if isinstance(named, str) else None

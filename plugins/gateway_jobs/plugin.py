@@ -64,6 +64,7 @@ def gateway_make_job_control(gateway: JobControlPhase) -> JobControl | None:
         if binding is None
         else BindingEvents(binding, settings.topic_prefix),
         observe=gateway.plugins.hook.gateway_job_state_changed,
+        observe_method=gateway.plugins.hook.gateway_job_method_called,
     )
     return JobsControl(gateway.state.add(manager))
 

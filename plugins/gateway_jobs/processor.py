@@ -73,6 +73,7 @@ class JobsProcessor:
                 event.data,
                 correlationid=event.correlationid or event.id,
                 causationid=event.id,
+                requested_by=f"MES {event.source}",
             )
             return [self._reply(event, result.output, result.message)]
         kind = CONFIG_TYPES[event.type]

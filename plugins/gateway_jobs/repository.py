@@ -34,9 +34,17 @@ from redis.exceptions import WatchError
 
 from gateway.cloudevents import format_time, utc_now
 from gateway.errors import GatewayError
-from gateway.recipes import RecipeJob
+from gateway.recipes import RECIPE_VERSION_ID, RecipeJob, recipe_version
 from gateway.store import ScopeTransaction, Store
-from gateway_jobs.model import JobOrder, JobResponse, State, WorkMaster, from_json, to_json
+from gateway_jobs.model import (
+    JobOrder,
+    JobResponse,
+    Parameter,
+    State,
+    WorkMaster,
+    from_json,
+    to_json,
+)
 from gateway_jobs.states import (
     END,
     INITIAL,
@@ -57,6 +65,7 @@ class StoredJob:
     state: str
     work_master: WorkMaster
     response: JobResponse
+    stored_at: str | None = None  # when the job entered the station (RFC 3339)
 
     @property
     def job_order_id(self) -> str:
@@ -67,20 +76,24 @@ class StoredJob:
         return self.job_order.priority or 0  # unspecified: the middle of the range
 
     def document(self) -> dict[str, Any]:
-        return {
+        document = {
             "JobOrder": to_json(self.job_order),
             "State": to_json(state_list(self.state)),
             "WorkMaster": to_json(self.work_master),
         }
+        if self.stored_at is not None:
+            document["StoredAt"] = self.stored_at
+        return document
 
     @classmethod
     def from_documents(cls, job: Any, response: Any) -> StoredJob:
         order = from_json(job["JobOrder"], JobOrder, element="JobOrder")
         state = state_path(from_json(job["State"], list[State], element="State"))
         work_master = from_json(job["WorkMaster"], WorkMaster, element="WorkMaster")
+        stored_at = job.get("StoredAt") if isinstance(job.get("StoredAt"), str) else None
         if response is None:  # both are always written together; if one was lost, start anew
             return new_job(order, state, work_master)
-        return cls(order, state, work_master, from_json(response, JobResponse))
+        return cls(order, state, work_master, from_json(response, JobResponse), stored_at)
 
     def moved_to(self, state: str) -> StoredJob:
         """This job in ``state``; its Job Response follows: JobState, and the actual start
@@ -103,10 +116,18 @@ class StoredJob:
 
 
 def new_job(order: JobOrder, state: str, work_master: WorkMaster) -> StoredJob:
-    """A job entering the station, with the (empty) Job Response it will fill."""
+    """A job entering the station, with the Job Response it will fill.
+
+    The response starts with one entry, ``RecipeVersion``: the content hash of the Work
+    Master's recipe as it is now (the job runs this snapshot, whatever changes later).
+    """
     # One response per job, named like it.
     response = JobResponse(job_response_id=order.job_order_id, job_order_id=order.job_order_id)
-    return StoredJob(order, INITIAL, work_master, response).moved_to(state)
+    if work_master.data is not None:
+        version = Parameter(id=RECIPE_VERSION_ID, value=recipe_version(work_master.data))
+        response.job_response_data = [version]
+    stored = StoredJob(order, INITIAL, work_master, response, format_time(utc_now()))
+    return stored.moved_to(state)
 
 
 @dataclass(frozen=True)

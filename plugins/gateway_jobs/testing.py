@@ -266,7 +266,8 @@ class LocalJobs:
     control: JobsControl
     interpreter: ScriptedInterpreter
     events: CollectedEvents
-    observed: list[dict[str, Any]]
+    observed: list[dict[str, Any]]  # gateway_job_state_changed calls
+    methods: list[dict[str, Any]] = field(default_factory=list)  # gateway_job_method_called
 
 
 def local_jobs(store: Store, **settings: Any) -> LocalJobs:
@@ -275,6 +276,7 @@ def local_jobs(store: Store, **settings: Any) -> LocalJobs:
     interpreter = ScriptedInterpreter(lambda: controls[0])
     events = CollectedEvents()
     observed: list[dict[str, Any]] = []
+    methods: list[dict[str, Any]] = []
     manager = JobManager(
         store=store,
         interpreters={TEST_DATASCHEMA: interpreter},
@@ -282,6 +284,7 @@ def local_jobs(store: Store, **settings: Any) -> LocalJobs:
         source="urn:test:gateway",
         events=events,
         observe=lambda **change: observed.append(change),
+        observe_method=lambda **call: methods.append(call),
     )
     controls.append(JobsControl(manager))
-    return LocalJobs(manager, controls[0], interpreter, events, observed)
+    return LocalJobs(manager, controls[0], interpreter, events, observed, methods)

@@ -158,12 +158,16 @@ class MqttEquipmentDriver:
         """
         self._receiving = True
         served = ["+"] if self.catch_all else sorted(self.equipment)
+        # Wherever a recipe engine runs (role gateway, or engine alone) equipment messages are
+        # applied where they arrive.
+        roles = frozenset({"gateway", "engine"})
         processors = [
             Processor(
                 name=f"{self.name}-replies",
                 subscriptions=[Subscription(self.topics.replies(item)) for item in served],
                 handle=self._on_reply,
                 binding=self.binding,
+                roles=roles,
                 # The engine commits a reply only while its attempt is outstanding, so a
                 # redelivered reply changes nothing: no de-duplication claim needed.
                 deduplicate=False,
@@ -173,6 +177,7 @@ class MqttEquipmentDriver:
                 subscriptions=[Subscription(self.topics.events(item)) for item in served],
                 handle=self._on_event,
                 binding=self.binding,
+                roles=roles,
             ),
         ]
         if self.heartbeat_timeout_seconds > 0:
@@ -185,6 +190,7 @@ class MqttEquipmentDriver:
                     handle=self._on_heartbeat,
                     event_types=frozenset({HEARTBEAT_TYPE, OFFLINE_TYPE}),
                     binding=self.binding,
+                    roles=roles,
                 )
             )
         return processors

@@ -3,9 +3,9 @@
 ``gateway recipe validate FILE...`` prints ``OK: <n> steps, <n> transitions, <n> actions`` or
 every problem on its own line (stderr, exit status 1); with several files (a shell glob) each
 line starts with its file's name, as grep does. ``gateway recipe render FILE`` prints the chart
-as Mermaid text. FILE is a recipe, or a whole Work Master whose ``Data`` holds the recipe, as
-JSON or YAML (``.yaml``/``.yml``); ``-`` reads standard input. So a recipe author sees every
-problem before the MES sends it.
+as Mermaid text, ``--format svg`` as the SVG drawing the web UI shows. FILE is a recipe, or a
+whole Work Master whose ``Data`` holds the recipe, as JSON or YAML (``.yaml``/``.yml``); ``-``
+reads standard input. So a recipe author sees every problem before the MES sends it.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from gateway.plugins import GatewayPluginManager
 from gateway_sfc.chart import Chart, RecipeError
 from gateway_sfc.model import DATASCHEMA
 from gateway_sfc.render import render_mermaid
+from gateway_sfc.svg import render_svg
 from gateway_sfc.validation import load_chart
 
 
@@ -30,13 +31,19 @@ class _InputError(Exception):
 
 def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "action", choices=["validate", "render"], help="validate: check; render: Mermaid text"
+        "action", choices=["validate", "render"], help="validate: check; render: draw (--format)"
     )
     parser.add_argument(
         "files",
         nargs="+",
         metavar="FILE",
         help="recipe or Work Master, JSON or YAML ('-' for stdin); render takes one",
+    )
+    parser.add_argument(
+        "--format",
+        choices=["mermaid", "svg"],
+        default="mermaid",
+        help="render: Mermaid flowchart text (default) or the SFC drawing as SVG",
     )
 
 
@@ -49,7 +56,7 @@ def _run(args: argparse.Namespace, plugins: GatewayPluginManager) -> int:
         chart = _load(files[0], prefix="")
         if chart is None:
             return 1
-        sys.stdout.write(render_mermaid(chart))
+        sys.stdout.write(render_svg(chart) if args.format == "svg" else render_mermaid(chart))
         return 0
     status = 0
     for file in files:

@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from anyio.abc import TaskStatus
 
-from gateway.recipes import JobCommand, RecipeJob
+from gateway.recipes import JobCommand, RecipeJob, RecipeProgress
 from gateway_sfc.coordination import Coordinator
 from gateway_sfc.model import DATASCHEMA
-from gateway_sfc.validation import validate_recipe
+from gateway_sfc.progress import read_progress
+from gateway_sfc.svg import render_svg
+from gateway_sfc.validation import load_chart, validate_recipe
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
 
 
 class SfcInterpreter:
-    """``gateway.recipes.RecipeInterpreter`` for SFC recipes: work goes to the work stream."""
+    """``gateway.recipes.RecipeInterpreter`` for SFC recipes: work goes to the work stream.
+
+    Also a ``gateway.recipes.RecipeViewer``: it draws charts and reports a job's progress.
+    """
 
     dataschema = DATASCHEMA
 
@@ -32,6 +37,12 @@ class SfcInterpreter:
 
     async def command(self, job: RecipeJob, command: JobCommand) -> None:
         await self.coordinator.command_job(job, command)
+
+    def render_svg(self, recipe: Any, active: Collection[str] = ()) -> str:
+        return render_svg(load_chart(recipe), active)
+
+    async def progress(self, scope: str, job_order_id: str) -> RecipeProgress | None:
+        return await read_progress(self.coordinator.context.store, scope, job_order_id)
 
 
 class SfcEngineService:

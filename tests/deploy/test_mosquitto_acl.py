@@ -283,3 +283,24 @@ async def test_equipment_cannot_complete_another_equipments_command(station: Sta
     [(topic, code, reason)] = station.failures.seen
     assert (topic, code) == (f"{EQUIPMENT}/camera/replies", "not-permitted")
     assert reason.startswith("equipment camera may not answer command J1:press:1")
+
+
+async def test_the_gateway_user_cannot_issue_mes_commands(station: Station) -> None:
+    """No more than it needs: gateway processes answer commands, they do not send them."""
+    forged = CloudEvent(
+        type="org.opcfoundation.ISA95-JOBCONTROL_V2.Abort.v2",
+        source="urn:gateway-user",
+        subject=station.name,
+        data={"JobOrderID": "J1"},
+    )
+    async with (
+        running(station.gateway()),
+        station.mes() as mes,
+        station.client("gateway") as insider,
+        insider.watch(f"{PREFIX}/{station.name}/commands") as seen,
+    ):
+        await insider.publish(to_mqtt(forged, f"{PREFIX}/{station.name}/commands"))
+        query = await mes.act("RequestJobResponseByJobOrderID", "J1")
+        first = from_mqtt(await seen.receive())
+    assert first.source == mes.source, "the broker passed the gateway user's command on"
+    assert return_status(query) == ReturnStatus.UNKNOWN_JOB_ORDER_ID

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import anyio
 import pytest
 
 from gateway.app import Gateway
+from gateway.errors import PluginError
+from gateway.hookspecs import ASGIApp, hookimpl
+from gateway.settings import Settings
 from gateway.testing import running, wait_until
 from gateway.testing.equipment import TestEquipment
 from gateway.testing.services import ServerProcess, free_port, redis_server
@@ -36,7 +39,9 @@ RECIPE = {
 
 async def http_get(port: int, path: str) -> tuple[int, str]:
     async with await anyio.connect_tcp("127.0.0.1", port) as stream:
-        await stream.send(f"GET {path} HTTP/1.1\r\nHost: test\r\n\r\n".encode())
+        await stream.send(
+            f"GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n".encode()
+        )
         response = b""
         try:
             while True:
@@ -167,3 +172,33 @@ async def test_probes_answer_while_the_broker_is_still_being_reached(
             assert status == 503
             assert json.loads(body)["checks"]["binding mqtt"] is False
             gateway.request_stop("test finished")
+
+
+class _HelloApp:
+    """A plugin's own web application, mounted through ``gateway_register_http_apps``."""
+
+    @hookimpl
+    def gateway_register_http_apps(
+        self, register: Callable[[str, ASGIApp], None], settings: Settings, gateway: Gateway
+    ) -> None:
+        register("/hello", self.app)
+
+    async def app(self, scope: Any, receive: Any, send: Any) -> None:
+        assert scope["type"] == "http"
+        body = f"hello from {scope['path']}\n".encode()
+        headers = [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+async def test_a_plugin_mounts_its_application(redis_url: str, unique: str) -> None:
+    port = free_port()
+    async with running(gateway(redis_url, unique, port, hello=_HelloApp())):
+        status, body = await http_get(port, "/hello/there")
+        assert (status, body) == (200, "hello from /hello/there\n")
+        assert await http_get(port, "/healthz") == (200, "ok\n")
+
+
+def test_two_applications_cannot_share_a_prefix(redis_url: str, unique: str) -> None:
+    with pytest.raises(PluginError, match="/hello"):
+        gateway(redis_url, unique, free_port(), one=_HelloApp(), two=_HelloApp())

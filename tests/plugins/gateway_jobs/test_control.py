@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from gateway.logs import ContextFilter
-from gateway.recipes import JobCommand, JobOutcome, ProcessValue
+from gateway.recipes import JobCommand, JobOutcome, ProcessValue, recipe_version
 from gateway.store import Store
 from gateway_jobs.events import Cause
 from gateway_jobs.model import JobOrder, JobOrderCall, JobOrderIDCall, WorkMaster, to_json
@@ -20,11 +20,13 @@ pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 SCOPE = "cell1"
 CAUSE = Cause(correlationid=None, causationid="test")
+RECIPE = {"run": False}
+VERSION = {"ID": "RecipeVersion", "Value": recipe_version(RECIPE)}
 
 
 async def prepared(jobs: LocalJobs, job: str = "j1", *, method: str = "StoreAndStart") -> None:
     """Work Master ``wm`` (parameters, a recipe the test drives) and a job in AllowedToStart."""
-    wm = work_master("wm", {"run": False}) | {"Parameters": [{"ID": "speed", "Value": 2}]}
+    wm = work_master("wm", RECIPE) | {"Parameters": [{"ID": "speed", "Value": 2}]}
     assert (await jobs.manager.config.apply(SCOPE, "workmaster", "PUT", wm)).ok
     order = JobOrder(job, work_master_id=[WorkMaster("wm")])
     assert (await jobs.manager.store(SCOPE, method, JobOrderCall(order), CAUSE)).ok
@@ -82,6 +84,7 @@ async def test_run_then_complete_writes_the_results_as_job_response_data(jobs: L
     assert await control.state(SCOPE, "j1") == "Ended.Completed"
     document = await response(jobs)
     assert document["JobResponseData"] == [
+        VERSION,  # recorded at Store: the recipe this job runs
         {"ID": "count", "Value": 2},  # the later value replaced the earlier one
         {
             "ID": "torque",
@@ -107,6 +110,7 @@ async def test_abort_records_the_error_and_the_side_effects(jobs: LocalJobs) -> 
     document = await response(jobs)
     assert document["Description"] == {"Locale": "en", "Text": "Aborted: no reply"}
     assert document["JobResponseData"] == [
+        VERSION,
         {"ID": "step", "Value": "Tighten"},
         {"ID": "Error", "Value": "no reply"},
         {"ID": "SideEffects", "Value": True},
@@ -137,7 +141,7 @@ async def test_results_after_the_mes_stopped_the_job_are_kept(jobs: LocalJobs) -
     assert await jobs.control.run(SCOPE, "j1")
     assert (await jobs.manager.act(SCOPE, "Stop", JobOrderIDCall("j1"), CAUSE)).ok
     assert await jobs.control.record_results(SCOPE, "j1", [ProcessValue("parts", 7)]) is True
-    assert (await response(jobs))["JobResponseData"] == [{"ID": "parts", "Value": 7}]
+    assert (await response(jobs))["JobResponseData"] == [VERSION, {"ID": "parts", "Value": 7}]
     assert (await jobs.manager.act(SCOPE, "Clear", JobOrderIDCall("j1"), CAUSE)).ok
     assert await jobs.control.record_results(SCOPE, "j1", [ProcessValue("parts", 8)]) is False
 
@@ -188,6 +192,50 @@ async def test_change_records_carry_what_the_publisher_needs(jobs: LocalJobs, st
     # Cleared: gone from documents and indexes, so it no longer counts.
     assert await jobs.manager.repository.count(SCOPE) == 0
     assert await store.client.get(store.keys.scoped(SCOPE, "job", "j1")) is None
+
+
+async def test_jobs_lists_each_job_with_state_priority_times_and_recipe_version(
+    jobs: LocalJobs,
+) -> None:
+    await prepared(jobs)
+    assert await jobs.control.run(SCOPE, "j1")
+    changed = work_master("wm", {"run": True})  # the Work Master changes; j1 keeps its recipe
+    assert (await jobs.manager.config.apply(SCOPE, "workmaster", "PUT", changed)).ok
+    order = JobOrder("j2", priority=5, work_master_id=[WorkMaster("wm")])
+    assert (await jobs.manager.store(SCOPE, "Store", JobOrderCall(order), CAUSE)).ok
+    listed = await jobs.control.jobs(SCOPE)
+    assert [(job.job_order_id, job.state, job.priority) for job in listed] == [
+        ("j2", "NotAllowedToStart.Ready", 5),  # highest priority first
+        ("j1", "Running", 0),
+    ]
+    j2, j1 = listed
+    assert j1.recipe_version == recipe_version(RECIPE)
+    assert j2.recipe_version == recipe_version({"run": True})
+    assert j1.stored_at is not None
+    assert j1.start_time is not None
+    assert j2.start_time is None
+    assert j1.work_master_id == "wm"
+    assert await jobs.control.summary(SCOPE, "j1") == j1
+    assert await jobs.control.summary(SCOPE, "nope") is None
+    assert (await jobs.control.response(SCOPE, "j1") or {})["JobResponseData"] == [VERSION]
+    assert await jobs.control.response(SCOPE, "nope") is None
+
+
+async def test_an_operator_request_is_the_mes_method_and_says_who_asked(jobs: LocalJobs) -> None:
+    await prepared(jobs)
+    assert await jobs.control.run(SCOPE, "j1")
+    paused = await jobs.control.request(SCOPE, "j1", JobCommand.PAUSE, "operator alice")
+    assert (paused.accepted, paused.status) == (True, "NO_ERROR")
+    assert await jobs.control.state(SCOPE, "j1") == "Interrupted.Suspended"
+    assert jobs.interpreter.commands == [("j1", JobCommand.PAUSE)]
+    again = await jobs.control.request(SCOPE, "j1", JobCommand.PAUSE, "operator bob")
+    assert (again.accepted, again.status) == (False, "INVALID_JOB_ORDER_STATUS")
+    assert again.message is not None
+    assert "Interrupted.Suspended" in again.message
+    assert [(call["method"], call["status"], call["requested_by"]) for call in jobs.methods] == [
+        ("Pause", "NO_ERROR", "operator alice"),
+        ("Pause", "INVALID_JOB_ORDER_STATUS", "operator bob"),
+    ]
 
 
 async def test_why_a_job_failed_is_logged_at_warning_with_scope_job_and_correlation_id(

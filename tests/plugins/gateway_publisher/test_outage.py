@@ -73,7 +73,11 @@ async def test_mes_outage_with_100_completions(rig: Rig, store: Store) -> None:
     for job_order_id, result in report.results.items():
         assert result["JobOrderID"] == job_order_id
         assert result["JobState"][0]["StateText"]["Text"] == "Ended"
-        assert {entry["ID"] for entry in result["JobResponseData"]} == {"torque", "serial"}
+        assert {entry["ID"] for entry in result["JobResponseData"]} == {
+            "RecipeVersion",
+            "torque",
+            "serial",
+        }
     assert final[-1][0].jobs == ()
     # Followed live: after the retained index, no update is missed. Subscribing while the
     # publisher publishes may bring one update twice (its retained copy and the live message,

@@ -69,7 +69,11 @@ async def test_store_completion_and_clear_as_a_late_subscriber_sees_them(rig: Ri
         response = from_mqtt(result)
         assert response.type == JOB_RESPONSE_TYPE
         assert response.data["JobOrderID"] == "j1"
-        assert {entry["ID"] for entry in response.data["JobResponseData"]} == {"torque", "serial"}
+        assert {entry["ID"] for entry in response.data["JobResponseData"]} == {
+            "RecipeVersion",
+            "torque",
+            "serial",
+        }
 
         await jobs.act("Clear", "j1")
         await index_when(mes, lambda index: not index.jobs)
@@ -108,7 +112,7 @@ async def test_results_recorded_after_the_end_are_republished(rig: Rig) -> None:
                 ids = {entry["ID"] for entry in from_mqtt(result).data["JobResponseData"]}
                 if "late_check" in ids:
                     break
-        assert ids == {"torque", "serial", "late_check"}
+        assert ids == {"RecipeVersion", "torque", "serial", "late_check"}
 
 
 def record(job: str, change_type: str, state: str, **fields: str) -> dict[str, str]:

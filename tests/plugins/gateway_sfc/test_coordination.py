@@ -437,3 +437,34 @@ async def test_an_event_of_no_scope_goes_to_the_scope_where_a_job_waits_for_its_
         response = await final_response(mes, "J1")
     assert state_of(response)[:2] == ["Ended", "Completed"]
     assert data_of(response)["wait"] == {"passed": True}
+
+
+async def test_an_engine_only_process_shares_the_steps_of_a_gateway_process(
+    station: SfcStation,
+) -> None:
+    """Role ``engine`` runs the engine without job management; replies are applied in both."""
+    gateway = station.gateway("a")
+    engine = Gateway.from_environment(
+        None,
+        {
+            "GATEWAY_MQTT_URL": station.mqtt_url,
+            "GATEWAY_MQTT_SHARE_GROUP": station.name,
+            "GATEWAY_REDIS_URL": station.redis_url,
+            "GATEWAY_REDIS_KEY_PREFIX": station.name,
+            "GATEWAY_GATEWAY_INSTANCE_ID": f"{station.name}-engine",
+            "GATEWAY_GATEWAY_ROLE": "engine",
+            "GATEWAY_JOBS_TOPIC_PREFIX": station.name,
+        },
+        extra_plugins={"equipment": station.equipment},
+    )
+    loop = recipe("loop_until_count.json")
+    station.equipment.behaviours = {
+        action["type_id"]: lambda c: {"count": 9} for action in loop["actions"]
+    }
+    async with running(gateway), running(engine), station.mes() as mes:
+        for job in ("J1", "J2", "J3"):
+            await run_job(mes, loop, job=job, parameters={"bolts": 1})
+        responses = [await final_response(mes, job) for job in ("J1", "J2", "J3")]
+    assert [state_of(response)[:2] for response in responses] == [["Ended", "Completed"]] * 3
+    # Replies went through both processes' hubs (the test equipment alternates between them).
+    assert len(station.equipment.gateways) == 2

@@ -1,0 +1,242 @@
+"""The web applications: the pages at ``/ui`` and the JSON API at ``/api/scopes``.
+
+Both are Starlette applications the HTTP endpoint mounts (``gateway_register_http_apps``).
+Everything is read-only, except the operator actions, which exist only when ``ui.operators``
+names operators and always need one's HTTP Basic credentials.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
+from starlette.routing import Route
+
+from gateway.recipes import JobCommand
+from gateway_ui.assets import JS
+from gateway_ui.pages import OPERATOR_ACTIONS, index_page, job_page, job_url, scope_page
+from gateway_ui.settings import UiSettings
+from gateway_ui.sse import JobStream, ScopeStream, parse_cursor
+from gateway_ui.trace import read_trace, with_latencies
+from gateway_ui.views import NotFound, UiData
+
+if TYPE_CHECKING:
+    from gateway.phases import ServicePhase
+
+log = logging.getLogger(__name__)
+
+COMMANDS = {"hold": JobCommand.PAUSE, "resume": JobCommand.RESUME, "abort": JobCommand.ABORT}
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def _guarded(endpoint: Endpoint) -> Endpoint:
+    """404 for what does not exist, 503 while job management or the store is missing."""
+
+    async def guarded(request: Request) -> Response:
+        try:
+            return await endpoint(request)
+        except NotFound as error:
+            return _error(404, str(error), request)
+
+    return guarded
+
+
+def _error(status: int, message: str, request: Request) -> Response:
+    if request.url.path.startswith("/api/"):
+        return JSONResponse({"error": message}, status_code=status)
+    return PlainTextResponse(message + "\n", status_code=status)
+
+
+class UiApplications:
+    def __init__(self, gateway: ServicePhase, settings: UiSettings) -> None:
+        self.gateway = gateway
+        self.settings = settings
+        self.data = UiData(gateway)
+        self.operators = settings.operator_passwords()
+
+    # -- the applications -------------------------------------------------------------------
+
+    def pages(self) -> Starlette:
+        return Starlette(
+            routes=[
+                Route("/", _guarded(self.index)),
+                Route("/app.js", self.script),
+                Route(
+                    "/scopes/{scope:path}/jobs/{job}/actions/{action}",
+                    _guarded(self.page_action),
+                    methods=["POST"],
+                ),
+                Route("/scopes/{scope:path}/jobs/{job}", _guarded(self.job_page)),
+                Route("/scopes/{scope:path}", _guarded(self.scope_page)),
+            ]
+        )
+
+    def api(self) -> Starlette:
+        return Starlette(
+            routes=[
+                Route("/", _guarded(self.api_scopes)),
+                Route("/{scope:path}/jobs/{job}/trace", _guarded(self.api_trace)),
+                Route("/{scope:path}/jobs/{job}/events", _guarded(self.job_events)),
+                Route(
+                    "/{scope:path}/jobs/{job}/actions/{action}",
+                    _guarded(self.api_action),
+                    methods=["POST"],
+                ),
+                Route("/{scope:path}/jobs/{job}", _guarded(self.api_job)),
+                Route("/{scope:path}/jobs", _guarded(self.api_jobs)),
+                Route("/{scope:path}/events", _guarded(self.scope_events)),
+            ]
+        )
+
+    # -- pages ------------------------------------------------------------------------------
+
+    async def index(self, request: Request) -> Response:
+        return HTMLResponse(index_page(await self.data.scopes()))
+
+    async def script(self, request: Request) -> Response:
+        return Response(JS, media_type="text/javascript; charset=utf-8")
+
+    async def scope_page(self, request: Request) -> Response:
+        scope = request.path_params["scope"]
+        stream = ScopeStream(self.data.store, scope, self.gateway.stopping)
+        cursor = await stream.cursor_now()  # before the read: nothing falls between the two
+        return HTMLResponse(scope_page(scope, await self.data.jobs(scope), cursor))
+
+    async def job_page(self, request: Request) -> Response:
+        scope, job = request.path_params["scope"], request.path_params["job"]
+        stream = JobStream(self.data, self.data.store, scope, job, self.gateway.stopping)
+        cursor = await stream.cursor_now()  # before the reads: nothing falls between
+        view = await self.data.job(scope, job)
+        trace = await self._trace_until(scope, job, cursor.split(",")[1])
+        chart = await self.data.chart(scope, job)
+        html = job_page(view, chart, trace, cursor, operators=bool(self.operators))
+        return HTMLResponse(html)
+
+    async def _trace_until(self, scope: str, job: str, last: str) -> list[dict[str, Any]]:
+        store = self.data.store
+        entries = await read_trace(store, scope, job)
+        return with_latencies([entry for entry in entries if _id(entry["id"]) <= _id(last)])
+
+    # -- JSON -------------------------------------------------------------------------------
+
+    async def api_scopes(self, request: Request) -> Response:
+        return JSONResponse(await self.data.scopes())
+
+    async def api_jobs(self, request: Request) -> Response:
+        return JSONResponse(await self.data.jobs(request.path_params["scope"]))
+
+    async def api_job(self, request: Request) -> Response:
+        view = await self.data.job(request.path_params["scope"], request.path_params["job"])
+        return JSONResponse(view)
+
+    async def api_trace(self, request: Request) -> Response:
+        scope, job = request.path_params["scope"], request.path_params["job"]
+        await self.data.job(scope, job)  # NotFound for a job that does not exist
+        return JSONResponse(
+            {
+                "scope": scope,
+                "job_order_id": job,
+                "max_entries": self.settings.trace_max_entries,
+                "entries": await read_trace(self.data.store, scope, job),
+            }
+        )
+
+    # -- live updates -----------------------------------------------------------------------
+
+    async def job_events(self, request: Request) -> Response:
+        scope, job = request.path_params["scope"], request.path_params["job"]
+        await self.data.job(scope, job)
+        stream = JobStream(self.data, self.data.store, scope, job, self.gateway.stopping)
+        cursor = _cursor(request, 2) or (await stream.cursor_now()).split(",")
+        return StreamingResponse(
+            stream.events(cursor), media_type="text/event-stream", headers=SSE_HEADERS
+        )
+
+    async def scope_events(self, request: Request) -> Response:
+        scope = request.path_params["scope"]
+        stream = ScopeStream(self.data.store, scope, self.gateway.stopping)
+        cursor = _cursor(request, 1) or [await stream.cursor_now()]
+        return StreamingResponse(
+            stream.events(cursor), media_type="text/event-stream", headers=SSE_HEADERS
+        )
+
+    # -- operator actions -------------------------------------------------------------------
+
+    async def page_action(self, request: Request) -> Response:
+        origin = request.headers.get("origin")
+        if origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}":
+            return _error(403, "operator actions come from this gateway's own pages", request)
+        outcome = await self._act(request)
+        if isinstance(outcome, Response):
+            return outcome
+        scope, job = request.path_params["scope"], request.path_params["job"]
+        return RedirectResponse(job_url(scope, job), status_code=303)
+
+    async def api_action(self, request: Request) -> Response:
+        outcome = await self._act(request)
+        if isinstance(outcome, Response):
+            return outcome
+        return JSONResponse(outcome, status_code=200 if outcome["accepted"] else 409)
+
+    async def _act(self, request: Request) -> Response | dict[str, Any]:
+        if not self.operators:
+            return _error(403, "operator actions are off (no ui.operators configured)", request)
+        action = request.path_params["action"]
+        if action not in OPERATOR_ACTIONS:
+            return _error(404, f"no operator action {action!r} (hold, resume, abort)", request)
+        operator = self._operator(request)
+        if operator is None:
+            return Response(
+                "operator credentials needed\n",
+                status_code=401,
+                headers={"WWW-Authenticate": 'Basic realm="gateway operators", charset="UTF-8"'},
+            )
+        scope, job = request.path_params["scope"], request.path_params["job"]
+        await self.data.job(scope, job)
+        outcome = await self.gateway.job_control.request(
+            scope, job, COMMANDS[action], f"operator {operator}"
+        )
+        log.info("operator %s: %s of %s/%s: %s", operator, action, scope, job, outcome.status)
+        return {"accepted": outcome.accepted, "status": outcome.status, "message": outcome.message}
+
+    def _operator(self, request: Request) -> str | None:
+        """The operator whose Basic credentials the request carries, if they are right."""
+        header = request.headers.get("authorization", "")
+        scheme, _, encoded = header.partition(" ")
+        if scheme.lower() != "basic":
+            return None
+        try:
+            name, _, password = base64.b64decode(encoded).decode("utf-8").partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            return None
+        expected = self.operators.get(name)
+        if expected is None or not hmac.compare_digest(password.encode(), expected.encode()):
+            return None
+        return name
+
+
+def _cursor(request: Request, parts: int) -> list[str] | None:
+    """Where the browser resumes: its Last-Event-ID, else the page's ``after``."""
+    return parse_cursor(request.headers.get("last-event-id"), parts) or parse_cursor(
+        request.query_params.get("after"), parts
+    )
+
+
+def _id(stream_id: str) -> tuple[int, int]:
+    millis, _, sequence = stream_id.partition("-")
+    return int(millis), int(sequence or 0)

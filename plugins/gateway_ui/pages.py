@@ -1,0 +1,164 @@
+"""The HTML of the pages: rendered on the server, complete without script; the script (see
+``assets``) keeps them live. Every value from the store is escaped."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from html import escape
+from typing import Any
+from urllib.parse import quote
+
+from gateway_ui.assets import CSS
+
+OPERATOR_ACTIONS = ("hold", "resume", "abort")
+
+
+def _e(value: Any) -> str:
+    return escape("" if value is None else str(value), quote=True)
+
+
+def _json_script(element_id: str, value: Any) -> str:
+    """JSON for the page's script, safe inside a script element."""
+    text = json.dumps(value, default=str).replace("<", "\\u003c").replace(">", "\\u003e")
+    return f'<script type="application/json" id="{element_id}">{text}</script>'
+
+
+def scope_url(scope: str) -> str:
+    return "/ui/scopes/" + quote(scope, safe="/")
+
+
+def job_url(scope: str, job: str) -> str:
+    return scope_url(scope) + "/jobs/" + quote(job, safe="")
+
+
+def api_job_url(scope: str, job: str) -> str:
+    return "/api/scopes/" + quote(scope, safe="/") + "/jobs/" + quote(job, safe="")
+
+
+def page(
+    title: str, crumbs: Iterable[tuple[str, str | None]], body: str, main_attributes: str = ""
+) -> str:
+    trail = " &rsaquo; ".join(
+        f'<a href="{_e(url)}">{_e(name)}</a>' if url else _e(name) for name, url in crumbs
+    )
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{_e(title)}</title><style>{CSS}</style></head>
+<body><header><a class="brand" href="/ui/">Station gateway</a><span class="crumbs">{trail}</span>
+<span id="connection">static</span></header>
+<main{main_attributes}>{body}</main>
+<script src="/ui/app.js"></script></body></html>
+"""
+
+
+def index_page(scopes: list[dict[str, Any]]) -> str:
+    rows = "".join(
+        f'<tr data-scope="{_e(row["scope"])}"><td><a href="{_e(scope_url(row["scope"]))}">'
+        f'{_e(row["scope"])}</a></td><td class="num">{row["jobs"]}</td>'
+        f"<td>{_e(_counts(row['states']))}</td></tr>"
+        for row in scopes
+    )
+    empty = '<tr><td colspan="3" class="muted">No scope has had a job yet.</td></tr>'
+    body = (
+        '<h1>Scopes</h1><table id="scopes"><thead><tr><th>Scope</th><th>Jobs</th>'
+        f"<th>By state</th></tr></thead><tbody>{rows or empty}</tbody></table>"
+    )
+    return page("Scopes", [], body)
+
+
+def _counts(states: Mapping[str, int]) -> str:
+    return ", ".join(f"{state} {count}" for state, count in states.items())
+
+
+def scope_page(scope: str, jobs: list[dict[str, Any]], cursor: str) -> str:
+    rows = "".join(
+        f'<tr data-job="{_e(job["job_order_id"])}">'
+        f'<td><a href="{_e(job_url(scope, job["job_order_id"]))}">'
+        f"{_e(job['job_order_id'])}</a></td>"
+        f'<td class="state {_e(job["state"].split(".")[0])}">{_e(job["state"])}</td>'
+        f'<td class="num">{_e(job["priority"])}</td>'
+        f'<td class="num" data-stored="{_e(job["stored_at"] or "")}"></td>'
+        f"<td>{_e(job['work_master_id'])}</td>"
+        f'<td class="mono">{_e((job["recipe_version"] or "")[:19])}</td></tr>'
+        for job in jobs
+    )
+    events = "/api/scopes/" + quote(scope, safe="/") + "/events"
+    body = (
+        f"<h1>Scope {_e(scope)}</h1>"
+        f'<table id="jobs" data-scope-events="{_e(events)}" data-cursor="{_e(cursor)}" '
+        f'data-jobs-url="{_e("/api/scopes/" + quote(scope, safe="/") + "/jobs")}" '
+        f'data-job-base="{_e(scope_url(scope) + "/jobs/")}">'
+        "<thead><tr><th>Job order</th><th>State</th><th>Priority</th><th>Age</th>"
+        "<th>Work Master</th><th>Recipe version</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table>"
+        '<p class="muted">Highest priority first. Scope online state and a scheduling queue '
+        "will show here once the gateway has them.</p>"
+    )
+    return page(f"Scope {scope}", [(scope, None)], body)
+
+
+def job_page(
+    view: Mapping[str, Any],
+    chart: str | None,
+    trace: list[dict[str, Any]],
+    cursor: str,
+    *,
+    operators: bool,
+) -> str:
+    scope, job = view["scope"], view["job_order_id"]
+    live = {
+        "state": view["state"],
+        "response": view["response"],
+        "progress": view["progress"],
+        "server_time": view["server_time"],
+    }
+    facts = [
+        ("State", f'<span id="state" class="state">{_e(view["state"])}</span>'),
+        ("Priority", _e(view["priority"])),
+        ("Work Master", _e(view["work_master_id"])),
+        ("Recipe version", f'<code id="recipe-version">{_e(view["recipe_version"])}</code>'),
+        (
+            "Stored",
+            f"{_e(view['stored_at'])} "
+            f'(<span data-stored="{_e(view["stored_at"] or "")}"></span> ago)',
+        ),
+        ("Started", f'<span id="started">{_e(view["start_time"]) or "&ndash;"}</span>'),
+        ("Ended", f'<span id="ended">{_e(view["end_time"]) or "&ndash;"}</span>'),
+    ]
+    fact_list = "".join(f"<dt>{name}</dt><dd>{value}</dd>" for name, value in facts)
+    buttons = ""
+    if operators:
+        forms = "".join(
+            f'<form method="post" action="{_e(job_url(scope, job))}/actions/{action}">'
+            f'<button type="submit" name="action" value="{action}">{action.title()}</button></form>'
+            for action in OPERATOR_ACTIONS
+        )
+        buttons = f'<section class="operator"><h2>Operator</h2>{forms}</section>'
+    drawing = chart or '<p class="muted">This recipe cannot be drawn.</p>'
+    body = f"""<h1>Job {_e(job)}</h1>
+<div class="columns"><div>
+<section class="chart" id="chart">{drawing}</section>
+</div><div>
+<dl class="facts">{fact_list}</dl>
+<div id="error" class="error" hidden></div>
+{buttons}
+<h2>Active steps</h2>
+<table id="active"><thead><tr><th>Step</th><th>Time in step</th></tr></thead><tbody></tbody></table>
+<h2>Actions</h2>
+<table id="actions"><thead><tr><th>Action</th><th>Step</th><th>Phase</th><th>Tries</th>
+<th>Timeout</th><th>Result / error</th></tr></thead><tbody></tbody></table>
+<h2>Results</h2>
+<table id="results"><thead><tr><th>ID</th><th>Value</th></tr></thead><tbody></tbody></table>
+</div></div>
+<h2>Trace</h2>
+<table id="trace"><thead><tr><th>Time (UTC)</th><th>Kind</th><th>What</th><th>Latency</th></tr>
+</thead><tbody></tbody></table>
+{_json_script("initial-live", live)}
+{_json_script("initial-trace", trace)}"""
+    attributes = (
+        f' data-events="{_e(api_job_url(scope, job) + "/events")}" data-cursor="{_e(cursor)}"'
+        f' data-scope="{_e(scope)}" data-job="{_e(job)}"'
+    )
+    return page(f"Job {job}", [(scope, scope_url(scope)), (job, None)], body, attributes)

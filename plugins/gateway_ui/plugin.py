@@ -1,0 +1,49 @@
+"""Hook implementations of the operator's view (registered as ``ui``)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from gateway.hookspecs import ASGIApp, hookimpl
+from gateway.settings import Settings
+from gateway.transport import Service
+from gateway_ui.app import UiApplications
+from gateway_ui.settings import UiSettings
+from gateway_ui.trace import TraceObserver, TraceWriter
+
+if TYPE_CHECKING:
+    from gateway.phases import ServicePhase
+
+
+@hookimpl
+def gateway_add_settings(register: Callable[[str, type[Any]], None]) -> None:
+    register("ui", UiSettings)
+
+
+@hookimpl
+def gateway_register_services(
+    register: Callable[[Service], None], settings: Settings, gateway: ServicePhase
+) -> None:
+    ui = settings.get(UiSettings)
+    writer = TraceWriter(ui, gateway)
+    if gateway.store is None or not gateway.runs(writer.roles):
+        return
+    gateway.state.add(writer)
+    # The observer hooks do not say which gateway they concern (a process may run several):
+    # each gateway gets an observer of its own, registered with its own plugin manager.
+    gateway.plugins.register(TraceObserver(writer), name=f"ui-trace-{uuid.uuid4().hex}")
+    register(writer)
+
+
+@hookimpl
+def gateway_register_http_apps(
+    register: Callable[[str, ASGIApp], None], settings: Settings, gateway: ServicePhase
+) -> None:
+    ui = settings.get(UiSettings)
+    if not ui.enabled or gateway.store is None:
+        return
+    applications = UiApplications(gateway, ui)
+    register("/ui", applications.pages())
+    register("/api/scopes", applications.api())

@@ -1,0 +1,42 @@
+"""The ``[ui]`` settings section."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.errors import SettingsError
+from gateway.settings import Secret, setting
+
+
+@dataclass(frozen=True)
+class UiSettings:
+    enabled: bool = setting(True, "Serve the web UI at /ui and its JSON at /api (needs http.port)")
+    trace_max_entries: int = setting(
+        2000, "Entries kept in each job's trace (the oldest go first)", minimum=10
+    )
+    trace_kept_seconds: int = setting(
+        86400, "How long a job's trace stays after the job is cleared or cancelled", minimum=1
+    )
+    trace_buffer: int = setting(
+        10000,
+        "Trace entries held in memory while Redis cannot take them (then the oldest are dropped)",
+        minimum=100,
+    )
+    operators: Secret | None = setting(
+        None,
+        "Operators allowed to Hold, Resume and Abort jobs from the UI, as 'name:password' "
+        "pairs separated by commas (HTTP Basic authentication); empty: no operator actions",
+        secret=True,
+    )
+
+    def operator_passwords(self) -> dict[str, str]:
+        """Operator name -> password; empty when operator actions are off."""
+        if self.operators is None or not self.operators.reveal().strip():
+            return {}
+        passwords: dict[str, str] = {}
+        for pair in self.operators.reveal().split(","):
+            name, colon, password = pair.strip().partition(":")
+            if not colon or not name or not password:
+                raise SettingsError("ui.operators", "expected name:password pairs, comma separated")
+            passwords[name] = password
+        return passwords

@@ -1,0 +1,156 @@
+"""Server-Sent Events fed from Redis streams, resumable from the browser's Last-Event-ID.
+
+A job page follows two streams: the scope's change stream (every state change job management
+stores, see ``gateway.store``) and the job's trace (``gateway_ui.trace``). Each event's id is
+the pair of stream ids it has read up to, ``<changes id>,<trace id>``; a browser that loses the
+connection sends the last one back (``Last-Event-ID``) and the stream goes on from exactly
+there, on whichever instance it reaches: the cursor is all the state there is.
+
+Events: ``state`` (a change record of the job), ``trace`` (a trace entry), and after each batch
+``live`` (the job's state, progress and response now, without an id: it describes the present,
+not a position in a stream). A scope page follows the change stream alone (``change`` events).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import anyio
+from redis.exceptions import RedisError
+
+from gateway.store import Store
+from gateway_ui.trace import read_entry, trace_key
+from gateway_ui.views import UiData
+
+log = logging.getLogger(__name__)
+
+BLOCK_MS = 2000  # how long one read waits; a quiet stream gets a keep-alive comment this often
+RETRY_MS = 1000  # how soon a browser reconnects
+START = "0-0"
+# Fields of a change record a page needs (the documents it may carry are left out).
+CHANGE_FIELDS = ("change_type", "job_order_id", "state", "previous", "priority", "has_result", "ts")
+
+StreamReply = list[tuple[str, list[tuple[str, dict[str, str]]]]]
+
+
+def format_event(event: str | None, data: Any, event_id: str | None = None) -> str:
+    lines = []
+    if event_id is not None:
+        lines.append(f"id: {event_id}")
+    if event is not None:
+        lines.append(f"event: {event}")
+    lines.append("data: " + json.dumps(data, default=str, separators=(",", ":")))
+    return "\n".join(lines) + "\n\n"
+
+
+def parse_cursor(text: str | None, parts: int) -> list[str] | None:
+    """The stream ids of a cursor (``None``: absent or not one of ours)."""
+    if not text:
+        return None
+    ids = text.split(",")
+    if len(ids) != parts or not all(_is_stream_id(value) for value in ids):
+        return None
+    return ids
+
+
+def _is_stream_id(value: str) -> bool:
+    millis, dash, sequence = value.partition("-")
+    return bool(dash) and millis.isdigit() and sequence.isdigit()
+
+
+async def last_id(store: Store, key: str) -> str:
+    """The id of the newest entry of a stream, ``0-0`` when it has none."""
+    newest = cast(list[tuple[str, Any]], await store.client.xrevrange(key, count=1))
+    return newest[0][0] if newest else START
+
+
+@dataclass
+class JobStream:
+    """The events of one job page, from a cursor on."""
+
+    data: UiData
+    store: Store
+    scope: str
+    job: str
+    stopping: anyio.Event
+
+    @property
+    def keys(self) -> tuple[str, str]:
+        return self.store.keys.changes(self.scope), trace_key(self.store, self.scope, self.job)
+
+    async def cursor_now(self) -> str:
+        changes, trace = self.keys
+        return f"{await last_id(self.store, changes)},{await last_id(self.store, trace)}"
+
+    async def events(self, cursor: Sequence[str]) -> AsyncIterator[str]:
+        changes_key, trace_key_ = self.keys
+        positions = {changes_key: cursor[0], trace_key_: cursor[1]}
+        yield f"retry: {RETRY_MS}\n\n"
+        yield format_event("live", await self.data.live(self.scope, self.job))
+        async for batch in _read(self.store, positions, self.stopping):
+            if batch is None:
+                yield ": waiting\n\n"
+                continue
+            for stream, entries in batch:
+                for entry_id, fields in entries:
+                    positions[stream] = entry_id
+                    cursor_text = f"{positions[changes_key]},{positions[trace_key_]}"
+                    if stream == changes_key:
+                        if fields.get("job_order_id") == self.job:
+                            yield format_event("state", _change(entry_id, fields), cursor_text)
+                    else:
+                        yield format_event("trace", read_entry(entry_id, fields), cursor_text)
+            yield format_event("live", await self.data.live(self.scope, self.job))
+
+
+@dataclass
+class ScopeStream:
+    """The events of one scope page: its change records."""
+
+    store: Store
+    scope: str
+    stopping: anyio.Event
+
+    async def cursor_now(self) -> str:
+        return await last_id(self.store, self.store.keys.changes(self.scope))
+
+    async def events(self, cursor: Sequence[str]) -> AsyncIterator[str]:
+        key = self.store.keys.changes(self.scope)
+        positions = {key: cursor[0]}
+        yield f"retry: {RETRY_MS}\n\n"
+        async for batch in _read(self.store, positions, self.stopping):
+            if batch is None:
+                yield ": waiting\n\n"
+                continue
+            for _, entries in batch:
+                for entry_id, fields in entries:
+                    positions[key] = entry_id
+                    yield format_event("change", _change(entry_id, fields), entry_id)
+
+
+async def _read(
+    store: Store, positions: dict[str, str], stopping: anyio.Event
+) -> AsyncIterator[StreamReply | None]:
+    """Batches of new entries after ``positions`` (which the caller moves on), ``None`` when
+    nothing came for a while (time for a keep-alive), until the gateway stops."""
+    while not stopping.is_set():
+        try:
+            reply = await store.client.xread(
+                dict(positions),  # type: ignore[arg-type]  # redis-py types stream ids narrowly
+                count=100,
+                block=BLOCK_MS,
+            )
+        except (RedisError, OSError) as error:
+            log.info("live updates wait for Redis: %s", error)
+            yield None
+            await anyio.sleep(1)
+            continue
+        yield cast(StreamReply, reply) if reply else None
+
+
+def _change(entry_id: str, fields: Mapping[str, str]) -> dict[str, Any]:
+    return {"id": entry_id, **{name: fields[name] for name in CHANGE_FIELDS if name in fields}}

@@ -1,0 +1,186 @@
+"""A gateway with the simulated station and its HTTP endpoint, and a small HTTP/SSE client.
+
+Tests get them through the ``station`` fixture (``Station`` and its helpers as attributes).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from gateway.app import Gateway
+from gateway.testing.mqtt import connect_test_client
+from gateway.testing.services import free_port
+from gateway_jobs.model import ReturnStatus
+from gateway_jobs.testing import JobsMes, job_order, return_status, work_master
+from gateway_sfc.model import DATASCHEMA
+
+REAR_AXLE = json.loads(
+    (Path(__file__).parents[3] / "examples" / "recipes" / "rear_axle.json").read_text()
+)
+SCOPE = "cell1"
+
+
+@dataclass
+class Station:
+    """One gateway (real mosquitto and Redis) running the simulated station."""
+
+    mqtt_url: str
+    redis_url: str
+    name: str
+    port: int = field(default_factory=free_port)
+    scope = SCOPE
+    rear_axle = REAR_AXLE
+
+    def gateway(self, *, seconds: float = 0.05, **settings: str) -> Gateway:
+        """``seconds``: how long positioning and tightening take (the camera takes longer, so
+        the torque result is in before the chart waits for it); ``settings``: more variables."""
+        environ = {
+            "GATEWAY_MQTT_URL": self.mqtt_url,
+            "GATEWAY_MQTT_SHARE_GROUP": self.name,
+            "GATEWAY_REDIS_URL": self.redis_url,
+            "GATEWAY_REDIS_KEY_PREFIX": self.name,
+            "GATEWAY_GATEWAY_INSTANCE_ID": f"{self.name}-a",
+            "GATEWAY_GATEWAY_SHUTDOWN_GRACE_SECONDS": "3",
+            "GATEWAY_JOBS_TOPIC_PREFIX": self.name,
+            "GATEWAY_SFC_TIMER_POLL_SECONDS": "0.01",
+            "GATEWAY_HTTP_PORT": str(self.port),
+            "GATEWAY_SIMULATOR_ENABLED": "true",
+            "GATEWAY_SIMULATOR_TOPIC_PREFIX": f"{self.name}-sim",
+            "GATEWAY_SIMULATOR_POSITION_SECONDS": str(seconds),
+            "GATEWAY_SIMULATOR_TIGHTEN_SECONDS": str(seconds),
+            "GATEWAY_SIMULATOR_INSPECT_SECONDS": str(3 * seconds + 0.3),
+            "GATEWAY_SIMULATOR_HEARTBEAT_SECONDS": "0.2",
+            "GATEWAY_SIMULATOR_SEED": "1",
+            **settings,
+        }
+        return Gateway.from_environment(None, environ)
+
+    @asynccontextmanager
+    async def mes(self) -> AsyncIterator[JobsMes]:
+        async with connect_test_client(self.mqtt_url) as client:
+            yield JobsMes(client, self.name, SCOPE)
+
+    async def request(
+        self, path: str, method: str = "GET", headers: dict[str, str] | None = None
+    ) -> Reply:
+        return await request(self.port, path, method, headers)
+
+    async def get_json(self, path: str) -> Any:
+        return await get_json(self.port, path)
+
+    def sse(
+        self, path: str, headers: dict[str, str] | None = None
+    ) -> AbstractAsyncContextManager[AsyncIterator[Event]]:
+        return sse(self.port, path, headers)
+
+    async def start_rear_axle(self, mes: JobsMes, *jobs: str) -> None:
+        await start_rear_axle(mes, *jobs)
+
+    @staticmethod
+    def basic(user: str, password: str) -> dict[str, str]:
+        return basic(user, password)
+
+
+async def start_rear_axle(mes: JobsMes, *jobs: str) -> None:
+    configured = await mes.configure(
+        "workmaster", work_master("WM", REAR_AXLE, dataschema=DATASCHEMA)
+    )
+    assert return_status(configured) == ReturnStatus.NO_ERROR, configured.data
+    for job in jobs:
+        stored = await mes.store(job_order(job, work_masters=["WM"]), method="StoreAndStart")
+        assert return_status(stored) == ReturnStatus.NO_ERROR
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+def basic(user: str, password: str) -> dict[str, str]:
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return {"Authorization": f"Basic {token}"}
+
+
+async def request(
+    port: int, path: str, method: str = "GET", headers: dict[str, str] | None = None
+) -> Reply:
+    """One HTTP/1.0 request (the body ends with the connection)."""
+    lines = [f"{method} {path} HTTP/1.0", f"Host: 127.0.0.1:{port}", "Content-Length: 0"]
+    lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
+    async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+        await stream.send(("\r\n".join(lines) + "\r\n\r\n").encode())
+        raw = b""
+        try:
+            while True:
+                raw += await stream.receive()
+        except (anyio.EndOfStream, anyio.BrokenResourceError):
+            pass
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status_line, *header_lines = head.decode("latin-1").split("\r\n")
+    parsed = {}
+    for line in header_lines:
+        name, _, value = line.partition(":")
+        parsed[name.strip().lower()] = value.strip()
+    return Reply(int(status_line.split(" ")[1]), parsed, body)
+
+
+async def get_json(port: int, path: str) -> Any:
+    reply = await request(port, path)
+    assert reply.status == 200, (path, reply.status, reply.body)
+    return reply.json()
+
+
+@dataclass
+class Event:
+    event: str | None
+    data: Any
+    id: str | None
+
+
+@asynccontextmanager
+async def sse(
+    port: int, path: str, headers: dict[str, str] | None = None
+) -> AsyncIterator[AsyncIterator[Event]]:
+    """The events of a Server-Sent Events response, as they arrive."""
+    lines = [f"GET {path} HTTP/1.0", f"Host: 127.0.0.1:{port}", "Accept: text/event-stream"]
+    lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
+    async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+        await stream.send(("\r\n".join(lines) + "\r\n\r\n").encode())
+
+        async def events() -> AsyncIterator[Event]:
+            buffer = b""
+            while b"\r\n\r\n" not in buffer:
+                buffer += await stream.receive()
+            head, _, buffer = buffer.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200") or head.startswith(b"HTTP/1.0 200"), head
+            while True:
+                while b"\n\n" not in buffer:
+                    buffer += await stream.receive()
+                block, _, buffer = buffer.partition(b"\n\n")
+                fields: dict[str, str] = {}
+                for line in block.decode().split("\n"):
+                    name, _, value = line.partition(": ")
+                    fields[name] = value
+                if "data" in fields:
+                    yield Event(fields.get("event"), json.loads(fields["data"]), fields.get("id"))
+
+        yield events()
+
+
+@pytest.fixture
+def station(mqtt_url: str, redis_url: str, unique: str) -> Station:
+    return Station(mqtt_url, redis_url, unique)
