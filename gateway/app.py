@@ -24,7 +24,7 @@ from gateway.recipes import JobControl, RecipeInterpreter
 from gateway.resilience import Readiness, Resilience
 from gateway.settings import Settings, SettingsRegistry, load_settings
 from gateway.store import Store
-from gateway.transport import Binding, Dispatcher, Processor, Service
+from gateway.transport import Binding, Dispatcher, Processor, Service, starts_before_bindings
 
 log = logging.getLogger(__name__)
 
@@ -323,7 +323,7 @@ class Gateway:
     async def _start_all(
         self, tasks: anyio.abc.TaskGroup, bindings: _RunningSet, services: _RunningSet
     ) -> None:
-        early = [s for s in self.services_for_role() if getattr(s, "before_bindings", False)]
+        early = [s for s in self.services_for_role() if starts_before_bindings(s)]
         for service in early:
             await tasks.start(self._supervise, f"service {service.name}", service.run, services)
         for binding in self.bindings.values():

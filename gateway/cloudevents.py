@@ -16,10 +16,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gateway.errors import CloudEventError
+from gateway.mediatypes import JSON, MSGPACK, data_format
+
+__all__ = ["JSON", "MSGPACK", "CloudEvent"]
 
 SPEC_VERSION = "1.0"
-JSON = "application/json"
-MSGPACK = "application/msgpack"
 
 # Attribute names the model knows; anything else is kept in ``extensions``.
 CORE_ATTRIBUTES = ("specversion", "id", "source", "type")
@@ -136,9 +137,7 @@ class CloudEvent:
 
     def _reply_content_type(self) -> str:
         """The request's content type when replies can be encoded in it, else JSON."""
-        from gateway.codecs.base import codec_for
-
-        if self.datacontenttype and codec_for(self.datacontenttype) is not None:
+        if self.datacontenttype and data_format(self.datacontenttype) is not None:
             return self.datacontenttype
         return JSON
 

@@ -5,8 +5,12 @@ An engine never touches a transport. It hands an ``EquipmentCommand`` to the gat
 equipment. The driver delivers the command in its own protocol and, when the equipment answers,
 hands an ``EquipmentReply`` (matched by the command's correlation id) or an ``EquipmentEvent``
 (a ``pull_event`` the equipment publishes on its own) back to the hub, which passes it to the
-sink the engine attached. Replies and events may arrive at any gateway instance: the sink must
-route them through shared state, never through memory of the instance that sent the command.
+sink of the recipe interpreter whose job it is for: every interpreter attaches its own sink, and
+with several attached the hub asks each ``runs_job`` (the job is the first part of the
+correlation id ``{job}:{action}:{attempt}``); an event naming no job goes to every sink, each
+taking it only if one of its jobs waits for it. Replies and events may arrive at any gateway
+instance: a sink must route them through shared state, never through memory of the instance
+that sent the command.
 
 The hub also keeps **liveness**: drivers report ``heartbeat(equipment)`` when the equipment
 signals it is alive and ``gone(equipment)`` when it says goodbye (or its connection drops).
@@ -29,19 +33,18 @@ back. The extension attributes are ``EQUIPMENT_ATTRIBUTE``, ``JOB_ORDER_ATTRIBUT
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from gateway.cloudevents import JSON, CloudEvent, utc_now
 from gateway.errors import GatewayError, NotPermitted, ValidationError
 
 if TYPE_CHECKING:
-    from gateway.store import Store
+    from gateway.store import CommandLedger, LivenessRecords, Store
 
 log = logging.getLogger(__name__)
 
@@ -198,7 +201,11 @@ def event_from_cloudevent(event: CloudEvent) -> EquipmentEvent:
 
 
 class EquipmentSink(Protocol):
-    """Where replies and events go (implemented by the recipe engine)."""
+    """Where replies and events go: one per recipe interpreter (``EquipmentHub.attach``).
+
+    With more than one sink attached, each must also be a ``JobOwner``, so the hub can tell
+    whose job a reply is for.
+    """
 
     async def reply(self, reply: EquipmentReply) -> None:
         """Record the reply durably before returning (the driver acknowledges after)."""
@@ -232,6 +239,24 @@ class EquipmentDriver(Protocol):
     async def send(self, command: EquipmentCommand) -> None:
         """Deliver ``command``; the reply comes later through ``gateway.equipment.reply``."""
         ...
+
+
+@runtime_checkable
+class JobOwner(Protocol):
+    """A sink that can say whether a job is its interpreter's (optional member of
+    ``EquipmentSink``, needed once several interpreters share the hub)."""
+
+    async def runs_job(self, job_order_id: str, scope: str | None) -> bool:
+        """Whether this interpreter runs ``job_order_id`` (in ``scope``, when known)."""
+        ...
+
+
+@runtime_checkable
+class CatchAllDriver(Protocol):
+    """A driver that may serve "every equipment" (optional member of ``EquipmentDriver``):
+    with ``catch_all`` true it only gets what no specific driver serves."""
+
+    catch_all: bool
 
 
 @runtime_checkable
@@ -274,9 +299,10 @@ class EquipmentHub:
     """Routes commands to drivers and replies/events from drivers to the attached sink.
 
     ``store`` returns the gateway's store (``None``: no store plugin), asked each time it is
-    needed because the store connects only when the gateway runs. Without a store, liveness is
-    kept in this process only (fine for one instance, not shared). ``observers`` hear of every
-    command, reply and event (the ``gateway_equipment_*`` hooks).
+    needed because the store connects only when the gateway runs; liveness is kept in its
+    ``LivenessRecords`` (``store.liveness``). Without a store, liveness is kept in this process
+    only (fine for one instance, not shared). ``clock`` gives the Unix time (tests inject one).
+    ``observers`` hear of every command, reply and event (the ``gateway_equipment_*`` hooks).
     """
 
     def __init__(
@@ -284,15 +310,17 @@ class EquipmentHub:
         store: Callable[[], Store | None] = lambda: None,
         *,
         heartbeat_timeout_seconds: float = DEFAULT_HEARTBEAT_TIMEOUT,
+        clock: Callable[[], float] = time.time,
         observers: EquipmentObservers | None = None,
     ) -> None:
         self.drivers: list[EquipmentDriver] = []
         self.heartbeat_timeout_seconds = heartbeat_timeout_seconds
+        self.clock = clock  # Unix time of heartbeats and departures, and "now" in explanations
         self._observers = observers
         self._store = store
-        self._sink: EquipmentSink | None = None
-        self._local: dict[str, _LocalLiveness] = {}
-        self._local_sent: dict[str, str] = {}  # correlation id -> equipment, without a store
+        self.sinks: list[EquipmentSink] = []
+        self._local = _LocalLivenessRecords(lambda: self.clock())
+        self._local_sent = _LocalCommandLedger()  # without a store
 
     def add_driver(self, driver: EquipmentDriver) -> None:
         if any(existing.name == driver.name for existing in self.drivers):
@@ -300,10 +328,17 @@ class EquipmentHub:
         self.drivers.append(driver)
 
     def attach(self, sink: EquipmentSink) -> None:
-        """Make ``sink`` receive every reply and event (one engine per gateway)."""
-        if self._sink is not None and self._sink is not sink:
-            raise GatewayError("an equipment sink is already attached")
-        self._sink = sink
+        """Make ``sink`` receive the replies and events of its interpreter's jobs (each recipe
+        interpreter attaches its own; attaching the same sink again changes nothing)."""
+        if any(existing is sink for existing in self.sinks):
+            return
+        for candidate in (*self.sinks, sink):
+            if self.sinks and not isinstance(candidate, JobOwner):
+                raise GatewayError(
+                    f"equipment sink {type(candidate).__name__} cannot say which jobs are its "
+                    "own (runs_job), so it cannot share the hub with another interpreter"
+                )
+        self.sinks.append(sink)
 
     def driver_for(self, command: EquipmentCommand) -> EquipmentDriver:
         """The first driver that serves ``command``; catch-all drivers are asked last.
@@ -327,36 +362,39 @@ class EquipmentHub:
         try:
             driver = self.driver_for(command)
             if command.equipment is not None:
-                await self._sent(command.correlation_id, command.equipment, command.timeout_seconds)
+                seconds = max(SENT_RECORD_SECONDS, command.timeout_seconds or 0)
+                await self._ledger().sent(command.correlation_id, command.equipment, seconds)
             await driver.send(command)
         except GatewayError as error:
             self._observe("gateway_equipment_command_sent", command=command, error=str(error))
             raise
         self._observe("gateway_equipment_command_sent", command=command, error=None)
 
+    def _ledger(self) -> CommandLedger:
+        store = self._store()
+        return self._local_sent if store is None else store.commands
+
     async def reply(self, reply: EquipmentReply) -> None:
-        """Called by drivers when equipment answers a command.
+        """Called by drivers when equipment answers a command: to its job's interpreter.
 
         A reply naming its sender (``reply.equipment``) is accepted only if the command with its
         correlation id went to that equipment and is still unanswered; ``NotPermitted``
         otherwise, and nothing reaches the engine.
         """
         if reply.equipment is not None:
-            addressee = await self._addressee(reply.correlation_id)
+            addressee = await self._ledger().addressee(reply.correlation_id)
             if addressee != reply.equipment:
                 sent = f"it went to {addressee}" if addressee else "none is waiting for a reply"
                 raise NotPermitted(
                     f"equipment {reply.equipment} may not answer command "
                     f"{reply.correlation_id}: {sent}"
                 )
-        await self._attached().reply(reply)
-        await self._answered(reply.correlation_id)
+        job = reply.correlation_id.rsplit(":", 2)[0]
+        sink = await self._sink_for(job, reply.scope, f"reply {reply.correlation_id}")
+        await sink.reply(reply)
+        # The engine has the reply (durably): a second one finds no command waiting.
+        await self._ledger().answered(reply.correlation_id)
         self._observe("gateway_equipment_replied", reply=reply)
-
-    async def event(self, event: EquipmentEvent) -> None:
-        """Called by drivers when equipment reports an event."""
-        await self._attached().event(event)
-        self._observe("gateway_equipment_event_received", event=event)
 
     def _observe(self, hook: str, **arguments: Any) -> None:
         if self._observers is None:
@@ -366,36 +404,29 @@ class EquipmentHub:
         except Exception:  # an observer must never fail the equipment's traffic
             log.exception("a %s observer failed", hook)
 
-    # -- which equipment each command went to -------------------------------------------------
-
-    async def _sent(self, correlation_id: str, equipment_id: str, timeout: float | None) -> None:
-        seconds = max(SENT_RECORD_SECONDS, timeout or 0)
-        store = self._store()
-        if store is None:
-            self._local_sent[correlation_id] = equipment_id
+    async def event(self, event: EquipmentEvent) -> None:
+        """Called by drivers when equipment reports an event: to the interpreter of the job it
+        names, else to every interpreter (the one with a job waiting for it takes it)."""
+        if event.job_order_id is not None:
+            sink = await self._sink_for(event.job_order_id, event.scope, f"event {event.id}")
+            await sink.event(event)
+            self._observe("gateway_equipment_event_received", event=event)
             return
-        key = store.keys.global_key("equipment", "sent", correlation_id)
-        await store.client.set(key, equipment_id, px=round(seconds * 1000))
-
-    async def _addressee(self, correlation_id: str) -> str | None:
-        store = self._store()
-        if store is None:
-            return self._local_sent.get(correlation_id)
-        value = await store.client.get(store.keys.global_key("equipment", "sent", correlation_id))
-        return str(value) if value is not None else None
-
-    async def _answered(self, correlation_id: str) -> None:
-        """The engine has the reply (durably): a second one finds no command waiting."""
-        store = self._store()
-        if store is None:
-            self._local_sent.pop(correlation_id, None)
-            return
-        await store.client.delete(store.keys.global_key("equipment", "sent", correlation_id))
-
-    def _attached(self) -> EquipmentSink:
-        if self._sink is None:
+        if not self.sinks:
             raise GatewayError("equipment reported something, but no recipe engine is attached")
-        return self._sink
+        for sink in self.sinks:
+            await sink.event(event)
+        self._observe("gateway_equipment_event_received", event=event)
+
+    async def _sink_for(self, job: str, scope: str | None, what: str) -> EquipmentSink:
+        if not self.sinks:
+            raise GatewayError("equipment reported something, but no recipe engine is attached")
+        if len(self.sinks) == 1:
+            return self.sinks[0]
+        for sink in self.sinks:
+            if isinstance(sink, JobOwner) and await sink.runs_job(job, scope):
+                return sink
+        raise GatewayError(f"{what}: no recipe interpreter runs job {job!r}")
 
     # -- liveness -----------------------------------------------------------------------------
 
@@ -405,75 +436,36 @@ class EquipmentHub:
         ``timeout_seconds`` is the driver's heartbeat timeout (a few heartbeat intervals);
         ``None`` takes the hub's ``heartbeat_timeout_seconds``.
         """
-        now = time.time()
         timeout = self.heartbeat_timeout_seconds if timeout_seconds is None else timeout_seconds
-        store = self._store()
-        if store is None:
-            known = self._local.get(equipment_id)
-            self._local[equipment_id] = _LocalLiveness(now, now + timeout)
-            if known is None or known.expires <= now:
-                await self._came_online(equipment_id)
-            return
-        keys = _LivenessKeys(store, equipment_id)
-        async with store.client.pipeline(transaction=True) as pipe:
-            # GET: the previous value, so exactly one instance sees it come back.
-            pipe.set(keys.online, repr(now), px=max(1, round(timeout * 1000)), get=True)
-            pipe.hset(keys.last_seen, equipment_id, repr(now))
-            pipe.hdel(keys.gone, equipment_id)
-            previous, *_ = await pipe.execute()
-        if previous is None:
+        if await self._records().heartbeat(equipment_id, self.clock(), timeout):
             await self._came_online(equipment_id)
 
     async def _came_online(self, equipment_id: str) -> None:
-        """Tell the sink (the engine re-sends the commands the equipment may have missed)."""
-        sink: object = self._sink  # an EquipmentSink, which may also be an OnlineObserver
-        if not isinstance(sink, OnlineObserver):
-            return
-        try:
-            await sink.equipment_online(equipment_id)
-        except Exception as error:  # its commands then wait for their timeouts, as before
-            log.warning(
-                "equipment %s is back, but its commands were not re-sent: %s", equipment_id, error
-            )
+        """Tell the sinks (an engine re-sends the commands the equipment may have missed)."""
+        for sink in self.sinks:
+            if not isinstance(sink, OnlineObserver):
+                continue
+            try:
+                await sink.equipment_online(equipment_id)
+            except Exception as error:  # its commands then wait for their timeouts, as before
+                log.warning(
+                    "equipment %s is back, but its commands were not re-sent: %s",
+                    equipment_id,
+                    error,
+                )
 
     async def gone(self, equipment_id: str, reason: str = "disconnected") -> None:
         """Called by drivers: ``equipment_id`` is offline now (it said goodbye, its connection
         dropped...); ``reason`` says how, for ``offline_reason``."""
-        now = time.time()
-        store = self._store()
-        if store is None:
-            known = self._local.get(equipment_id)
-            last_seen = known.last_seen if known else None
-            self._local[equipment_id] = _LocalLiveness(last_seen, 0, now, reason)
-            return
-        keys = _LivenessKeys(store, equipment_id)
-        async with store.client.pipeline(transaction=True) as pipe:
-            pipe.delete(keys.online)
-            pipe.hset(keys.gone, equipment_id, json.dumps({"at": now, "reason": reason}))
-            await pipe.execute()
+        await self._records().gone(equipment_id, self.clock(), reason)
 
     async def liveness(self, equipment_id: str) -> Liveness:
         """Whether ``equipment_id`` is online, and when it was last heard of."""
+        return await self._records().read(equipment_id)
+
+    def _records(self) -> LivenessRecords:
         store = self._store()
-        if store is None:
-            known = self._local.get(equipment_id)
-            if known is None:
-                return Liveness(online=False, last_seen=None)
-            online = known.expires > time.time()
-            return Liveness(online, known.last_seen, known.gone_at, known.gone_reason)
-        keys = _LivenessKeys(store, equipment_id)
-        async with store.client.pipeline(transaction=False) as pipe:
-            pipe.exists(keys.online)
-            pipe.hget(keys.last_seen, equipment_id)
-            pipe.hget(keys.gone, equipment_id)
-            online, last_seen, gone = await pipe.execute()
-        goodbye = json.loads(gone) if gone is not None else {}
-        return Liveness(
-            online=bool(online),
-            last_seen=float(last_seen) if last_seen is not None else None,
-            gone_at=goodbye.get("at"),
-            gone_reason=goodbye.get("reason"),
-        )
+        return self._local if store is None else store.liveness
 
     def tracks(self, equipment_id: str) -> bool:
         """Whether a driver expects heartbeats from ``equipment_id``."""
@@ -493,7 +485,7 @@ class EquipmentHub:
         state = await self.liveness(equipment_id)
         if state.online:
             return None
-        now = time.time()
+        now = self.clock()
         if state.last_seen is None and state.gone_at is None:
             if not self.tracks(equipment_id):
                 return None
@@ -508,28 +500,46 @@ class EquipmentHub:
         return f"equipment {equipment_id} offline: {last}"
 
 
-@dataclass(frozen=True)
-class _LocalLiveness:
-    last_seen: float | None
-    expires: float
-    gone_at: float | None = None
-    gone_reason: str | None = None
+class _LocalCommandLedger:
+    """``CommandLedger`` in this process only (no store)."""
+
+    def __init__(self) -> None:
+        self._sent: dict[str, str] = {}
+
+    async def sent(self, correlation_id: str, equipment_id: str, ttl_seconds: float) -> None:
+        self._sent[correlation_id] = equipment_id
+
+    async def addressee(self, correlation_id: str) -> str | None:
+        return self._sent.get(correlation_id)
+
+    async def answered(self, correlation_id: str) -> None:
+        self._sent.pop(correlation_id, None)
 
 
-class _LivenessKeys:
-    """Liveness keys (global: equipment belongs to no scope).
+class _LocalLivenessRecords:
+    """``LivenessRecords`` in this process only (no store: one instance, nothing shared)."""
 
-    ``equipment:online:<id>`` exists while the equipment is online (TTL = heartbeat timeout, so
-    Redis's clock decides, the same for every instance); the ``equipment:last-seen`` hash keeps
-    the time of the last heartbeat, ``equipment:gone`` the time and reason of a departure since
-    (JSON), for the explanation after the key is gone.
-    """
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._states: dict[str, tuple[Liveness, float]] = {}  # id -> (state, online until)
 
-    def __init__(self, store: Store, equipment_id: str) -> None:
-        self.online = store.keys.global_key("equipment", "online", equipment_id)
-        self.last_seen = store.keys.global_key("equipment", "last-seen")
-        self.gone = store.keys.global_key("equipment", "gone")
+    async def heartbeat(self, equipment_id: str, at: float, ttl_seconds: float) -> bool:
+        known = self._states.get(equipment_id)
+        self._states[equipment_id] = (Liveness(online=True, last_seen=at), at + ttl_seconds)
+        return known is None or known[1] <= at
+
+    async def gone(self, equipment_id: str, at: float, reason: str) -> None:
+        known = self._states.get(equipment_id)
+        last_seen = known[0].last_seen if known else None
+        self._states[equipment_id] = (Liveness(False, last_seen, at, reason), 0.0)
+
+    async def read(self, equipment_id: str) -> Liveness:
+        known = self._states.get(equipment_id)
+        if known is None:
+            return Liveness(online=False, last_seen=None)
+        state, until = known
+        return replace(state, online=until > self._clock())
 
 
 def _is_catch_all(driver: EquipmentDriver) -> bool:
-    return bool(getattr(driver, "catch_all", False))
+    return isinstance(driver, CatchAllDriver) and driver.catch_all

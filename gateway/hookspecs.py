@@ -77,10 +77,14 @@ def gateway_add_settings(register: Callable[[str, type[Any]], None]) -> None:
 
 @hookspec(firstresult=True)
 def gateway_make_store(settings: Settings) -> Store | None:
-    """Build the store/coordination backend, once, after settings are loaded.
+    """Build the store, once, after settings are loaded: a ``Store`` over a Redis-protocol server.
 
-    The first plugin that returns a store wins. The host enters it (``async with``) before any
-    binding or service starts and leaves it after they all stopped.
+    The contract is "a Redis-compatible server" (``gateway.store``), not an abstract backend:
+    plugins use its Redis client directly, keeping every multi-key operation within one scope's
+    hash slot. The default ``redis`` plugin connects to one node or an embedded redis-server;
+    another plugin may return a ``Store`` over the same protocol (a Sentinel or Cluster client,
+    say). The first plugin that returns a store wins. The host enters it (``async with``) before
+    any binding or service starts and leaves it after they all stopped.
     """
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import anyio
@@ -27,25 +28,27 @@ ALIVE_WITHIN_SECONDS = 3 * HEARTBEAT_SECONDS
 
 
 class InstanceRegistry:
-    def __init__(self, store: Store, instance_id: str) -> None:
+    """This instance's entry in the store's ``InstanceTable``, and who else is alive."""
+
+    def __init__(
+        self, store: Store, instance_id: str, *, clock: Callable[[], float] = time.time
+    ) -> None:
         self.store = store
         self.instance_id = instance_id
-
-    @property
-    def _key(self) -> str:
-        return self.store.keys.global_key("instances")
+        self.clock = clock
 
     async def beat(self) -> None:
-        await self.store.client.hset(self._key, self.instance_id, str(time.time()))
+        await self.store.instances.beat(self.instance_id, self.clock())
 
     async def leave(self) -> None:
-        await self.store.client.hdel(self._key, self.instance_id)
+        await self.store.instances.leave(self.instance_id)
 
     async def alive(self) -> set[str]:
         """Instances that refreshed their entry recently (this one included, if running)."""
-        entries = await self.store.client.hgetall(self._key)
-        horizon = time.time() - ALIVE_WITHIN_SECONDS
-        return {str(name) for name, seen in entries.items() if float(seen) >= horizon}
+        horizon = self.clock() - ALIVE_WITHIN_SECONDS
+        return {
+            name for name, seen in (await self.store.instances.seen()).items() if seen >= horizon
+        }
 
     async def others_alive(self) -> bool:
         return bool(await self.alive() - {self.instance_id})

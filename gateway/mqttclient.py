@@ -2,9 +2,10 @@
 
 It speaks only MQTT: it sends CloudEvents (or raw, deliberately malformed messages) with its own
 Response Topic and waits for the reply carrying the same Correlation Data, and it watches topics
-(retained messages first). It connects to a real
-broker (``mqtt://host:port``) or to the in-process broker (``memory://<name>``,
-``gateway.inprocess``) with the same API, so a test runs unchanged on either.
+(retained messages first). ``connect_client`` connects it to a broker at ``mqtt://`` or
+``mqtts://``; ``open_client`` runs it over any ``ClientConnection``, which is how the MQTT
+plugin's in-process broker (``memory://<name>``) is reached: ``gateway_mqtt.clients
+.connect_client`` takes every URL the MQTT binding takes, with the same API.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import anyio
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 from anyio.streams.memory import MemoryObjectSendStream
 
-from gateway import inprocess
 from gateway.cloudevents import CloudEvent
 from gateway.codecs.mqtt import MqttMessage, from_client_message, from_mqtt, publish, to_mqtt
 from gateway.errors import GatewayError
@@ -32,7 +32,7 @@ from gateway.transport import topic_matches
 _NODELAY = (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
-class _Connection(Protocol):
+class ClientConnection(Protocol):
     """What the client needs of a broker connection (acknowledging is automatic)."""
 
     async def subscribe(self, topic_filter: str) -> None: ...
@@ -46,7 +46,7 @@ class CloudEventClient:
     """Use through ``connect_client``; every reply topic and client id is unique."""
 
     def __init__(
-        self, connection: _Connection, client_id: str, reply_prefix: str = "test-replies"
+        self, connection: ClientConnection, client_id: str, reply_prefix: str = "test-replies"
     ) -> None:
         self._connection = connection
         self.client_id = client_id
@@ -74,8 +74,17 @@ class CloudEventClient:
     async def send(self, topic: str, event: CloudEvent) -> None:
         await self.publish(to_mqtt(event, topic))
 
-    async def request_raw(self, message: MqttMessage, *, timeout: float = 10.0) -> MqttMessage:
-        """Publish ``message`` (its Correlation Data set here) and return the raw reply."""
+    async def request_raw(
+        self,
+        message: MqttMessage,
+        *,
+        timeout: float = 10.0,
+        published: anyio.Event | None = None,
+    ) -> MqttMessage:
+        """Publish ``message`` (its Correlation Data set here) and return the raw reply.
+
+        ``published`` is set once the broker has taken the message (acknowledged at QoS 1).
+        """
         correlation = message.correlation_data or uuid.uuid4().hex.encode()
         send, receive = anyio.create_memory_object_stream[MqttMessage](4)
         self._pending[correlation] = send
@@ -92,6 +101,8 @@ class CloudEventClient:
                     user_properties=message.user_properties,
                 )
             )
+            if published is not None:
+                published.set()
             with anyio.fail_after(timeout):
                 return await receive.receive()
         finally:
@@ -99,9 +110,16 @@ class CloudEventClient:
             send.close()
             receive.close()
 
-    async def request(self, topic: str, event: CloudEvent, *, timeout: float = 10.0) -> CloudEvent:
-        """Send ``event`` and return the decoded reply."""
-        reply = await self.request_raw(to_mqtt(event, topic), timeout=timeout)
+    async def request(
+        self,
+        topic: str,
+        event: CloudEvent,
+        *,
+        timeout: float = 10.0,
+        published: anyio.Event | None = None,
+    ) -> CloudEvent:
+        """Send ``event`` and return the decoded reply (``published``: see ``request_raw``)."""
+        reply = await self.request_raw(to_mqtt(event, topic), timeout=timeout, published=published)
         return from_mqtt(reply)
 
     @asynccontextmanager
@@ -138,31 +156,43 @@ async def connect_client(
     reply_prefix: str = "test-replies",
     connect_timeout: float = 10.0,
 ) -> AsyncIterator[CloudEventClient]:
-    """Connect a ``CloudEventClient`` to ``url``: mqtt://host:port, mqtts://host:port (TLS with
-    the system's CAs) or memory://<broker name>; ``BrokerUnreachable`` when it cannot."""
-    client_id = client_id or f"test-{uuid.uuid4().hex[:10]}"
-    connection_context = _connect(url, client_id, connect_timeout)
+    """Connect a ``CloudEventClient`` to ``url``: mqtt://host:port or mqtts://host:port (TLS
+    with the system's CAs); ``BrokerUnreachable`` when it cannot."""
+    if not url.startswith(("mqtt://", "mqtts://")):
+        raise BrokerUnreachable(
+            f"expected an mqtt:// or mqtts:// broker URL, got {url!r} (memory:// brokers live "
+            "in the MQTT plugin: use gateway_mqtt.clients.connect_client)"
+        )
+    client_id = client_id or new_client_id()
+    connecting = _AiomqttConnection.connect(url, client_id, connect_timeout)
+    async with open_client(connecting, client_id, reply_prefix=reply_prefix) as client:
+        yield client
+
+
+def new_client_id() -> str:
+    return f"test-{uuid.uuid4().hex[:10]}"
+
+
+@asynccontextmanager
+async def open_client(
+    connecting: AbstractAsyncContextManager[ClientConnection],
+    client_id: str,
+    *,
+    reply_prefix: str = "test-replies",
+) -> AsyncIterator[CloudEventClient]:
+    """A ``CloudEventClient`` over the connection ``connecting`` opens (any transport)."""
     try:
-        async with connection_context as connection, anyio.create_task_group() as tasks:
-            tester = CloudEventClient(connection, client_id, reply_prefix)
-            await connection.subscribe(tester.reply_topic)
-            tasks.start_soon(tester._route)
-            yield tester
+        async with connecting as connection, anyio.create_task_group() as tasks:
+            client = CloudEventClient(connection, client_id, reply_prefix)
+            await connection.subscribe(client.reply_topic)
+            tasks.start_soon(client._route)
+            yield client
             tasks.cancel_scope.cancel()
     except BaseExceptionGroup as group:
         # The block's own error, not wrapped by the router's task group: callers catch it.
         if len(group.exceptions) == 1 and isinstance(group.exceptions[0], Exception):
             raise group.exceptions[0] from None
         raise
-
-
-def _connect(
-    url: str, client_id: str, connect_timeout: float
-) -> AbstractAsyncContextManager[_Connection]:
-    name = inprocess.broker_name(url)
-    if name is not None:
-        return _InProcessConnection.connect(name, client_id)
-    return _AiomqttConnection.connect(url, client_id, connect_timeout)
 
 
 class _AiomqttConnection:
@@ -175,7 +205,7 @@ class _AiomqttConnection:
     @asynccontextmanager
     async def connect(
         cls, url: str, client_id: str, connect_timeout: float
-    ) -> AsyncIterator[_Connection]:
+    ) -> AsyncIterator[ClientConnection]:
         parts = urlsplit(url)
         tls = parts.scheme == "mqtts"
         host, port = parts.hostname or "localhost", parts.port or (8883 if tls else 1883)
@@ -209,28 +239,3 @@ class _AiomqttConnection:
     async def messages(self) -> AsyncIterator[MqttMessage]:
         async for message in self._client.messages:
             yield from_client_message(message)
-
-
-class _InProcessConnection:
-    """A clean session on the in-process broker, acknowledging each message as it is read."""
-
-    def __init__(self, connection: inprocess.Connection) -> None:
-        self._connection = connection
-
-    @classmethod
-    @asynccontextmanager
-    async def connect(cls, name: str, client_id: str) -> AsyncIterator[_Connection]:
-        async with inprocess.get_broker(name).connect(client_id) as connection:
-            yield cls(connection)
-
-    async def subscribe(self, topic_filter: str) -> None:
-        await self._connection.subscribe([(topic_filter, 1)])
-
-    async def publish(self, message: MqttMessage) -> None:
-        await self._connection.publish(message)
-
-    async def messages(self) -> AsyncIterator[MqttMessage]:
-        async for delivery in self._connection:
-            if delivery.packet_id is not None:
-                self._connection.ack(delivery.packet_id)
-            yield delivery.message

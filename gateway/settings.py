@@ -186,6 +186,14 @@ class Settings:
                 return value
         raise KeyError(f"no settings section declared with {model.__name__}")
 
+    def find(self, model: type[T]) -> T | None:
+        """The section declared with ``model``, or ``None`` when its plugin is not loaded (how
+        a plugin reads another's settings: through the settings class that plugin exports)."""
+        for value in self._sections.values():
+            if type(value) is model:
+                return value
+        return None
+
     def section(self, name: str) -> Any:
         return self._sections[name]
 

@@ -1,11 +1,21 @@
-"""What the store/coordination backend offers plugins (the default is the Redis store plugin).
+"""The store contract: the gateway keeps all its state in a **Redis-compatible server**.
 
-The store speaks the Redis protocol (Redis >= 6.2 or Valkey, no modules): plugins that need more
-than the helpers below use ``store.client`` (a ``redis.asyncio.Redis``) and ``store.keys``.
+There is no abstract backend to swap: ``gateway_make_store`` returns a ``Store`` over a server
+that speaks the Redis protocol (Redis >= 6.2 or Valkey, no modules). Today that is one node (or
+the embedded redis-server); Sentinel and Cluster deployments are the same contract behind the
+same ``Store``. What callers may rely on, and must keep to:
 
-Key schema: every key of a scope carries the scope as a hash tag, ``{prefix}:{<scope>}:<name>``,
-so any script or transaction on one scope touches one slot and runs unchanged on Redis Cluster.
-Keys that belong to no scope use the pseudo-scope ``_global``.
+- ``store.client`` is a connected ``redis.asyncio.Redis`` (``decode_responses=True``): plugins
+  with their own data (job management, the SFC engine, the publisher) use Redis commands, Lua
+  scripts, transactions and streams directly, with keys from ``store.keys``;
+- every key of a scope carries the scope as a hash tag, ``{prefix}:{<scope>}:<name>``, and every
+  multi-key operation (a script, a MULTI/EXEC, a multi-stream read) touches the keys of **one**
+  scope, or of the pseudo-scope ``_global`` only, so it stays within one hash slot and runs
+  unchanged on Redis Cluster;
+- the host itself issues no Redis command: what it stores (de-duplication, which instances are
+  alive, equipment liveness, where each command went) goes through the narrow protocols below
+  (``store.dedupe``, ``store.instances``, ``store.liveness``, ``store.commands``), which the
+  store plugin implements.
 """
 
 from __future__ import annotations
@@ -22,6 +32,8 @@ from gateway.errors import ValidationError
 if TYPE_CHECKING:
     from redis.asyncio import Redis
     from redis.asyncio.client import Pipeline
+
+    from gateway.equipment import Liveness
 
 GLOBAL_SCOPE = "_global"
 _SCOPE = re.compile(r"^[A-Za-z0-9_.\-/]{1,128}$")
@@ -98,6 +110,58 @@ class Deduplicator(Protocol):
     async def release(self, event: CloudEvent) -> None: ...
 
 
+class InstanceTable(Protocol):
+    """When each gateway instance last said it is running (``gateway.instances`` reads it)."""
+
+    async def beat(self, instance_id: str, at: float) -> None:
+        """Record that ``instance_id`` runs, at Unix time ``at``."""
+        ...
+
+    async def leave(self, instance_id: str) -> None:
+        """Remove ``instance_id`` (it stopped)."""
+        ...
+
+    async def seen(self) -> dict[str, float]:
+        """Every recorded instance and the time of its last ``beat``."""
+        ...
+
+
+class LivenessRecords(Protocol):
+    """Equipment liveness shared by every instance (``gateway.equipment`` keeps it here).
+
+    Whether equipment is online is decided by the server's clock (a record with a time to
+    live), so every instance sees the same; the times are those of the reporting instance.
+    """
+
+    async def heartbeat(self, equipment_id: str, at: float, ttl_seconds: float) -> bool:
+        """Online now and for ``ttl_seconds``; clears an earlier departure. True when it was
+        not online before: exactly one heartbeat (of all instances) sees it come back."""
+        ...
+
+    async def gone(self, equipment_id: str, at: float, reason: str) -> None:
+        """Offline since ``at``, and why; the last heartbeat is kept."""
+        ...
+
+    async def read(self, equipment_id: str) -> Liveness: ...
+
+
+class CommandLedger(Protocol):
+    """Which equipment each command went to, until answered (``gateway.equipment`` checks a
+    reply naming its sender against it, on whichever instance the reply arrives)."""
+
+    async def sent(self, correlation_id: str, equipment_id: str, ttl_seconds: float) -> None:
+        """The command ``correlation_id`` went to ``equipment_id``; forgotten after the TTL."""
+        ...
+
+    async def addressee(self, correlation_id: str) -> str | None:
+        """The equipment the command went to, while it waits for its reply."""
+        ...
+
+    async def answered(self, correlation_id: str) -> None:
+        """The reply is recorded: no second reply finds the command waiting."""
+        ...
+
+
 class ScopeTransaction(Protocol):
     """Writes to one scope that commit together with their change record (MULTI/EXEC)."""
 
@@ -119,7 +183,7 @@ class ScopeTransaction(Protocol):
 
 
 class Store(Protocol):
-    """The store handed to plugins through ``gateway.store``."""
+    """The store handed to plugins through ``gateway.store``: a Redis-protocol server."""
 
     @property
     def keys(self) -> KeySchema: ...
@@ -128,8 +192,20 @@ class Store(Protocol):
     def dedupe(self) -> Deduplicator: ...
 
     @property
+    def instances(self) -> InstanceTable: ...
+
+    @property
+    def liveness(self) -> LivenessRecords: ...
+
+    @property
+    def commands(self) -> CommandLedger: ...
+
+    @property
     def client(self) -> Redis:
-        """The connected client (``decode_responses=True``: values come back as ``str``)."""
+        """The connected client (``decode_responses=True``: values come back as ``str``).
+
+        Keep every multi-key command within one scope's keys (see the module docstring).
+        """
         ...
 
     async def __aenter__(self) -> Store: ...

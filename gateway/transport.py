@@ -19,7 +19,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
 import anyio
 from anyio.abc import TaskStatus
@@ -38,6 +38,10 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[CloudEvent], Awaitable[Sequence[CloudEvent]]]
 """Receives one validated event, returns the replies (possibly none)."""
+
+MQTT_BINDING: Final = "mqtt"
+"""The name of the MQTT v5 binding to the MES (the ``mqtt`` plugin's): processors default to
+it, and plugins that talk to the MES name it through this constant."""
 
 # Error codes carried in the ``errorcode`` attribute of error replies.
 INVALID_REQUEST = "invalid-request"
@@ -104,7 +108,7 @@ class Processor:
     subscriptions: Sequence[Subscription]
     handle: Handler
     event_types: frozenset[str] | None = None
-    binding: str = "mqtt"
+    binding: str = MQTT_BINDING
     # The ``gateway.role`` values it serves in (``*``: every role; role ``all`` runs all).
     roles: frozenset[str] = frozenset({"gateway"})
     # Claim each event in the store first, so a redelivered one replays its stored replies.
@@ -156,8 +160,8 @@ class Service(Protocol):
 
     ``roles``: the ``gateway.role`` values it runs in (``*``: every role); all services run
     with the role ``all``. Services start after the bindings, except those that set an
-    attribute ``before_bindings = True`` (health endpoints, which must answer while a broker
-    is still being reached).
+    attribute ``before_bindings = True`` (``EarlyService``): health endpoints, which must
+    answer while a broker is still being reached.
     """
 
     name: str
@@ -166,6 +170,18 @@ class Service(Protocol):
     async def run(self, gateway: Gateway, *, task_status: TaskStatus[None]) -> None:
         """Start, call ``task_status.started()``, work until ``gateway.stopping`` is set."""
         ...
+
+
+@runtime_checkable
+class EarlyService(Protocol):
+    """A ``Service`` that may start before the bindings (optional member of ``Service``)."""
+
+    before_bindings: bool
+
+
+def starts_before_bindings(service: Service) -> bool:
+    """Whether ``service`` asks to start before the bindings (``EarlyService``)."""
+    return isinstance(service, EarlyService) and service.before_bindings
 
 
 def topic_matches(topic_filter: str, topic: str) -> bool:

@@ -6,8 +6,9 @@ from typing import Any, Protocol, TypeVar
 
 import cattrs
 
-from gateway.cloudevents import MSGPACK
+from gateway.codecs import json, msgpack
 from gateway.errors import CloudEventError
+from gateway.mediatypes import MSGPACK, DataFormat, data_format
 
 T = TypeVar("T")
 
@@ -39,16 +40,8 @@ def _describe(error: Exception) -> str:
 
 def codec_for(content_type: str | None) -> DataCodec | None:
     """The codec for a content type (parameters such as ``; charset=utf-8`` ignored)."""
-    from gateway.codecs import json, msgpack
-
-    if content_type is None:
-        return json.CODEC
-    media_type = content_type.split(";", 1)[0].strip().lower()
-    if media_type == json.CODEC.content_type or media_type.endswith("+json"):
-        return json.CODEC
-    if media_type in (msgpack.CODEC.content_type, "application/x-msgpack"):
-        return msgpack.CODEC
-    return None
+    media = data_format(content_type)
+    return None if media is None else _CODECS[media]
 
 
 def encode_data(value: Any, content_type: str | None) -> bytes:
@@ -74,3 +67,9 @@ def decode_data(payload: bytes, content_type: str | None) -> Any:
     if codec is None:
         return bytes(payload)
     return codec.loads(payload)
+
+
+_CODECS: dict[DataFormat, DataCodec] = {
+    DataFormat.JSON: json.CODEC,
+    DataFormat.MSGPACK: msgpack.CODEC,
+}

@@ -47,6 +47,7 @@ class TestEquipment:
     serve_all: bool = True
     name: str = "test-equipment"
     received: list[EquipmentCommand] = field(default_factory=list)
+    answered: list[str] = field(default_factory=list)  # correlation ids whose reply is recorded
     gateways: list[DriverPhase] = field(default_factory=list)
 
     # -- the driver -------------------------------------------------------------------------
@@ -71,6 +72,7 @@ class TestEquipment:
         await self._hub(command).reply(
             EquipmentReply(command.correlation_id, data=data, scope=command.scope)
         )
+        self.answered.append(command.correlation_id)
 
     def _hub(self, command: EquipmentCommand) -> Any:
         # Any running instance's hub will do: replies are routed through shared state. (A

@@ -17,11 +17,12 @@ from rich.console import Console
 from gateway.app import Gateway, load_gateway_settings
 from gateway.cli import Command
 from gateway.logs import configure_logging
-from gateway.mqttclient import BrokerUnreachable, connect_client
+from gateway.mqttclient import BrokerUnreachable
 from gateway.plugins import GatewayPluginManager
 from gateway.testing import running
 from gateway.testing.services import free_port
 from gateway_demo.station import TOPIC_PREFIX, DemoMes, Progress, partial_summary, run_demo
+from gateway_mqtt.clients import connect_client
 
 SIMULATED = ("positioner", "tightener", "camera")
 

@@ -6,3 +6,7 @@ configuration), ``acceptance`` (may a scope take a job), ``events`` (status even
 ``jobs`` (the methods, end to end), ``control`` (``JobControl`` for recipe interpreters),
 ``processor`` (the MES's CloudEvents), ``plugin`` (the hooks).
 """
+
+from gateway_jobs.settings import JobsSettings
+
+__all__ = ["JobsSettings"]

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from anyio.abc import TaskStatus
 
 from gateway.cloudevents import JSON, CloudEvent, utc_now
-from gateway.transport import Binding
+from gateway.transport import MQTT_BINDING, Binding
 from gateway_jobs.config import CONFIG_KINDS, config_type
 from gateway_jobs.model import JobOrderStatusEvent, to_json
 from gateway_jobs.repository import Change
@@ -116,7 +116,7 @@ class MetadataService:
     """Publishes the retained metadata once the binding is up, then idles until shutdown."""
 
     topic_prefix: str
-    binding_name: str = "mqtt"
+    binding_name: str = MQTT_BINDING
     name: str = "jobs-metadata"
     roles: frozenset[str] = field(default_factory=lambda: frozenset({"gateway"}))
 

@@ -17,7 +17,7 @@ from gateway.hookspecs import hookimpl
 from gateway.jobmethods import JobMethods
 from gateway.recipes import JobControl
 from gateway.settings import Settings
-from gateway.transport import Processor, Service
+from gateway.transport import MQTT_BINDING, Processor, Service
 from gateway_jobs.commands import config_push_command, jobs_command
 from gateway_jobs.control import JobsControl
 from gateway_jobs.events import BindingEvents, MetadataService
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-BINDING = "mqtt"
+BINDING = MQTT_BINDING
 
 
 class _LoggedEvents:

@@ -55,7 +55,7 @@ from typing import Any
 
 from transitions.extensions.nesting import HierarchicalMachine, NestedState
 
-from gateway.jobstates import SUBSTATES, TOP_STATES
+from gateway.jobstates import SUBSTATES, TOP_STATES, TopState
 from gateway_jobs.model import LocalizedText, RelativePath, RelativePathElement, State
 
 MES_METHODS = (
@@ -74,8 +74,8 @@ MES_METHODS = (
 CONTROL_TRIGGERS = ("Run", "Complete", "Fail", "Hold", "ResultUpdate")
 CREATING = frozenset({"Store", "StoreAndStart"})
 INITIAL = "InitialState"
-END = "EndState"
-FINAL_TOP_STATES = frozenset({"Ended", "Aborted"})  # the Job Response is final: Clear may follow
+END = TopState.END.value
+FINAL_TOP_STATES = frozenset(state.value for state in TopState if state.final)  # Clear may follow
 
 _PREPARED_STATES = ["NotAllowedToStart", "AllowedToStart"]
 _ACTIVE_STATES = ["Running", "Interrupted"]

@@ -18,7 +18,7 @@ Delivery guarantees, and why the code looks the way it does:
 - Every socket has TCP_NODELAY: with Nagle's algorithm a QoS 1 round trip costs 40-80 ms.
 
 The broker is reached through ``gateway_mqtt.client``: aiomqtt for ``mqtt://``/``mqtts://``, the
-in-process broker (``gateway.inprocess``) for ``memory://<name>``, with the same behaviour.
+in-process broker (``gateway_mqtt.memory``) for ``memory://<name>``, with the same behaviour.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from gateway.cloudevents import CloudEvent
 from gateway.codecs.mqtt import MqttMessage, correlation_of, from_mqtt, to_mqtt
 from gateway.errors import CloudEventError, GatewayError
 from gateway.resilience import TransientError, is_transient
-from gateway.transport import INVALID_REQUEST, error_event
+from gateway.transport import INVALID_REQUEST, MQTT_BINDING, error_event
 from gateway_mqtt.client import ConnectionLost, Connector, MqttClient, Received, connector_for
 from gateway_mqtt.settings import MqttSettings
 
@@ -90,7 +90,7 @@ class BrokerOutage:
 
 
 class MqttBinding:
-    name = "mqtt"
+    name = MQTT_BINDING
 
     def __init__(self, settings: MqttSettings, *, instance_id: str, source: str) -> None:
         self.settings = settings

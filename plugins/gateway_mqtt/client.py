@@ -2,7 +2,7 @@
 
 ``MqttBinding`` is written once against ``MqttClient``; ``connector_for`` picks the
 implementation from the URL: aiomqtt (paho) for ``mqtt://`` and ``mqtts://``, the in-process
-broker of ``gateway.inprocess`` for ``memory://<name>``. Both give the binding the same
+broker of ``gateway_mqtt.memory`` for ``memory://<name>``. Both give the binding the same
 guarantees: a message is acknowledged only when the binding calls ``Received.ack`` (after it was
 handled), and a dropped connection surfaces as ``ConnectionLost`` wherever it is noticed.
 """
@@ -21,10 +21,10 @@ import paho.mqtt.client as paho
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from gateway import inprocess
 from gateway.codecs.mqtt import MqttMessage, from_client_message, publish
 from gateway.errors import SettingsError, ValidationError
 from gateway.resilience import TransientError
+from gateway_mqtt import memory
 from gateway_mqtt.settings import MqttSettings, broker_address
 
 NODELAY = (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -95,7 +95,7 @@ class Connector(Protocol):
 def connector_for(settings: MqttSettings, client_id: str) -> Connector:
     """The connector for ``settings.url``'s scheme."""
     try:
-        name = inprocess.broker_name(settings.url)
+        name = memory.broker_name(settings.url)
     except ValidationError:
         raise SettingsError("mqtt.url", "expected memory://<broker name>") from None
     if name is not None:
@@ -316,11 +316,11 @@ class InProcessConnector:
         self.settings = settings
         self.client_id = client_id
         self.name = name
-        self.where = f"{inprocess.SCHEME}://{name}"
+        self.where = f"{memory.SCHEME}://{name}"
 
     @asynccontextmanager
     async def connect(self) -> AsyncIterator[MqttClient]:
-        connection = inprocess.get_broker(self.name).connect(
+        connection = memory.get_broker(self.name).connect(
             self.client_id,
             clean_start=False,
             session_expiry_interval=self.settings.session_expiry_seconds,
@@ -331,7 +331,7 @@ class InProcessConnector:
 
 
 class InProcessClient:
-    def __init__(self, connection: inprocess.Connection) -> None:
+    def __init__(self, connection: memory.Connection) -> None:
         self._connection = connection
 
     @property
@@ -341,19 +341,19 @@ class InProcessClient:
     async def subscribe(self, filters: Mapping[str, int]) -> None:
         try:
             await self._connection.subscribe(list(filters.items()))
-        except inprocess.ConnectionClosed as error:
+        except memory.ConnectionClosed as error:
             raise ConnectionLost(str(error)) from None
 
     async def unsubscribe(self, filters: Sequence[str]) -> None:
         try:
             await self._connection.unsubscribe(filters)
-        except inprocess.ConnectionClosed as error:
+        except memory.ConnectionClosed as error:
             raise ConnectionLost(str(error)) from None
 
     async def publish(self, message: MqttMessage) -> None:
         try:
             await self._connection.publish(message)
-        except inprocess.ConnectionClosed as error:
+        except memory.ConnectionClosed as error:
             raise ConnectionLost(str(error)) from None
 
     def messages(self) -> AsyncIterator[Received]:
@@ -361,7 +361,7 @@ class InProcessClient:
 
 
 class _InProcessMessages:
-    def __init__(self, connection: inprocess.Connection) -> None:
+    def __init__(self, connection: memory.Connection) -> None:
         self._connection = connection
 
     def __aiter__(self) -> _InProcessMessages:
@@ -370,10 +370,10 @@ class _InProcessMessages:
     async def __anext__(self) -> Received:
         try:
             delivery = await self._connection.receive()
-        except inprocess.ConnectionClosed as error:
+        except memory.ConnectionClosed as error:
             raise ConnectionLost(str(error)) from None
         return Received(delivery.message, lambda: self._ack(delivery))
 
-    def _ack(self, delivery: inprocess.Delivery) -> None:
+    def _ack(self, delivery: memory.Delivery) -> None:
         if delivery.packet_id is not None:
             self._connection.ack(delivery.packet_id)

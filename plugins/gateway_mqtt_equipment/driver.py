@@ -29,7 +29,7 @@ from gateway.equipment import (
     reply_from_event,
 )
 from gateway.errors import GatewayError, NotPermitted, ValidationError
-from gateway.transport import Processor, Subscription, arrival_topic
+from gateway.transport import MQTT_BINDING, Processor, Subscription, arrival_topic
 from gateway_mqtt_equipment.conventions import (
     EQUIPMENT,
     HEARTBEAT_TYPE,
@@ -63,7 +63,7 @@ class MqttEquipmentDriver:
         topic_prefix: str = "equipment",
         equipment: Iterable[str] = (WILDCARD,),
         heartbeat_timeout_seconds: float = 10.0,
-        binding: str = "mqtt",
+        binding: str = MQTT_BINDING,
     ) -> None:
         names = list(equipment)
         self.gateway = gateway

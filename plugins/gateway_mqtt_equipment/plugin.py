@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from gateway.equipment import EquipmentDriver
 from gateway.hookspecs import hookimpl
 from gateway.settings import Settings
-from gateway.transport import Processor
+from gateway.transport import MQTT_BINDING, Processor
 from gateway_mqtt_equipment.driver import MqttEquipmentDriver
 from gateway_mqtt_equipment.settings import MqttEquipmentSettings
 
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-BINDING = "mqtt"
+BINDING = MQTT_BINDING
 
 
 @hookimpl

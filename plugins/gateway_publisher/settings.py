@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.settings import Settings, setting
+from gateway.transport import MQTT_BINDING
+from gateway_jobs import JobsSettings
 
 DEFAULT_TOPIC_PREFIX = "jobs"  # the job management plugin's default, used when it is not loaded
 
@@ -33,7 +35,7 @@ class PublisherSettings:
         "a standby takes over this long after the active one died without releasing it",
         minimum=1.0,
     )
-    binding: str = setting("mqtt", "Binding the retained topics are published on")
+    binding: str = setting(MQTT_BINDING, "Binding the retained topics are published on")
 
     def __post_init__(self) -> None:
         # ValueError here becomes a SettingsError naming the section (see gateway.settings).
@@ -45,13 +47,9 @@ class PublisherSettings:
 
 
 def effective_topic_prefix(publisher: PublisherSettings, settings: Settings) -> str:
-    """The configured prefix, else the job management plugin's (read by section name, so this
-    plugin imports nothing of it), else that plugin's default."""
+    """The configured prefix, else the job management plugin's (its public ``JobsSettings``),
+    else that plugin's default."""
     if publisher.topic_prefix:
         return publisher.topic_prefix
-    try:
-        jobs = settings.section("jobs")
-    except KeyError:
-        return DEFAULT_TOPIC_PREFIX
-    prefix = getattr(jobs, "topic_prefix", None)
-    return prefix if isinstance(prefix, str) and prefix else DEFAULT_TOPIC_PREFIX
+    jobs = settings.find(JobsSettings)
+    return jobs.topic_prefix if jobs is not None and jobs.topic_prefix else DEFAULT_TOPIC_PREFIX

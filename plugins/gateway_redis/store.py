@@ -22,6 +22,11 @@ from gateway.store import KeySchema, check_scope
 from gateway_redis.dedupe import RedisDeduplicator
 from gateway_redis.embedded import EmbeddedRedis
 from gateway_redis.jsondoc import dumps, loads
+from gateway_redis.presence import (
+    RedisCommandLedger,
+    RedisInstanceTable,
+    RedisLivenessRecords,
+)
 from gateway_redis.settings import (
     RedisSettings,
     connection_options,
@@ -106,6 +111,9 @@ class RedisStore:
             lease_seconds=settings.dedupe_lease_seconds,
             ttl_seconds=settings.dedupe_ttl_seconds,
         )
+        self.instances = RedisInstanceTable(self.keys, lambda: self.client)
+        self.liveness = RedisLivenessRecords(self.keys, lambda: self.client)
+        self.commands = RedisCommandLedger(self.keys, lambda: self.client)
         self.embedded = EmbeddedRedis(data_dir / "redis") if settings.embedded else None
         self._client: Redis | None = None
         self._discover: AsyncScript | None = None

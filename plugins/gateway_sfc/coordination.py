@@ -103,6 +103,11 @@ class Coordinator:
         with log_context(scope=scope, job=job, correlationid=reply.correlation_id):
             await self.steps.reply(scope, job, action, int(attempt), reply.data, reply.error)
 
+    async def runs_job(self, job_order_id: str, scope: str | None) -> bool:
+        """``gateway.equipment.JobOwner``: whether the job is a chart of this engine."""
+        known = await self.scopes.job_scope(job_order_id)
+        return known is not None and (scope is None or known == scope)
+
     async def event(self, event: EquipmentEvent) -> None:
         """Give an event to the job waiting for it, where it arrives (see ``reply``)."""
         scope = event.scope

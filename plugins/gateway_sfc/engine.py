@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from typing import Any
 
 from gateway.recipes import JobCommand
@@ -27,12 +28,31 @@ from gateway_sfc.state import ActionRun, Execution, NodeRun, Phase, Status
 MAX_ENTRIES_PER_SETTLE = 1000
 
 
+class TimerKind(StrEnum):
+    """What a durable timer stands for (stored by its value)."""
+
+    TIMEOUT = "timeout"  # an action's try got no answer in time
+    DUE = "due"  # a delayed action (D, or a retry's backoff) may start
+    LIMIT = "limit"  # a time-limited action (L) ends
+    RECHECK = "recheck"  # conditions on elapsed time are due to be evaluated again
+    LIVENESS = "liveness"  # check whether the equipment of a waiting action is still online
+
+
+class Report(StrEnum):
+    """What the chart tells job control."""
+
+    COMPLETE = "complete"
+    ABORT = "abort"
+    HOLD = "hold"
+    RECORD = "record"  # results only: the MES stopped or aborted the job itself
+
+
 @dataclass(frozen=True)
 class Timer:
     """A durable timer: at ``due`` (epoch seconds) the engine gets ``kind`` for ``action``."""
 
     due: float
-    kind: str  # "timeout", "due", "limit", "recheck", "liveness"
+    kind: TimerKind
     action: str = ""
     attempt: int = 0
 
@@ -41,7 +61,7 @@ class Timer:
 class Effects:
     sends: list[str] = field(default_factory=list)  # actions whose current try must be sent
     timers: list[Timer] = field(default_factory=list)
-    report: str | None = None  # "complete", "abort", "hold" or "record" to job control
+    report: Report | None = None  # to job control
     changed: bool = False  # the execution state changed and must be written
     # A reply matched its command: seconds since sending, and whether it reported an error.
     reply: tuple[float, bool] | None = None
@@ -133,21 +153,21 @@ class Executor:
             and run.phase in (Phase.DISPATCHED, Phase.WAITING)
             and execution.status in (Status.RUNNING, Status.PAUSED)
         )
-        if timer.kind == "timeout" and run is not None and waiting:
+        if timer.kind is TimerKind.TIMEOUT and run is not None and waiting:
             waited = "no reply" if run.phase is Phase.DISPATCHED else "no event"
             error = f"{waited} within {self._action(run).timeout_seconds:g} s"
             self._action_failed(
                 execution, run, f"{offline} ({error})" if offline else error, now, effects
             )
-        elif timer.kind == "liveness" and run is not None and waiting:
+        elif timer.kind is TimerKind.LIVENESS and run is not None and waiting:
             if offline:
                 self._action_failed(execution, run, offline, now, effects)
             else:
                 effects.timers.append(replace(timer, due=now + self.liveness_seconds))
-        elif timer.kind == "limit" and run is not None and run.active:
+        elif timer.kind is TimerKind.LIMIT and run is not None and run.active:
             run.phase = Phase.DONE  # L: the time limit ends the action, without an error
             effects.changed = True
-        elif timer.kind == "recheck" and execution.recheck_at is not None:
+        elif timer.kind is TimerKind.RECHECK and execution.recheck_at is not None:
             execution.recheck_at = None
             effects.changed = True
         self.settle(execution, now, effects)
@@ -171,7 +191,7 @@ class Executor:
             Status.HELD,
         ):
             outcome = "stopped" if command is JobCommand.STOP else "aborted by the MES"
-            self._finish(execution, outcome, None, effects, report="record")
+            self._finish(execution, outcome, None, effects, report=Report.RECORD)
         self.settle(execution, now, effects)
         return effects
 
@@ -258,10 +278,10 @@ class Executor:
         else:
             run.phase = Phase.WAITING
         if run.deadline is not None:
-            effects.timers.append(Timer(run.deadline, "timeout", run.name, run.attempt))
+            effects.timers.append(Timer(run.deadline, TimerKind.TIMEOUT, run.name, run.attempt))
         elif action.equipment and self.liveness_seconds:
             due = now + self.liveness_seconds
-            effects.timers.append(Timer(due, "liveness", run.name, run.attempt))
+            effects.timers.append(Timer(due, TimerKind.LIVENESS, run.name, run.attempt))
         effects.changed = True
 
     def _try_leave(self, execution: Execution, node: NodeRun, now: float, effects: Effects) -> bool:
@@ -356,10 +376,10 @@ class Executor:
             run = self._fresh_run(execution, action, step)
             if action.qualifier is Qualifier.D and action.time_seconds:
                 run.not_before = now + action.time_seconds
-                effects.timers.append(Timer(run.not_before, "due", run.name))
+                effects.timers.append(Timer(run.not_before, TimerKind.DUE, run.name))
             if action.qualifier is Qualifier.L and action.time_seconds:
                 run.limit_at = now + action.time_seconds
-                effects.timers.append(Timer(run.limit_at, "limit", run.name))
+                effects.timers.append(Timer(run.limit_at, TimerKind.LIMIT, run.name))
 
     def _fresh_run(self, execution: Execution, action: Action, step: str) -> ActionRun:
         """A new activation: loops re-entering a step start from a clean action state."""
@@ -418,7 +438,7 @@ class Executor:
         if run.tries < policy.max_attempts:
             run.phase = Phase.PENDING
             run.not_before = now + policy.delay_before(run.tries + 1)
-            effects.timers.append(Timer(run.not_before, "due", run.name))
+            effects.timers.append(Timer(run.not_before, TimerKind.DUE, run.name))
             return
         run.phase = Phase.FAILED
         message = f"action {run.name} (step {run.step}) failed after {run.tries} tries: {error}"
@@ -426,7 +446,7 @@ class Executor:
             execution.status = Status.HELD
             execution.failed_action = run.name
             execution.error = message
-            effects.report = "hold"
+            effects.report = Report.HOLD
         else:
             self._finish(execution, "aborted", message, effects)
 
@@ -449,7 +469,7 @@ class Executor:
         error: str | None,
         effects: Effects,
         *,
-        report: str | None = None,
+        report: Report | None = None,
     ) -> None:
         for run in execution.actions.values():
             if run.active:
@@ -458,7 +478,7 @@ class Executor:
         execution.status = Status.FINISHING
         execution.outcome = outcome
         execution.error = error
-        effects.report = report or ("complete" if outcome == "completed" else "abort")
+        effects.report = report or (Report.COMPLETE if outcome == "completed" else Report.ABORT)
         effects.changed = True
 
     # -- helpers ----------------------------------------------------------------------------
@@ -497,7 +517,7 @@ class Executor:
         if execution.recheck_at is not None and execution.recheck_at <= now + self.recheck_seconds:
             return
         execution.recheck_at = now + self.recheck_seconds
-        effects.timers.append(Timer(execution.recheck_at, "recheck"))
+        effects.timers.append(Timer(execution.recheck_at, TimerKind.RECHECK))
         effects.changed = True
 
     def _mentions_elapsed(self, condition: Condition, seen: set[str]) -> bool:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from gateway.errors import GatewayError
 from gateway_sfc.context import EngineContext
-from gateway_sfc.engine import Effects, Executor, Timer
+from gateway_sfc.engine import Effects, Executor, Timer, TimerKind
 from gateway_sfc.scripts import COMMIT
 from gateway_sfc.snapshots import RecipeCache
 from gateway_sfc.state import Execution, Phase, Status, dump_execution, load_execution
@@ -226,7 +226,7 @@ def timer_json(job: str, timer: Timer) -> str:
     return json.dumps(
         {
             "job": job,
-            "kind": timer.kind,
+            "kind": timer.kind.value,
             "action": timer.action,
             "attempt": timer.attempt,
             "due": timer.due,
@@ -241,4 +241,4 @@ def timer_from_json(text: str, due: str | None = None) -> Timer:
     when = data.get("due", due)
     if when is None:
         raise ValueError(f"timer {text} has no due time")
-    return Timer(float(when), str(data["kind"]), str(data["action"]), int(data["attempt"]))
+    return Timer(float(when), TimerKind(data["kind"]), str(data["action"]), int(data["attempt"]))

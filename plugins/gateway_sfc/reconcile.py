@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+from gateway.jobstates import TopState
 from gateway.recipes import JobCommand
 from gateway_sfc.context import EngineContext
 from gateway_sfc.executions import ExecutionStore
@@ -70,12 +71,13 @@ def lost_command(state: str | None, status: Status) -> JobCommand | None:
     """
     if status not in (Status.RUNNING, Status.PAUSED):
         return None
-    if state is None or state == "EndState" or state.startswith("Aborted"):
+    top = TopState.of(state) if state is not None else TopState.END
+    if top in (TopState.END, TopState.ABORTED):
         return JobCommand.ABORT
-    if state.startswith("Ended"):
+    if top is TopState.ENDED:
         return JobCommand.STOP
-    if state.startswith("Interrupted") and status is Status.RUNNING:
+    if top is TopState.INTERRUPTED and status is Status.RUNNING:
         return JobCommand.PAUSE
-    if state == "Running" and status is Status.PAUSED:
+    if top is TopState.RUNNING and status is Status.PAUSED:
         return JobCommand.RESUME
     return None

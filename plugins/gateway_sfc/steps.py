@@ -10,10 +10,11 @@ from typing import Any
 
 from gateway.equipment import EquipmentCommand
 from gateway.errors import GatewayError, ValidationError
+from gateway.jobstates import TopState
 from gateway.recipes import JobCommand, JobOutcome, ProcessValue
 from gateway.resilience import is_transient
 from gateway_sfc.context import EngineContext
-from gateway_sfc.engine import Timer
+from gateway_sfc.engine import Timer, TimerKind
 from gateway_sfc.events import EventRouter
 from gateway_sfc.executions import ExecutionStore, mark_ended, outbox_member, timer_from_json
 from gateway_sfc.snapshots import RecipeCache
@@ -91,7 +92,7 @@ class StepHandlers:
             return
         if not await control.run(scope, job):
             state = await control.state(scope, job)
-            if state != "Running":  # revoked, aborted or cleared meanwhile
+            if state is None or TopState.of(state) is not TopState.RUNNING:  # revoked, aborted...
                 log.info("job %s/%s not started: it is %s", scope, job, state)
                 return
         try:
@@ -108,7 +109,7 @@ class StepHandlers:
 
     async def _offline_reason(self, scope: str, job: str, timer: Timer) -> str | None:
         """Why the equipment of a timed-out action is offline (``None``: online or unknown)."""
-        if timer.kind not in ("timeout", "liveness"):
+        if timer.kind not in (TimerKind.TIMEOUT, TimerKind.LIVENESS):
             return None
         snapshot = await self.recipes.get(scope, job)
         action = next((a for a in snapshot.chart.recipe.actions if a.name == timer.action), None)

@@ -18,7 +18,9 @@ from gateway.errors import SettingsError
 from gateway.hookspecs import hookimpl
 from gateway.settings import Settings
 from gateway.transport import Service
+from gateway_mqtt import MqttSettings
 from gateway_mqtt_equipment import MqttEquipmentDriver
+from gateway_msgpack_rpc import MsgpackRpcSettings
 from gateway_simulator.service import SimulatorService
 from gateway_simulator.settings import SimulatorSettings
 
@@ -26,7 +28,6 @@ if TYPE_CHECKING:
     from gateway.phases import DriverPhase, ServicePhase
 
 DRIVER_NAME = "simulator"
-RPC_SECTION = "msgpack_rpc"  # the MessagePack-RPC plugin's settings section
 _EVERY_ADDRESS = ("0.0.0.0", "::", "")
 
 
@@ -71,26 +72,22 @@ def gateway_register_services(
 def _broker_url(settings: Settings, config: SimulatorSettings) -> str:
     if config.mqtt_url:
         return config.mqtt_url
-    try:
-        url = settings.section("mqtt").url
-    except (KeyError, AttributeError):
+    mqtt = settings.find(MqttSettings)
+    if mqtt is None:
         raise SettingsError(
             "simulator.mqtt_url", "no [mqtt] section to take the broker from: set the URL"
-        ) from None
-    return str(url)
+        )
+    return mqtt.url
 
 
 def _rpc_address(settings: Settings, config: SimulatorSettings) -> tuple[str, int]:
     """Where the RPC devices connect: ``rpc_host``/``rpc_port``, else the gateway's own RPC
     server (``[msgpack_rpc] host``/``port``)."""
-    try:
-        server = settings.section(RPC_SECTION)
-    except KeyError:
-        server = None
-    host = config.rpc_host or str(getattr(server, "host", "") or "127.0.0.1")
+    server = settings.find(MsgpackRpcSettings)
+    host = config.rpc_host or (server.host if server is not None else "") or "127.0.0.1"
     if host in _EVERY_ADDRESS:
         host = "127.0.0.1" if ":" not in host else "::1"
-    port = config.rpc_port or int(getattr(server, "port", 0) or 0)
+    port = config.rpc_port or (server.port if server is not None else 0)
     if not port:
         raise SettingsError(
             "simulator.rpc_port",

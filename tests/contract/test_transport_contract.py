@@ -2,7 +2,7 @@
 
 Each case runs the gateway with the real Redis store (de-duplication on) and talks to it the way
 an MES does, over the transport only. ``harness`` is parametrized per transport: ``mqtt`` is a
-private mosquitto, ``inprocess`` the in-process broker (``memory://``, ``gateway.inprocess``)
+private mosquitto, ``inprocess`` the in-process broker (``memory://``, ``gateway_mqtt.memory``)
 that ``gateway demo`` uses. Every case runs on both and must pass identically.
 """
 
@@ -16,7 +16,6 @@ from typing import Any, Protocol
 import anyio
 import pytest
 
-from gateway import inprocess
 from gateway.app import Gateway
 from gateway.cloudevents import CloudEvent
 from gateway.codecs.mqtt import MqttMessage, from_mqtt
@@ -24,8 +23,10 @@ from gateway.errors import ValidationError
 from gateway.hookspecs import hookimpl
 from gateway.settings import Settings
 from gateway.testing import running, wait_until
-from gateway.testing.mqtt import MqttTestClient, connect_test_client
+from gateway.testing.mqtt import MqttTestClient
 from gateway.transport import Processor, Subscription
+from gateway_mqtt import memory
+from gateway_mqtt.clients import connect_test_client
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
@@ -110,7 +111,7 @@ def harness(request: Any, redis_url: str, unique: str) -> Iterator[Harness]:
         yield MqttHarness(request.getfixturevalue("mqtt_url"), redis_url, unique, plugin)
         return
     yield MqttHarness(f"memory://{unique}", redis_url, unique, plugin)
-    inprocess.drop_broker(unique)
+    memory.drop_broker(unique)
 
 
 def command(type_: str = ECHO, data: Any = None, scope: str = "s1") -> CloudEvent:
@@ -164,12 +165,14 @@ async def test_command_sent_while_the_only_instance_is_stopped_is_handled_after_
         request = command(data={"while": "down"})
         async with anyio.create_task_group() as tasks:
             replies: list[CloudEvent] = []
+            queued = anyio.Event()
 
             async def ask() -> None:
-                replies.append(await mes.request(commands_topic(harness), request, timeout=10))
+                topic = commands_topic(harness)
+                replies.append(await mes.request(topic, request, timeout=10, published=queued))
 
             tasks.start_soon(ask)
-            await anyio.sleep(0.3)  # the command is queued at the broker before the restart
+            await queued.wait()  # the broker holds the command before the restart
             assert harness.plugin.handled == []
             async with running(harness.gateway("a")):
                 await wait_until(lambda: replies)
@@ -312,12 +315,14 @@ async def test_the_last_instance_stopping_keeps_its_place_in_the_share_group(
     assert harness.gateway("a").instances is not None
     async with harness.mes() as mes, anyio.create_task_group() as tasks:
         replies: list[CloudEvent] = []
+        queued = anyio.Event()
 
         async def ask() -> None:
-            replies.append(await mes.request(commands_topic(harness), command(), timeout=10))
+            topic = commands_topic(harness)
+            replies.append(await mes.request(topic, command(), timeout=10, published=queued))
 
         tasks.start_soon(ask)
-        await anyio.sleep(0.3)
+        await queued.wait()  # the broker holds the command for the stopped instance's session
         async with running(harness.gateway("a")):
             await wait_until(lambda: replies)
     assert replies[0].errorcode is None

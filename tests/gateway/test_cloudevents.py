@@ -166,12 +166,17 @@ def test_a_non_string_extension_name_is_rejected() -> None:
 
 
 def test_boundaries_are_accepted() -> None:
-    valid_event(
+    longest = valid_event(
         id="x" * 4096, expiryinterval=0xFFFF_FFFF, extensions={"a" * 20: "v" * 4096}
-    ).validate()
-    valid_event(
+    )
+    assert longest.validate() is longest
+    assert (len(longest.id), longest.expiryinterval) == (4096, 0xFFFF_FFFF)
+    assert longest.extensions == {"a" * 20: "v" * 4096}
+    offset = valid_event(
         method="PUT", time=datetime(2024, 1, 1, tzinfo=timezone(timedelta(hours=-5)))
-    ).validate()
+    )
+    assert offset.validate() is offset
+    assert offset.method == "PUT"
 
 
 def test_cloud_event_error_is_a_validation_error() -> None:

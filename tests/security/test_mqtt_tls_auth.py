@@ -269,6 +269,8 @@ async def test_a_plain_connection_to_the_tls_listener_is_retried_instead_of_hang
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(gateway.run)
         await wait_until(lambda: binding.reconnects >= 2)  # type: ignore[attr-defined]
+        assert not binding.ready  # retrying, not connected
+        assert not gateway.started
         tasks.cancel_scope.cancel()
 
 

@@ -9,15 +9,15 @@ from typing import Any
 
 import pytest
 
-from gateway import inprocess
 from gateway.app import Gateway
 from gateway.cloudevents import CloudEvent
 from gateway.codecs.mqtt import from_mqtt, to_mqtt
 from gateway.hookspecs import hookimpl
 from gateway.settings import Settings
 from gateway.testing import running
-from gateway.testing.mqtt import connect_test_client
 from gateway.transport import Processor, Subscription
+from gateway_mqtt import memory
+from gateway_mqtt.clients import connect_test_client
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
@@ -49,7 +49,7 @@ def broker_url(request: Any, unique: str) -> Iterator[str]:
         yield request.getfixturevalue("mqtt_url")
         return
     yield f"memory://{unique}"
-    inprocess.drop_broker(unique)
+    memory.drop_broker(unique)
 
 
 OVERHEAD = len(json.dumps({"text": ""}, separators=(",", ":")))  # the codec's compact JSON

@@ -16,9 +16,9 @@ from gateway.hookspecs import ASGIApp, hookimpl
 from gateway.settings import Settings
 from gateway.testing import running, wait_until
 from gateway.testing.equipment import TestEquipment
-from gateway.testing.mqtt import connect_test_client
 from gateway.testing.services import ServerProcess, free_port, redis_server
 from gateway_jobs.testing import JobsMes, job_order, work_master
+from gateway_mqtt.clients import connect_test_client
 from gateway_sfc.model import DATASCHEMA
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]

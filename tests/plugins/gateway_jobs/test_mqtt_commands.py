@@ -21,14 +21,21 @@ from gateway_jobs.testing import JobsMes, Station, job_order, return_status, wor
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 
-async def scope_keys(store: Store, scope: str = "cell1") -> list[str]:
-    """Every key of the scope but the de-duplication markers of handled events and what other
-    services write on their own time (the publisher's cursors, the jobs' traces, which record
-    refusals too)."""
-    pattern = store.keys.scoped(scope) + ":*"
-    keys = [key async for key in store.client.scan_iter(match=pattern)]
-    kept_elsewhere = (":dedupe:", ":publisher:", ":trace:")
-    return sorted(key for key in keys if not any(part in key for part in kept_elsewhere))
+async def job_records(store: Store, scope: str = "cell1") -> dict[str, Any]:
+    """What a refused method could have changed: the job documents, the job indexes and the
+    scope's change stream (not the publisher's own keys, which it writes meanwhile)."""
+    client, keys = store.client, store.keys
+    tops = ["NotAllowedToStart", "AllowedToStart", "Running", "Interrupted", "Ended", "Aborted"]
+    jobs = [key async for key in client.scan_iter(match=keys.scoped(scope, "job*"))]
+    return {
+        "documents": {key: await client.get(key) for key in sorted(jobs) if ":jobs:" not in key},
+        "priority": await client.zrange(keys.scoped(scope, "jobs", "by-priority"), 0, -1),
+        "states": {
+            top: sorted(await client.smembers(keys.scoped(scope, "jobs", "state", top)))
+            for top in tops
+        },
+        "changes": await client.xrange(keys.changes(scope)),
+    }
 
 
 async def prepare(mes: JobsMes) -> None:
@@ -39,13 +46,13 @@ async def test_refusals_say_why_and_change_nothing(station: Station, store: Stor
     async with running(station.gateway()), station.mes() as mes:
         await prepare(mes)
         await mes.store(job_order("j1"))
-        before = await scope_keys(store)
+        before = await job_records(store)
         replies = {
             "unknown": await mes.act("Pause", "nope"),
             "invalid": await mes.act("Resume", "j1"),
             "duplicate": await mes.store(job_order("j1", priority=9)),
         }
-        after = await scope_keys(store)
+        after = await job_records(store)
         stored = await mes.call(
             "RequestJobResponseByJobOrderState",
             {"JobOrderState": [{"StateText": {"Text": "NotAllowedToStart"}}]},
@@ -66,6 +73,9 @@ async def test_refusals_say_why_and_change_nothing(station: Station, store: Stor
     ]
     assert all(reply.errorcode is None for reply in replies.values())  # answers, not failures
     assert before == after
+    assert store.keys.scoped("cell1", "job", "j1") in before["documents"]  # the snapshot sees j1
+    assert before["states"]["NotAllowedToStart"] == ["j1"]
+    assert before["changes"]
     assert [item["JobOrderID"] for item in stored.data["JobResponses"]] == ["j1"]
 
 
@@ -133,7 +143,7 @@ async def test_wrong_payloads_get_invalid_request_and_change_nothing(
 ) -> None:
     async with running(station.gateway()), station.mes() as mes:
         await prepare(mes)
-        before = await scope_keys(store)
+        before = await job_records(store)
         replies = [await mes.call(method, data) for method, data, _ in BAD_PAYLOADS]
         bad_json = from_mqtt(
             await mes.client.request_raw(
@@ -149,7 +159,7 @@ async def test_wrong_payloads_get_invalid_request_and_change_nothing(
             mes.commands_topic,
             CloudEvent(type=method_type("Store"), source="urn:test", data={"JobOrder": {}}),
         )
-        after = await scope_keys(store)
+        after = await job_records(store)
         still_working = await mes.store(job_order("j-ok"))
     for (method, _, element), reply in zip(BAD_PAYLOADS, replies, strict=True):
         assert reply.errorcode == "invalid-request", (method, reply.data)

@@ -15,15 +15,15 @@ from typing import Any
 import anyio
 import pytest
 
-from gateway import inprocess
 from gateway.app import Gateway
 from gateway.codecs.mqtt import from_mqtt
 from gateway.equipment import EquipmentCommand
 from gateway.testing import running
 from gateway.testing.equipment import TestEquipment
-from gateway.testing.mqtt import connect_test_client
 from gateway_jobs.model import ReturnStatus
 from gateway_jobs.testing import JobsMes, job_order, return_status, work_master
+from gateway_mqtt import memory
+from gateway_mqtt.clients import connect_test_client
 from gateway_sfc.model import DATASCHEMA
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
@@ -36,9 +36,9 @@ QA_RESULT = "com.example.station.qa_result.v1"
 
 @pytest.fixture
 def demo_broker() -> Iterator[str]:
-    inprocess.drop_broker(BROKER)
+    memory.drop_broker(BROKER)
     yield f"memory://{BROKER}"
-    inprocess.drop_broker(BROKER)
+    memory.drop_broker(BROKER)
 
 
 def station_gateway(url: str, redis_url: str, name: str, equipment: TestEquipment) -> Gateway:
@@ -92,7 +92,7 @@ async def test_a_job_runs_to_completed_over_the_in_process_broker(
         "J1:position_axle:1",
         "J1:tighten:1",
     ]
-    assert inprocess.get_broker(BROKER).has_session(f"gw-{unique}-a")  # persistent session
+    assert memory.get_broker(BROKER).has_session(f"gw-{unique}-a")  # persistent session
 
 
 def state_in(status: Any) -> str:

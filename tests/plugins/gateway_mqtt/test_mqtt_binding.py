@@ -12,7 +12,6 @@ from typing import Any
 import anyio
 import pytest
 
-from gateway import inprocess
 from gateway.app import Gateway
 from gateway.cloudevents import CloudEvent
 from gateway.codecs.mqtt import from_mqtt, to_mqtt
@@ -21,9 +20,10 @@ from gateway.hookspecs import hookimpl
 from gateway.resilience import TransientError
 from gateway.settings import Settings
 from gateway.testing import running, wait_until
-from gateway.testing.mqtt import connect_test_client
 from gateway.testing.services import ServerProcess, free_port, mosquitto
 from gateway.transport import Processor, Subscription
+from gateway_mqtt import memory
+from gateway_mqtt.clients import connect_test_client
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
@@ -47,7 +47,7 @@ def broker_url(request: Any, unique: str) -> Iterator[str]:
         yield request.getfixturevalue("mqtt_url")
         return
     yield f"memory://{unique}"
-    inprocess.drop_broker(unique)
+    memory.drop_broker(unique)
 
 
 async def test_request_waits_for_the_reply_on_the_instance_reply_topic(
@@ -171,13 +171,13 @@ async def test_reconnects_and_resubscribes_after_the_in_process_broker_restarts(
         async with running(gateway):
             async with connect_test_client(url) as mes:
                 first = await mes.request(f"{unique}/s1/commands", command)
-            inprocess.get_broker(unique).restart()  # forgets sessions, like mosquitto's restart
+            memory.get_broker(unique).restart()  # forgets sessions, like mosquitto's restart
             await wait_until(lambda: gateway.binding("mqtt").reconnects > 0)  # type: ignore[attr-defined]
-            await wait_until(lambda: inprocess.get_broker(unique).has_session(f"gw-{unique}"))
+            await wait_until(lambda: memory.get_broker(unique).has_session(f"gw-{unique}"))
             async with connect_test_client(url) as mes:
                 second = await mes.request(f"{unique}/s1/commands", command.replace(id="second"))
     finally:
-        inprocess.drop_broker(unique)
+        memory.drop_broker(unique)
     assert first.data == {"count": 1}
     assert second.data == {"count": 2}
 

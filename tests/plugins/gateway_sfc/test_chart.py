@@ -643,13 +643,15 @@ def test_checking_named_conditions_is_linear_in_their_number() -> None:
 
 def test_valid_bare_names() -> None:
     # A result field of the source step's actions, or a named condition anywhere.
-    chart_of(
+    chart = chart_of(
         recipe(
             transitions=[("Init", "A", "ready"), ("A", "End", "torque_ok")],
             actions=[action("a", "A")],
             conditions={"ready": "params.go == true"},
         )
     )
+    assert chart.initial == "Init"
+    assert set(chart.conditions) == {"ready"}
 
 
 # -- robustness --------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from typing import Any
 
 import anyio
 import pytest
+from redis.asyncio import Redis
 
 from gateway.app import Gateway
 from gateway.equipment import EquipmentCommand
@@ -92,6 +93,20 @@ async def poll_until(condition: Callable[[], Awaitable[bool]], timeout: float = 
     with anyio.fail_after(timeout):
         while not await condition():  # noqa: ASYNC110
             await anyio.sleep(0.05)
+
+
+async def engine_settled(station: SfcStation, scope: str) -> None:
+    """Wait until the engine has read and acknowledged every entry of the scope's work stream
+    (all delivered, none pending): whatever it was going to do about them is done."""
+    async with Redis.from_url(station.redis_url, decode_responses=True) as redis:
+        stream = f"{station.name}:{{{scope}}}:sfc:work"
+
+        async def settled() -> bool:
+            last = (await redis.xinfo_stream(stream))["last-generated-id"]
+            groups = await redis.xinfo_groups(stream)
+            return all(g["pending"] == 0 and g["last-delivered-id"] == last for g in groups)
+
+        await poll_until(settled)
 
 
 def tightener(equipment: TestEquipment, torque: float = 85.2) -> dict[str, Any]:
@@ -250,7 +265,8 @@ async def test_mes_pause_resume_and_stop_act_on_the_running_chart(station: SfcSt
         await wait_until(lambda: station.equipment.sent("com.example.a.v1"))
         assert return_status(await mes.act("Pause", "J1")) == OK
         release.set()
-        await anyio.sleep(0.3)
+        await wait_until(lambda: station.equipment.answered)  # A's reply is recorded...
+        await engine_settled(station, "cell1")  # ...and the engine has worked through it
         assert station.equipment.sent("com.example.b.v1") == []  # paused: B not started
         assert return_status(await mes.act("Resume", "J1")) == OK
         await wait_until(lambda: station.equipment.sent("com.example.b.v1"))
@@ -269,7 +285,7 @@ async def test_mes_abort_mid_chart_stops_dispatching(station: SfcStation) -> Non
         await wait_until(lambda: station.equipment.received)
         assert return_status(await mes.act("Abort", "J1")) == OK
         response = await final_response(mes, "J1")
-        await anyio.sleep(0.3)
+        await engine_settled(station, "cell1")  # whatever the abort left to do is done
     assert state_of(response)[0] == "Aborted"
     assert len(station.equipment.received) == 1
 

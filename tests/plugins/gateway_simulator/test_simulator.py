@@ -28,6 +28,7 @@ from gateway_jobs.testing import state_texts as states
 from gateway_mqtt_equipment import EQUIPMENT, JOB_ORDER, EquipmentTopics, MqttEquipmentDriver
 from gateway_sfc.model import DATASCHEMA
 from gateway_simulator.service import SimulatorService
+from gateway_simulator.testing import station_environ
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
@@ -63,18 +64,14 @@ class Station:
             "seed": "1",
             **simulator,
         }
-        environ = {
-            "GATEWAY_MQTT_URL": self.mqtt_url,
-            "GATEWAY_MQTT_SHARE_GROUP": self.name,
-            "GATEWAY_REDIS_URL": self.redis_url,
-            "GATEWAY_REDIS_KEY_PREFIX": self.name,
-            "GATEWAY_GATEWAY_INSTANCE_ID": f"{self.name}-{instance}",
-            "GATEWAY_GATEWAY_ROLE": role,
-            "GATEWAY_GATEWAY_SHUTDOWN_GRACE_SECONDS": "5",
-            "GATEWAY_JOBS_TOPIC_PREFIX": self.name,
-            "GATEWAY_SFC_TIMER_POLL_SECONDS": "0.01",
-            **{f"GATEWAY_SIMULATOR_{key.upper()}": value for key, value in settings.items()},
-        }
+        environ = station_environ(
+            mqtt_url=self.mqtt_url,
+            redis_url=self.redis_url,
+            name=self.name,
+            instance=instance,
+            role=role,
+            simulator=settings,
+        )
         return Gateway.from_environment(None, environ)
 
     @asynccontextmanager

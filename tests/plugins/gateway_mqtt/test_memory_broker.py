@@ -7,10 +7,10 @@ from collections.abc import Iterator
 import anyio
 import pytest
 
-from gateway import inprocess
 from gateway.codecs.mqtt import MqttMessage
 from gateway.errors import ValidationError
-from gateway.inprocess import NEVER_EXPIRES, Broker, Connection, ConnectionClosed, Delivery
+from gateway_mqtt import memory
+from gateway_mqtt.memory import NEVER_EXPIRES, Broker, Connection, ConnectionClosed, Delivery
 
 pytestmark = pytest.mark.anyio
 
@@ -436,17 +436,17 @@ async def test_a_retained_message_expires(broker: Broker, clock: Clock) -> None:
 def registered() -> Iterator[str]:
     name = "test-registry"
     yield name
-    inprocess.drop_broker(name)
+    memory.drop_broker(name)
 
 
 async def test_brokers_are_found_by_name(registered: str) -> None:
-    broker = inprocess.get_broker(registered)
-    assert inprocess.get_broker(registered) is broker
-    assert inprocess.broker_name(f"memory://{registered}") == registered
-    assert inprocess.broker_name("mqtt://localhost:1883") is None
+    broker = memory.get_broker(registered)
+    assert memory.get_broker(registered) is broker
+    assert memory.broker_name(f"memory://{registered}") == registered
+    assert memory.broker_name("mqtt://localhost:1883") is None
     with pytest.raises(ValidationError):
-        inprocess.broker_name("memory://")
+        memory.broker_name("memory://")
     connection = broker.connect("c")
-    inprocess.drop_broker(registered)
+    memory.drop_broker(registered)
     assert connection.closed
-    assert inprocess.get_broker(registered) is not broker
+    assert memory.get_broker(registered) is not broker

@@ -1,4 +1,6 @@
-"""An in-process broker with MQTT v5 semantics, for a gateway that runs with no broker installed.
+"""The MQTT transport for ``memory://`` URLs: an in-process broker with MQTT v5 semantics.
+
+It belongs to the MQTT binding (this plugin): a gateway that runs with no broker installed.
 
 ``gateway demo`` and tests run the gateway, the MES and simulated equipment in one process. With
 ``memory://<name>`` as the MQTT URL they all meet on the broker registered under ``<name>``
