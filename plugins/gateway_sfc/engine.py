@@ -239,7 +239,7 @@ class Executor:
         execution.status = Status.HELD
         execution.failed_action = run.name
         execution.error = str(error)
-        effects.report = "hold"
+        effects.report = Report.HOLD
         effects.changed = True
 
     def _advance(self, execution: Execution, now: float, effects: Effects) -> None:
