@@ -1,0 +1,67 @@
+"""The sequence recipe interpreter and the service that fires its timeouts on every instance."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from anyio.abc import TaskStatus
+
+from gateway.recipes import JobCommand, RecipeJob
+from gateway_sequence.engine import SequenceEngine
+from gateway_sequence.model import DATASCHEMA, validate_sequence
+from gateway_sequence.reconcile import reconcile
+
+if TYPE_CHECKING:
+    from gateway.app import Gateway
+
+
+class SequenceInterpreter:
+    """``gateway.recipes.RecipeInterpreter`` for sequence recipes (``DATASCHEMA``)."""
+
+    dataschema = DATASCHEMA
+
+    def __init__(self, engine: SequenceEngine) -> None:
+        self.engine = engine
+
+    def validate(self, recipe: Any) -> Sequence[str]:
+        return validate_sequence(recipe)
+
+    async def start(self, job: RecipeJob) -> None:
+        await self.engine.start(job)
+
+    async def command(self, job: RecipeJob, command: JobCommand) -> None:
+        await self.engine.command(job.scope, job.job_order_id, command)
+
+
+class SequenceService:
+    """Fires due timeouts and repairs what crashes interrupted, on every gateway instance."""
+
+    name = "sequence-engine"
+    roles = frozenset({"gateway", "engine"})
+
+    def __init__(self, engine: SequenceEngine) -> None:
+        self.engine = engine
+
+    async def run(self, gateway: Gateway, *, task_status: TaskStatus[None]) -> None:
+        settings = self.engine.settings
+        resilience = gateway.resilience
+        task_status.started()
+        # Each loop survives store outages under a readiness check of its own. Reconciliation
+        # runs at once too: what a crashed instance left is taken over as soon as this starts.
+        async with anyio.create_task_group() as loops:
+            loops.start_soon(
+                resilience.every,
+                "sequence-engine.timers",
+                settings.timer_poll_seconds,
+                self.engine.fire_due_timers,
+            )
+            loops.start_soon(
+                partial(resilience.forever, interval=settings.reconcile_seconds),
+                "sequence-engine.reconcile",
+                lambda: reconcile(self.engine),
+            )
+            await gateway.stopping.wait()
+            loops.cancel_scope.cancel()

@@ -1,0 +1,119 @@
+"""Sequence recipes on the simulated station, end to end over real mosquitto and Redis.
+
+The MES configures a Work Master whose recipe is a sequence (``gateway_sequence``), stores and
+starts a job over MQTT; the sequence engine commands the simulator's equipment through the same
+equipment hub and drivers as the SFC engine, and job management ends the job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from gateway.app import Gateway
+from gateway.testing import running
+from gateway.testing.mqtt import connect_test_client
+from gateway_jobs.model import ReturnStatus
+from gateway_jobs.testing import JobsMes, final_response, job_order, return_status, work_master
+from gateway_jobs.testing import response_data as results
+from gateway_jobs.testing import state_texts as states
+from gateway_sequence import DATASCHEMA
+from gateway_simulator.testing import station_environ
+
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+
+TYPES = "com.example.station"
+
+AXLE: dict[str, Any] = {
+    "name": "Axle fitting as a sequence",
+    "timeout_seconds": 10,
+    "steps": [
+        {
+            "name": "position",
+            "type_id": f"{TYPES}.position.v1",
+            "equipment": "positioner",
+            "parameters": {"position": "fitting"},
+        },
+        {
+            "name": "fit_and_inspect",
+            "par": [
+                {
+                    "name": "tighten",
+                    "type_id": f"{TYPES}.tighten.v1",
+                    "equipment": "tightener",
+                    "parameters": {"torque_spec": "85Nm"},
+                },
+                {"name": "inspect", "type_id": f"{TYPES}.inspect.v1", "equipment": "camera"},
+            ],
+        },
+        {
+            "name": "home",
+            "type_id": f"{TYPES}.position.v1",
+            "equipment": "positioner",
+            "parameters": {"position": "home"},
+        },
+    ],
+}
+
+
+@dataclass
+class Station:
+    mqtt_url: str
+    redis_url: str
+    name: str
+
+    def gateway(self, instance: str = "a", **simulator: str) -> Gateway:
+        settings = {
+            "enabled": "true",
+            "topic_prefix": f"{self.name}-sim",
+            "position_seconds": "0.05",
+            "tighten_seconds": "0.05",
+            "inspect_seconds": "0.05",
+            "heartbeat_seconds": "0.2",
+            "seed": "1",
+            **simulator,
+        }
+        environ = station_environ(
+            mqtt_url=self.mqtt_url,
+            redis_url=self.redis_url,
+            name=self.name,
+            instance=instance,
+            simulator=settings,
+        )
+        return Gateway.from_environment(None, environ)
+
+    @asynccontextmanager
+    async def mes(self) -> AsyncIterator[JobsMes]:
+        async with connect_test_client(self.mqtt_url) as client:
+            yield JobsMes(client, self.name, "cell1")
+
+
+@pytest.fixture
+def station(mqtt_url: str, redis_url: str, unique: str) -> Station:
+    return Station(mqtt_url, redis_url, unique)
+
+
+async def start_job(mes: JobsMes, recipe: dict[str, Any], job: str = "J1") -> None:
+    configured = await mes.configure("workmaster", work_master("WM", recipe, dataschema=DATASCHEMA))
+    assert return_status(configured) == ReturnStatus.NO_ERROR, configured.data
+    stored = await mes.store(job_order(job, work_masters=["WM"]), method="StoreAndStart")
+    assert return_status(stored) == ReturnStatus.NO_ERROR, stored.data
+
+
+async def test_a_sequence_with_a_par_block_runs_the_station_to_completed(
+    station: Station,
+) -> None:
+    async with running(station.gateway()), station.mes() as mes:
+        await start_job(mes, AXLE)
+        response = await final_response(mes)
+    assert states(response)[:2] == ["Ended", "Completed"]
+    data = results(response)
+    assert data["position"]["in_position"] is True
+    assert data["tighten"]["setpoint"] == 85.0
+    assert data["tighten"]["torque_ok"] is True
+    assert data["inspect"]["passed"] is True
+    assert data["home"]["position"] == "home"
