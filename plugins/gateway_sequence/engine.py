@@ -12,8 +12,10 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from anyio.abc import TaskGroup
 
 from gateway.equipment import EquipmentCommand, EquipmentEvent, EquipmentReply
 from gateway.errors import GatewayError
@@ -45,6 +47,7 @@ class SequenceEngine:
         self.gateway = gateway
         self.runs = RunStore(lambda: self.store, settings)
         self._sequencers: OrderedDict[str, Sequencer] = OrderedDict()
+        self.tasks: TaskGroup | None = None  # the engine service's, while it runs
 
     @property
     def store(self) -> Store:
@@ -74,7 +77,9 @@ class SequenceEngine:
         )
         if not await self.runs.create(run):
             log.info("job %s/%s has a sequence already; continuing it", job.scope, run.job)
-        await self.begin(job.scope, job.job_order_id)
+        # Stored: the rest may happen later (a crash before it leaves the run ``starting``,
+        # which reconciliation begins), so the MES's call is not held up by the equipment.
+        await self._soon(self.begin, job.scope, job.job_order_id)
 
     async def begin(self, scope: str, job: str) -> None:
         """AllowedToStart -> Running, then the first block goes out."""
@@ -87,9 +92,29 @@ class SequenceEngine:
         await self.apply(scope, job, lambda sequencer, run, now: sequencer.begin(run, now))
 
     async def command(self, scope: str, job: str, command: JobCommand) -> None:
+        """Apply the MES's command now; what follows from it (commands, reports) soon after."""
         await self.apply(
-            scope, job, lambda sequencer, run, now: sequencer.on_command(run, command, now)
+            scope,
+            job,
+            lambda sequencer, run, now: sequencer.on_command(run, command, now),
+            later=True,
         )
+
+    async def _soon(self, work: Callable[..., Awaitable[None]], *arguments: Any) -> None:
+        """``work`` in the engine service's task group: what the MES's call need not wait for
+        (inline when the service does not run in this instance's role). A failure there is
+        logged; what it left undone, reconciliation repairs."""
+        if self.tasks is None:
+            await work(*arguments)
+            return
+
+        async def logged() -> None:
+            try:
+                await work(*arguments)
+            except Exception:
+                log.exception("sequence engine: %s failed (reconciliation repairs)", work.__name__)
+
+        self.tasks.start_soon(logged)
 
     # -- the equipment sink -----------------------------------------------------------------
 
@@ -169,15 +194,16 @@ class SequenceEngine:
             self._sequencers.popitem(last=False)
         return sequencer
 
-    async def apply(self, scope: str, job: str, stimulus: Stimulus) -> None:
-        """Apply ``stimulus`` to the job's stored run, then carry out its effects."""
+    async def apply(self, scope: str, job: str, stimulus: Stimulus, *, later: bool = False) -> None:
+        """Apply ``stimulus`` to the job's stored run, then carry out its effects (``later``:
+        in the background, once the change is stored)."""
 
         def applied(run: Run, now: float) -> Effects:
             return stimulus(self.sequencer(run), run, now)
 
         done = await self.runs.mutate(scope, job, applied)
         if done is not None:
-            await self._after(*done)
+            await (self._soon(self._after, *done) if later else self._after(*done))
 
     async def _after(self, run: Run, effects: Effects) -> None:
         for step in effects.sends:
@@ -202,10 +228,12 @@ class SequenceEngine:
         )
         try:
             await self.gateway.equipment.send(outgoing)
-        except GatewayError as error:
+        except Exception as error:
             if is_transient(error):  # the broker is away: the timers entry sends it again
                 log.info("job %s/%s: %s not sent yet (%s)", run.scope, run.job, step, error)
                 return
+            if not isinstance(error, GatewayError):
+                raise
             reason = str(error)
             log.warning("job %s/%s: %s not delivered: %s", run.scope, run.job, step, reason)
             await self.apply(

@@ -157,19 +157,24 @@ class Sequencer:
         effects.changed = True
 
     def _advance(self, run: Run, now: float, effects: Effects) -> None:
-        """Past every block whose steps all succeeded; into the next one while running."""
-        while run.status is Status.RUNNING:
+        """Past every block whose steps all succeeded; into the next one while running (paused,
+        the sequence waits at the block boundary; its end, too, waits for Resume: job control
+        completes only a Running job)."""
+        while run.status in (Status.RUNNING, Status.PAUSED):
             if not run.entered:
-                self._enter(run, now, effects)
+                if run.status is Status.RUNNING:
+                    self._enter(run, now, effects)
                 return
             block = self._block(run)
             if any(run.steps[c.name].phase is not Phase.DONE for c in block.commands):
                 return
+            if run.position + 1 == len(self.recipe.blocks):
+                if run.status is Status.RUNNING:
+                    self._finish(run, Outcome.COMPLETED, None, effects)
+                return
             run.position += 1
             run.entered = False
-            if run.position == len(self.recipe.blocks):
-                self._finish(run, Outcome.COMPLETED, None, effects)
-                return
+            effects.changed = True
 
     def _failed(
         self, run: Run, command: Command, reason: str, now: float, effects: Effects

@@ -48,10 +48,12 @@ class SequenceService:
     async def run(self, gateway: Gateway, *, task_status: TaskStatus[None]) -> None:
         settings = self.engine.settings
         resilience = gateway.resilience
-        task_status.started()
         # Each loop survives store outages under a readiness check of its own. Reconciliation
         # runs at once too: what a crashed instance left is taken over as soon as this starts.
-        async with anyio.create_task_group() as loops:
+        # Leaving the block stops the loops first, then lets the work in hand finish.
+        async with anyio.create_task_group() as work, anyio.create_task_group() as loops:
+            self.engine.tasks = work
+            task_status.started()
             loops.start_soon(
                 resilience.every,
                 "sequence-engine.timers",
@@ -64,4 +66,5 @@ class SequenceService:
                 lambda: reconcile(self.engine),
             )
             await gateway.stopping.wait()
+            self.engine.tasks = None
             loops.cancel_scope.cancel()

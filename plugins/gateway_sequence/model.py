@@ -90,8 +90,8 @@ class RecipeError(ValueError):
         self.problems = problems
 
 
-_RECIPE_KEYS = {"name", "description", "steps", "on_error", "timeout_seconds", "max_attempts"}
-_COMMAND_KEYS = {
+RECIPE_FIELDS = {"name", "description", "steps", "on_error", "timeout_seconds", "max_attempts"}
+COMMAND_FIELDS = {
     "name",
     "type_id",
     "equipment",
@@ -101,7 +101,7 @@ _COMMAND_KEYS = {
     "on_error",
     "side_effects",
 }
-_PAR_KEYS = {"name", "par"}
+PAR_FIELDS = {"name", "par"}
 
 
 def load_sequence(data: Any) -> SequenceRecipe:
@@ -109,7 +109,7 @@ def load_sequence(data: Any) -> SequenceRecipe:
     problems: list[str] = []
     if not isinstance(data, Mapping):
         raise RecipeError(["recipe: must be a JSON object with 'steps'"])
-    _unknown(data, _RECIPE_KEYS, "recipe", problems)
+    _unknown(data, RECIPE_FIELDS, "recipe", problems)
     defaults = {
         "on_error": _on_error(data.get("on_error", "abort"), "recipe.on_error", problems),
         "timeout_seconds": _timeout(
@@ -152,7 +152,7 @@ def _block(
     if "par" not in step:
         command = _command(step, where, defaults, problems)
         return None if command is None else Block(command.name, (command,))
-    _unknown(step, _PAR_KEYS, where, problems)
+    _unknown(step, PAR_FIELDS, where, problems)
     name = _text(step.get("name", f"par-{index + 1}"), f"{where}.name", problems)
     if name is not None and not _NAME.match(name):
         problems.append(f"{where}.name: {_NAME_RULE} (got {name!r})")
@@ -182,7 +182,7 @@ def _command(
     step: Mapping[str, Any], where: str, defaults: Mapping[str, Any], problems: list[str]
 ) -> Command | None:
     before = len(problems)
-    _unknown(step, _COMMAND_KEYS, where, problems)
+    _unknown(step, COMMAND_FIELDS, where, problems)
     name = _text(step.get("name"), f"{where}.name", problems)
     if name is not None and not _NAME.match(name):
         problems.append(f"{where}.name: {_NAME_RULE} (got {name!r})")
