@@ -117,3 +117,33 @@ async def test_a_sequence_with_a_par_block_runs_the_station_to_completed(
     assert data["tighten"]["torque_ok"] is True
     assert data["inspect"]["passed"] is True
     assert data["home"]["position"] == "home"
+
+
+def with_tighten(**fields: Any) -> dict[str, Any]:
+    """The axle sequence, its ``tighten`` step changed by ``fields``."""
+    position, fit, home = AXLE["steps"]
+    tighten, inspect = fit["par"]
+    return {**AXLE, "steps": [position, {**fit, "par": [{**tighten, **fields}, inspect]}, home]}
+
+
+async def test_a_failing_tightening_aborts_the_job_with_the_equipments_error(
+    station: Station,
+) -> None:
+    async with running(station.gateway(failure_rate="1")), station.mes() as mes:
+        await start_job(mes, AXLE)
+        response = await final_response(mes)
+    assert states(response) == ["Aborted"]
+    data = results(response)
+    assert data["Error"].startswith("step tighten: ")
+    assert "spindle fault: torque not reached" in data["Error"]
+    assert data["SideEffects"] is True
+    assert data["position"]["in_position"] is True  # what was done before stays in the response
+    assert "home" not in data
+
+
+async def test_a_tightening_slower_than_its_timeout_aborts_the_job(station: Station) -> None:
+    async with running(station.gateway(tighten_seconds="30")), station.mes() as mes:
+        await start_job(mes, with_tighten(timeout_seconds=0.5))
+        response = await final_response(mes)
+    assert states(response) == ["Aborted"]
+    assert results(response)["Error"] == "step tighten: no reply within 0.5 s"
