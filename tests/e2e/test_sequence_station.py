@@ -7,8 +7,7 @@ equipment hub and drivers as the SFC engine, and job management ends the job.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,13 +15,11 @@ import pytest
 
 from gateway.app import Gateway
 from gateway.testing import running
-from gateway.testing.mqtt import connect_test_client
-from gateway_jobs.model import ReturnStatus
-from gateway_jobs.testing import JobsMes, final_response, job_order, return_status, work_master
+from gateway_jobs.testing import JobsMes, connect_mes, final_response, store_and_start
 from gateway_jobs.testing import response_data as results
 from gateway_jobs.testing import state_texts as states
 from gateway_sequence import DATASCHEMA
-from gateway_simulator.testing import station_environ
+from gateway_simulator.testing import fast_devices, station_environ
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
@@ -67,29 +64,17 @@ class Station:
     name: str
 
     def gateway(self, instance: str = "a", **simulator: str) -> Gateway:
-        settings = {
-            "enabled": "true",
-            "topic_prefix": f"{self.name}-sim",
-            "position_seconds": "0.05",
-            "tighten_seconds": "0.05",
-            "inspect_seconds": "0.05",
-            "heartbeat_seconds": "0.2",
-            "seed": "1",
-            **simulator,
-        }
         environ = station_environ(
             mqtt_url=self.mqtt_url,
             redis_url=self.redis_url,
             name=self.name,
             instance=instance,
-            simulator=settings,
+            simulator=fast_devices(f"{self.name}-sim", **simulator),
         )
         return Gateway.from_environment(None, environ)
 
-    @asynccontextmanager
-    async def mes(self) -> AsyncIterator[JobsMes]:
-        async with connect_test_client(self.mqtt_url) as client:
-            yield JobsMes(client, self.name, "cell1")
+    def mes(self) -> AbstractAsyncContextManager[JobsMes]:
+        return connect_mes(self.mqtt_url, self.name)
 
 
 @pytest.fixture
@@ -98,10 +83,7 @@ def station(mqtt_url: str, redis_url: str, unique: str) -> Station:
 
 
 async def start_job(mes: JobsMes, recipe: dict[str, Any], job: str = "J1") -> None:
-    configured = await mes.configure("workmaster", work_master("WM", recipe, dataschema=DATASCHEMA))
-    assert return_status(configured) == ReturnStatus.NO_ERROR, configured.data
-    stored = await mes.store(job_order(job, work_masters=["WM"]), method="StoreAndStart")
-    assert return_status(stored) == ReturnStatus.NO_ERROR, stored.data
+    await store_and_start(mes, recipe, job, dataschema=DATASCHEMA)
 
 
 async def test_a_sequence_with_a_par_block_runs_the_station_to_completed(

@@ -6,8 +6,7 @@ behaviour each test scripts), so every answer, failure and silence is the test's
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,14 +19,21 @@ from gateway.jobstates import JobState
 from gateway.recipes import RecipeJob
 from gateway.testing import poll_until, running, wait_until
 from gateway.testing.equipment import EquipmentFailure, NoAnswer, TestEquipment
-from gateway.testing.mqtt import connect_test_client
 from gateway_jobs.model import ReturnStatus
-from gateway_jobs.testing import JobsMes, final_response, job_order, return_status, work_master
+from gateway_jobs.testing import (
+    JobsMes,
+    connect_mes,
+    final_response,
+    return_status,
+    store_and_start,
+    work_master,
+)
 from gateway_jobs.testing import response_data as data_of
 from gateway_jobs.testing import state_texts as state_of
 from gateway_sequence import DATASCHEMA
 from gateway_sequence.engine import SequenceEngine
 from gateway_sfc.model import DATASCHEMA as SFC_DATASCHEMA
+from gateway_simulator.testing import station_environ
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
@@ -42,24 +48,18 @@ class Station:
     equipment: TestEquipment = field(default_factory=TestEquipment)
 
     def gateway(self, instance: str = "a", **sequence: str) -> Gateway:
-        environ = {
-            "GATEWAY_MQTT_URL": self.mqtt_url,
-            "GATEWAY_MQTT_SHARE_GROUP": self.name,
-            "GATEWAY_REDIS_URL": self.redis_url,
-            "GATEWAY_REDIS_KEY_PREFIX": self.name,
-            "GATEWAY_GATEWAY_INSTANCE_ID": f"{self.name}-{instance}",
-            "GATEWAY_GATEWAY_SHUTDOWN_GRACE_SECONDS": "5",
-            "GATEWAY_JOBS_TOPIC_PREFIX": self.name,
-            "GATEWAY_SFC_TIMER_POLL_SECONDS": "0.01",
-            "GATEWAY_SEQUENCE_TIMER_POLL_SECONDS": "0.01",
-            **{f"GATEWAY_SEQUENCE_{key.upper()}": value for key, value in sequence.items()},
-        }
+        environ = station_environ(
+            mqtt_url=self.mqtt_url,
+            redis_url=self.redis_url,
+            name=self.name,
+            instance=instance,
+            simulator={},  # off: the equipment is the test's
+            extra={f"GATEWAY_SEQUENCE_{key.upper()}": value for key, value in sequence.items()},
+        )
         return Gateway.from_environment(None, environ, extra_plugins={"eq": self.equipment})
 
-    @asynccontextmanager
-    async def mes(self) -> AsyncIterator[JobsMes]:
-        async with connect_test_client(self.mqtt_url) as client:
-            yield JobsMes(client, self.name, "cell1")
+    def mes(self) -> AbstractAsyncContextManager[JobsMes]:
+        return connect_mes(self.mqtt_url, self.name)
 
 
 @pytest.fixture
@@ -72,12 +72,7 @@ def step(name: str, **fields: Any) -> dict[str, Any]:
 
 
 async def start(mes: JobsMes, recipe: Any, job: str = "J1", dataschema: str = DATASCHEMA) -> None:
-    configured = await mes.configure(
-        "workmaster", work_master(f"WM-{job}", recipe, dataschema=dataschema)
-    )
-    assert return_status(configured) == OK, configured.data
-    stored = await mes.store(job_order(job, work_masters=[f"WM-{job}"]), method="StoreAndStart")
-    assert return_status(stored) == OK, stored.data
+    await store_and_start(mes, recipe, job, dataschema=dataschema)
 
 
 async def response_of(mes: JobsMes, job: str) -> dict[str, Any]:
