@@ -80,6 +80,6 @@ async def test_an_unroutable_action_is_named_and_nothing_is_bound() -> None:
 async def test_a_recipe_naming_its_equipment_is_kept_as_it_is() -> None:
     named = {
         **RECIPE,
-        "Actions": [{**action, "Equipment": "cell-device"} for action in RECIPE["Actions"]],
+        "actions": [{**action, "equipment": "cell-device"} for action in RECIPE["actions"]],
     }
     assert await bind_equipment(station_hub(), "cell1", load_chart(named)) == (None, [])
