@@ -91,7 +91,7 @@ class Sequencer:
             self._advance(run, now, effects)
         else:
             reason = error if delivered else f"not delivered: {error}"
-            self._failed(run, self.recipe.command(step), reason, now, effects)
+            self._failed(run, self.recipe.command(step), reason, now, effects, data)
         return effects
 
     def on_timeout(
@@ -177,7 +177,13 @@ class Sequencer:
             effects.changed = True
 
     def _failed(
-        self, run: Run, command: Command, reason: str, now: float, effects: Effects
+        self,
+        run: Run,
+        command: Command,
+        reason: str,
+        now: float,
+        effects: Effects,
+        data: Any = None,
     ) -> None:
         current = run.steps[command.name]
         current.error = reason
@@ -186,6 +192,8 @@ class Sequencer:
             self._send(run, command, current.tries + 1, now, effects)
             return
         current.phase = Phase.FAILED
+        if data is not None:  # what the equipment read when it failed, beside the error
+            run.results[command.name] = data
         message = f"step {command.name}: {reason}"
         if command.on_error is OnError.ABORT:
             run.failed_command = run.correlation_id(command.name)

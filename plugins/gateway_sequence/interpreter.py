@@ -10,8 +10,9 @@ import anyio
 from anyio.abc import TaskStatus
 
 from gateway.recipes import JobCommand, RecipeJob
+from gateway.routing import EquipmentUse
 from gateway_sequence.engine import SequenceEngine
-from gateway_sequence.model import DATASCHEMA, validate_sequence
+from gateway_sequence.model import DATASCHEMA, RecipeError, load_sequence, validate_sequence
 from gateway_sequence.reconcile import reconcile
 
 if TYPE_CHECKING:
@@ -28,6 +29,18 @@ class SequenceInterpreter:
 
     def validate(self, recipe: Any) -> Sequence[str]:
         return validate_sequence(recipe)
+
+    def equipment_uses(self, recipe: Any) -> Sequence[EquipmentUse]:
+        """``gateway.recipes.EquipmentUser``: every command step, so job management checks
+        that each reaches equipment before a job runs the recipe."""
+        try:
+            loaded = load_sequence(recipe)
+        except RecipeError:
+            return []  # validate names the problems
+        return [
+            EquipmentUse(command.name, command.type_id, command.equipment, command=True)
+            for command in loaded.commands()
+        ]
 
     async def start(self, job: RecipeJob) -> None:
         await self.engine.start(job)

@@ -24,7 +24,14 @@ from gateway.equipment import EquipmentCommand
 from gateway.testing import running, wait_until
 from gateway.testing.mqtt import connect_test_client
 from gateway.testing.services import free_port
-from gateway_jobs.testing import JobsMes, final_response, store_and_start
+from gateway_jobs.model import ReturnStatus
+from gateway_jobs.testing import (
+    JobsMes,
+    final_response,
+    return_status,
+    store_and_start,
+    work_master,
+)
 from gateway_jobs.testing import response_data as results
 from gateway_jobs.testing import state_texts as states
 from gateway_msgpack_rpc import MsgpackRpcBinding

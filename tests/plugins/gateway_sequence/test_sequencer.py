@@ -76,6 +76,15 @@ def test_a_failure_is_tried_again_up_to_max_attempts_then_aborts_with_the_block(
     assert not ok(sequencer, run, "c").changed
 
 
+def test_a_failed_reply_keeps_what_the_equipment_read_once_no_try_is_left() -> None:
+    sequencer, run = started({"steps": [step("a", max_attempts=2)]})
+    sequencer.on_reply(run, "a", 1, {"torque": 12.0}, "torque low", T0)
+    assert run.results == {}  # tried again: not a result yet
+    sequencer.on_reply(run, "a", 2, {"torque": 13.5}, "torque low", T0)
+    assert run.results == {"a": {"torque": 13.5}}
+    assert run.error == "step a: torque low"
+
+
 def test_a_timeout_says_why_when_the_equipment_is_known_offline() -> None:
     sequencer, run = started()
     sequencer.on_timeout(run, "a", 1, T0 + 5, "equipment x offline: never seen")
