@@ -148,6 +148,22 @@ class SequenceEngine:
         known = await self.runs.job_scope(job_order_id)
         return known is not None and (scope is None or known == scope)
 
+    async def equipment_online(self, equipment_id: str) -> None:
+        """``gateway.equipment.OnlineObserver``: the commands still waiting for this equipment's
+        reply go out again (same correlation id), as it may have missed them while away."""
+        for scope in await self.runs.scopes():
+            for job in await self.runs.active(scope):
+                run = await self.runs.read(scope, job)
+                if run is None:
+                    continue
+                recipe = self.sequencer(run).recipe
+                for step, _ in sorted(run.outstanding()):
+                    if recipe.command(step).equipment == equipment_id:
+                        log.info(
+                            "job %s/%s: %s sent again (%s is back)", scope, job, step, equipment_id
+                        )
+                        await self._send(run, step)
+
     # -- timers ---------------------------------------------------------------------------
 
     async def fire_due_timers(self) -> None:

@@ -225,6 +225,24 @@ async def test_a_command_whose_publication_failed_is_sent_again(station: Station
     assert sent(station.equipment) == ["J1:a:1", "J1:a:1"]
 
 
+async def test_equipment_coming_back_online_gets_the_commands_it_may_have_missed(
+    station: Station,
+) -> None:
+    def missed_first(command: EquipmentCommand) -> Any:
+        if len(station.equipment.sent("com.example.a.v1")) == 1:
+            raise NoAnswer  # the first delivery got lost while the equipment was away
+        return {"ok": True}
+
+    station.equipment.behaviours = {"com.example.a.v1": missed_first}
+    async with running(gateway := station.gateway()), station.mes() as mes:
+        await start(mes, {"steps": [step("a", equipment="press", timeout_seconds=30)]})
+        await wait_until(lambda: station.equipment.received)
+        await gateway.equipment.heartbeat("press")  # its first heartbeat: it came online
+        response = await final_response(mes)
+    assert state_of(response)[:2] == ["Ended", "Completed"]
+    assert sent(station.equipment) == ["J1:a:1", "J1:a:1"]  # the same command, again
+
+
 async def test_a_job_whose_hand_off_was_lost_is_started_by_reconciliation(
     station: Station,
 ) -> None:
