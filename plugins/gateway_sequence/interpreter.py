@@ -2,25 +2,29 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.abc import TaskStatus
 
-from gateway.recipes import JobCommand, RecipeJob
+from gateway.errors import ValidationError
+from gateway.recipes import JobCommand, RecipeJob, RecipeProgress
 from gateway.routing import EquipmentUse
 from gateway_sequence.engine import SequenceEngine
 from gateway_sequence.model import DATASCHEMA, RecipeError, load_sequence, validate_sequence
 from gateway_sequence.reconcile import reconcile
+from gateway_sequence.view import progress, render_svg
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
 
 
 class SequenceInterpreter:
-    """``gateway.recipes.RecipeInterpreter`` for sequence recipes (``DATASCHEMA``)."""
+    """``gateway.recipes.RecipeInterpreter`` for sequence recipes (``DATASCHEMA``); also a
+    ``RecipeViewer`` (the web UI draws sequences and shows a job's progress) and an
+    ``EquipmentUser`` (job management checks a recipe's routing before a job runs it)."""
 
     dataschema = DATASCHEMA
 
@@ -44,6 +48,17 @@ class SequenceInterpreter:
 
     async def start(self, job: RecipeJob) -> None:
         await self.engine.start(job)
+
+    def render_svg(self, recipe: Any, active: Collection[str] = ()) -> str:
+        try:
+            loaded = load_sequence(recipe)
+        except RecipeError as error:
+            raise ValidationError("recipe", str(error)) from None
+        return render_svg(loaded, active)
+
+    async def progress(self, scope: str, job_order_id: str) -> RecipeProgress | None:
+        run = await self.engine.runs.read(scope, job_order_id)
+        return None if run is None else progress(self.engine.sequencer(run).recipe, run)
 
     async def command(self, job: RecipeJob, command: JobCommand) -> None:
         await self.engine.command(job.scope, job.job_order_id, command)
