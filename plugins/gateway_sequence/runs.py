@@ -118,7 +118,8 @@ class RunStore:
     # -- writes -----------------------------------------------------------------------------
 
     async def create(self, run: Run) -> bool:
-        """Store a new run (``False``: the job has one already, e.g. another instance's)."""
+        """Store a new run (``False``: the job has one already, e.g. another instance's). An
+        ended run of an earlier job with the same id (cleared, then stored again) is replaced."""
         client = self.store.client
         # Global keys first (a key of its own slot): a reply that comes before the run exists
         # finds the scope, and discovery finds the scope's timers.
@@ -127,7 +128,8 @@ class RunStore:
         key = self.run_key(run.scope, run.job)
         try:
             async with self.store.transaction(run.scope, watch=[key]) as transaction:
-                if await transaction.get_json(key) is not None:
+                existing = await transaction.get_json(key)
+                if existing is not None and load_run(existing).status is not Status.ENDED:
                     raise _Unchanged
                 transaction.set_json(key, dump_run(run))
                 transaction.pipeline.sadd(self.active_key(run.scope), run.job)

@@ -155,6 +155,18 @@ async def test_a_timeout_aborts_the_job_saying_which_step_and_that_it_may_have_a
     assert data["a"] == {"ok": True}
 
 
+async def test_a_job_id_cleared_and_stored_again_runs_its_new_sequence(station: Station) -> None:
+    async with running(station.gateway()), station.mes() as mes:
+        await start(mes, {"steps": [step("a")]})
+        assert state_of(await final_response(mes))[:2] == ["Ended", "Completed"]
+        assert return_status(await mes.act("Clear", "J1")) == OK
+        await start(mes, {"steps": [step("b")]})
+        response = await final_response(mes)
+    assert state_of(response)[:2] == ["Ended", "Completed"]
+    assert set(data_of(response)) >= {"b"}
+    assert sent(station.equipment) == ["J1:a:1", "J1:b:1"]
+
+
 async def test_pause_holds_back_the_next_block_until_resume(station: Station) -> None:
     release = anyio.Event()
 
