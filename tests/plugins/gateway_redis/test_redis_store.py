@@ -271,3 +271,27 @@ async def test_reconcile_registers_a_scope_whose_registration_was_lost(
     assert await store.reconcile_scopes() == {"cell-1", "line-2/cell-3"}
     assert await store.known_scopes() == {"cell-1", "line-2/cell-3"}
     assert await store.client.xlen(store.keys.global_changes()) == 2
+
+
+async def test_read_streams_spans_many_scopes_and_waits_when_there_is_nothing(
+    store: RedisStore,
+) -> None:
+    """Sixty scopes are sixty slots on a Cluster: one call still reads them all (and waits up
+    to its block time when none has anything new)."""
+    scopes = [f"cell-{number}" for number in range(60)]
+    streams = {store.keys.changes(scope): "0-0" for scope in scopes}
+    for scope in scopes[::7]:
+        await store.client.xadd(store.keys.changes(scope), {"scope": scope})
+    batches = await store.read_streams(streams, count=10, block_ms=100)
+    assert sorted(stream for stream, _ in batches) == sorted(
+        store.keys.changes(scope) for scope in scopes[::7]
+    )
+    after = {stream: entries[-1][0] for stream, entries in batches}
+    started = anyio.current_time()
+    assert await store.read_streams({**streams, **after}, block_ms=200) == []
+    assert anyio.current_time() - started >= 0.19
+    group = ("readers", "reader-1")
+    for stream in streams:
+        await store.client.xgroup_create(stream, group[0], id="0", mkstream=True)
+    taken = await store.read_streams(dict.fromkeys(streams, ">"), group=group)
+    assert sum(len(entries) for _, entries in taken) == len(scopes[::7])
