@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
+from gateway.jobstates import JobState, StateFilter, TopState, matches
 from gateway.recipes import JobCommand, RecipeInterpreter
 from gateway.store import Store
 from gateway_jobs.acceptance import check_job_order
@@ -30,7 +31,7 @@ from gateway_jobs.model import (
 )
 from gateway_jobs.repository import Change, Edit, JobRepository, Refusal, StoredJob, new_job
 from gateway_jobs.settings import NO_LIMIT, JobsSettings
-from gateway_jobs.states import INITIAL, next_state, state_path, top_state
+from gateway_jobs.states import job_state, next_state
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ class JobManager:
         verdict = await check_job_order(self.config, scope, order)
         if verdict.work_master is None:
             return Outcome(ReturnStatus.UNABLE_TO_ACCEPT_JOB_ORDER, verdict.message)
-        state = next_state(INITIAL, method)
+        state = next_state(JobState.INITIAL, method)
         assert state is not None, f"{method} creates no job"
         job = new_job(order, state, verdict.work_master)
         result = await self.repository.create(scope, job, method, limit=await self._limit(scope))
@@ -111,12 +112,13 @@ class JobManager:
             return JobResponseReply(ReturnStatus.UNKNOWN_JOB_ORDER_ID)
         return JobResponseReply(ReturnStatus.NO_ERROR, job.response)
 
-    async def job_responses(self, scope: str, wanted: str) -> JobResponsesReply:
+    async def job_responses(self, scope: str, wanted: StateFilter) -> JobResponsesReply:
         """RequestJobResponseByJobOrderState: a top-level state matches all its substates."""
+        top = wanted if isinstance(wanted, TopState) else wanted.top
         responses = [
             response
-            for response in await self.repository.responses_in_state(scope, top_state(wanted))
-            if "." not in wanted or state_path(response.job_state or []) == wanted
+            for response in await self.repository.responses_in_state(scope, top)
+            if matches(job_state(response.job_state or []), wanted)
         ]
         return JobResponsesReply(ReturnStatus.NO_ERROR, responses)
 
@@ -274,6 +276,6 @@ def _interpreter_call(change: Change) -> JobCommand | Literal["start"] | None:
     command = _COMMANDS.get(change.trigger)
     before = change.before
     # The interpreter has the job from AllowedToStart on: an Abort before concerns only us.
-    if command is None or before is None or top_state(before.state) == "NotAllowedToStart":
+    if command is None or before is None or before.state.top is TopState.NOT_ALLOWED_TO_START:
         return None
     return command

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gateway.jobstates import TOP_STATES
+from gateway.jobstates import TopState
 from gateway.metrics import Metrics
 from gateway_jobs.repository import JobRepository
 
 # Jobs are only ever counted in these; InitialState and EndState hold none (a cleared job is gone).
-COUNTED_STATES = [state for state in TOP_STATES if state not in ("InitialState", "EndState")]
+COUNTED_STATES = [state for state in TopState if state not in (TopState.INITIAL, TopState.END)]
 
 
 def count_methods(metrics: Metrics) -> Callable[[str, str], None]:
@@ -33,6 +33,6 @@ def sample_jobs_by_state(metrics: Metrics, repository: JobRepository) -> None:
         for scope in await repository.store.known_scopes():
             for state in COUNTED_STATES:
                 count = await repository.store.client.scard(repository.state_key(scope, state))
-                gauge.labels(scope, state).set(count)
+                gauge.labels(scope, state.value).set(count)
 
     metrics.sample_with(sample)

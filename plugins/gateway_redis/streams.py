@@ -86,8 +86,18 @@ class StreamReader:
                     pipe.xread({stream: after}, count=count)
                 else:
                     pipe.xreadgroup(group[0], group[1], {stream: after}, count=count)
-            replies = await pipe.execute()
+            replies = await pipe.execute(raise_on_error=False)
         batches: list[StreamBatch] = []
+        failures: list[Exception] = []
         for reply in replies:
-            batches.extend(cast(list[StreamBatch], reply or []))
+            if isinstance(reply, Exception):
+                failures.append(reply)
+            else:
+                batches.extend(cast(list[StreamBatch], reply or []))
+        # A stream that failed (NOGROUP, say) delivered nothing; the ones that did deliver
+        # must reach the caller (for a group, their entries are now pending on it), so the
+        # failure is raised, unchanged, only when there is nothing else to return: the
+        # caller's next read meets it again.
+        if failures and not batches:
+            raise failures[0]
         return batches

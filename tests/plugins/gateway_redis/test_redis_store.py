@@ -8,7 +8,7 @@ from pathlib import Path
 import anyio
 import pytest
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import WatchError
+from redis.exceptions import ResponseError, WatchError
 
 from gateway.errors import GatewayError
 from gateway.store import GLOBAL_SCOPE, Store
@@ -295,3 +295,14 @@ async def test_read_streams_spans_many_scopes_and_waits_when_there_is_nothing(
         await store.client.xgroup_create(stream, group[0], id="0", mkstream=True)
     taken = await store.read_streams(dict.fromkeys(streams, ">"), group=group)
     assert sum(len(entries) for _, entries in taken) == len(scopes[::7])
+
+
+async def test_read_streams_raises_a_missing_group_as_the_server_said_it(
+    store: RedisStore,
+) -> None:
+    """Readers recognise NOGROUP by the server's words (to re-create the group), on a
+    Cluster's pipelined reads too."""
+    stream = store.keys.changes("no-group")
+    await store.client.xadd(stream, {"n": "1"})
+    with pytest.raises(ResponseError, match="^NOGROUP"):
+        await store.read_streams({stream: ">"}, group=("nobody", "reader"))
