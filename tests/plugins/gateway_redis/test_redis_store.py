@@ -304,5 +304,5 @@ async def test_read_streams_raises_a_missing_group_as_the_server_said_it(
     Cluster's pipelined reads too."""
     stream = store.keys.changes("no-group")
     await store.client.xadd(stream, {"n": "1"})
-    with pytest.raises(ResponseError, match="^NOGROUP"):
+    with pytest.raises(ResponseError, match=r"^NOGROUP"):
         await store.read_streams({stream: ">"}, group=("nobody", "reader"))
