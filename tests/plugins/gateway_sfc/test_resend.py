@@ -26,7 +26,7 @@ from gateway_sfc.model import DATASCHEMA
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
-RECIPE = {
+RECIPE: dict[str, Any] = {
     "steps": [{"name": "Init", "initial": True}, {"name": "Tighten"}],
     "transitions": [{"source": "Init", "target": "Tighten"}],
     "actions": [
