@@ -16,7 +16,9 @@ MES aborted it meanwhile. Interpreters treat ``False`` as "stop working on this 
 
 Other plugins (the web UI) read jobs through ``JobControl`` too (``jobs``, ``response``) and ask
 for the MES's Pause, Resume and Abort on an operator's behalf (``request``). An interpreter that
-can draw its recipes and say how far a job got implements ``RecipeViewer`` as well.
+can draw its recipes and say how far a job got implements ``RecipeViewer`` as well; one that can
+list what its recipes ask of equipment implements ``EquipmentUser``, so job management checks
+the routing of a recipe (``gateway.routing``) before a job runs it.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 from gateway.jobstates import JobState
+from gateway.routing import EquipmentUse
 
 RECIPE_VERSION_ID = "RecipeVersion"
 """``ID`` of the Job Response entry naming the recipe version a job runs (``recipe_version``)."""
@@ -251,6 +254,23 @@ class RecipeViewer(Protocol):
     async def progress(self, scope: str, job_order_id: str) -> RecipeProgress | None:
         """The job's progress, or ``None`` when this interpreter has (no longer) any state."""
         ...
+
+
+@runtime_checkable
+class EquipmentUser(Protocol):
+    """Optional for an interpreter: the actions of a recipe that talk to equipment."""
+
+    def equipment_uses(self, recipe: Any) -> Sequence[EquipmentUse]:
+        """Every command and event action of ``recipe`` (empty for a recipe it cannot load;
+        ``validate`` reports those)."""
+        ...
+
+
+def equipment_uses(interpreter: object, recipe: Any) -> Sequence[EquipmentUse]:
+    """What ``recipe`` asks of equipment, when its interpreter can say (else nothing)."""
+    if isinstance(interpreter, EquipmentUser):
+        return interpreter.equipment_uses(recipe)
+    return ()
 
 
 class RecipeInterpreter(Protocol):

@@ -15,13 +15,15 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
+from gateway.equipment import EquipmentHub
 from gateway.jobstates import JobState, StateFilter, TopState, matches
 from gateway.recipes import JobCommand, RecipeInterpreter
 from gateway.store import Store
-from gateway_jobs.acceptance import check_job_order
+from gateway_jobs.acceptance import Verdict, check_job_order
 from gateway_jobs.config import StationConfig
 from gateway_jobs.events import Cause, EventSink, status_event
 from gateway_jobs.model import (
+    JobOrder,
     JobOrderCall,
     JobOrderIDCall,
     JobResponseReply,
@@ -52,9 +54,11 @@ class JobManager:
         events: EventSink,
         observe: Observer,
         observe_method: Observer = lambda **_: None,
+        equipment: EquipmentHub | None = None,
     ) -> None:
+        """``equipment``: the hub recipes are routed against (``None``: routing unchecked)."""
         self.repository = JobRepository(store, retry_limit=settings.retry_limit)
-        self.config = StationConfig(store, interpreters)
+        self.config = StationConfig(store, interpreters, equipment)
         self.interpreters = interpreters
         self.settings = settings
         self.source = source
@@ -69,7 +73,7 @@ class JobManager:
         order = call.job_order
         if await self.repository.exists(scope, order.job_order_id):
             return self._refused(Refusal("duplicate"), scope, order.job_order_id, method)
-        verdict = await check_job_order(self.config, scope, order)
+        verdict = await self._check(scope, order)
         if verdict.work_master is None:
             return Outcome(ReturnStatus.UNABLE_TO_ACCEPT_JOB_ORDER, verdict.message)
         state = next_state(JobState.INITIAL, method)
@@ -87,7 +91,7 @@ class JobManager:
         if next_state(current.state, "Update") is None:  # before the checks: they would not help
             refusal = Refusal("invalid-state", state=current.state)
             return self._refused(refusal, scope, order.job_order_id, "Update")
-        verdict = await check_job_order(self.config, scope, order)
+        verdict = await self._check(scope, order)
         work_master = verdict.work_master
         if work_master is None:
             return Outcome(ReturnStatus.UNABLE_TO_ACCEPT_JOB_ORDER, verdict.message)
@@ -237,6 +241,10 @@ class JobManager:
             )
 
     # -- helpers ----------------------------------------------------------------------------
+
+    async def _check(self, scope: str, order: JobOrder) -> Verdict:
+        default = self.settings.default_work_master
+        return await check_job_order(self.config, scope, order, default_work_master=default)
 
     async def _limit(self, scope: str) -> int | None:
         """The scope's job limit (MES override, else the setting); ``None``: no limit."""

@@ -320,11 +320,17 @@ class JobResponsesReply:
 
 @dataclass
 class JobAcceptance:
-    """Payload of ``config.jobacceptance``: the scope's limit (65535 means no limit)."""
+    """Payload of ``config.jobacceptance``: the scope's limit (65535 means no limit) and the
+    Work Master a job order naming none runs (each left out: the ``[jobs]`` setting)."""
 
-    max_downloadable_job_orders: int
+    max_downloadable_job_orders: int | None = None
+    default_work_master_id: str | None = None
 
     def __post_init__(self) -> None:
+        if self.default_work_master_id == "":
+            raise ValueError("DefaultWorkMasterID must not be empty (leave it out instead)")
+        if self.max_downloadable_job_orders is None:
+            return
         if not 0 <= self.max_downloadable_job_orders <= 0xFFFF:
             raise ValueError("MaxDownloadableJobOrders must be 0..65535 (a UInt16)")
 

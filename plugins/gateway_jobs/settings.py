@@ -21,6 +21,11 @@ class JobsSettings:
         "the MES overrides it per scope with config.jobacceptance",
         minimum=0,
     )
+    default_work_master: str = setting(
+        "",
+        "Work Master a job order naming none runs (empty: such a job order is refused); "
+        "the MES overrides it per scope with config.jobacceptance DefaultWorkMasterID",
+    )
     retry_limit: int = setting(
         200,
         "Attempts of one state change when other instances keep changing the same job",

@@ -8,11 +8,12 @@ from typing import TYPE_CHECKING, Any
 from anyio.abc import TaskStatus
 
 from gateway.recipes import JobCommand, RecipeJob, RecipeProgress
+from gateway.routing import EquipmentUse
 from gateway_sfc.coordination import Coordinator
 from gateway_sfc.model import DATASCHEMA
 from gateway_sfc.progress import read_progress
 from gateway_sfc.svg import render_svg
-from gateway_sfc.validation import load_chart, validate_recipe
+from gateway_sfc.validation import equipment_uses, load_chart, validate_recipe
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
@@ -21,7 +22,8 @@ if TYPE_CHECKING:
 class SfcInterpreter:
     """``gateway.recipes.RecipeInterpreter`` for SFC recipes: work goes to the work stream.
 
-    Also a ``gateway.recipes.RecipeViewer``: it draws charts and reports a job's progress.
+    Also a ``gateway.recipes.RecipeViewer``: it draws charts and reports a job's progress; and a
+    ``gateway.recipes.EquipmentUser``: it lists what a recipe asks of equipment.
     """
 
     dataschema = DATASCHEMA
@@ -31,6 +33,9 @@ class SfcInterpreter:
 
     def validate(self, recipe: Any) -> Sequence[str]:
         return validate_recipe(recipe)
+
+    def equipment_uses(self, recipe: Any) -> Sequence[EquipmentUse]:
+        return equipment_uses(recipe)
 
     async def start(self, job: RecipeJob) -> None:
         await self.coordinator.start_job(job)
