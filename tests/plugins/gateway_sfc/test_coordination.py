@@ -4,7 +4,7 @@ equipment through the driver API (in-process test equipment)."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +18,7 @@ from gateway.equipment import EquipmentCommand
 from gateway.hookspecs import hookimpl
 from gateway.jobstates import JobState
 from gateway.recipes import JobCommand
-from gateway.testing import running, wait_until
+from gateway.testing import poll_until, running, wait_until
 from gateway.testing.equipment import EquipmentFailure, NoAnswer, TestEquipment
 from gateway.testing.mqtt import connect_test_client
 from gateway.testing.redis_ha import redis_client
@@ -87,13 +87,6 @@ async def run_job(
     if parameters:
         order["JobOrderParameters"] = [{"ID": k, "Value": v} for k, v in parameters.items()]
     assert return_status(await mes.store(order, method="StoreAndStart")) == OK
-
-
-async def poll_until(condition: Callable[[], Awaitable[bool]], timeout: float = 10) -> None:
-    """Ask the MES interface until ``condition`` holds (there is no event to wait on)."""
-    with anyio.fail_after(timeout):
-        while not await condition():  # noqa: ASYNC110
-            await anyio.sleep(0.05)
 
 
 async def engine_settled(station: SfcStation, scope: str) -> None:
@@ -228,7 +221,7 @@ async def test_hold_then_mes_resume_retries_the_failed_action(station: SfcStatio
             response = (await mes.job_response("J1")).data["JobResponse"]
             return state_of(response)[:2] == ["Interrupted", "Held"] and bool(data_of(response))
 
-        await poll_until(held, 5)
+        await poll_until(held, timeout=5)
         # The error reply's reading is in the Job Response, beside the hold's reason.
         response = (await mes.job_response("J1")).data["JobResponse"]
         assert data_of(response)["tighten"] == {"torque": 97.4, "unit": "Nm"}
