@@ -16,7 +16,9 @@ MES aborted it meanwhile. Interpreters treat ``False`` as "stop working on this 
 
 Other plugins (the web UI) read jobs through ``JobControl`` too (``jobs``, ``response``) and ask
 for the MES's Pause, Resume and Abort on an operator's behalf (``request``). An interpreter that
-can draw its recipes and say how far a job got implements ``RecipeViewer`` as well.
+can draw its recipes and say how far a job got implements ``RecipeViewer`` as well; one that can
+name the equipment a recipe commands implements ``EquipmentPlanner`` (the dispatcher allocates
+that equipment to the job while it runs).
 """
 
 from __future__ import annotations
@@ -248,6 +250,21 @@ class RecipeViewer(Protocol):
 
     async def progress(self, scope: str, job_order_id: str) -> RecipeProgress | None:
         """The job's progress, or ``None`` when this interpreter has (no longer) any state."""
+        ...
+
+
+@runtime_checkable
+class EquipmentPlanner(Protocol):
+    """Optional for an interpreter: name the equipment a recipe commands.
+
+    Job management allocates it to the job while the job runs (with the job order's
+    ``EquipmentRequirements``), so two jobs needing the same equipment never run together.
+    """
+
+    def equipment(self, recipe: Any) -> Collection[str]:
+        """The IDs of the equipment ``recipe`` addresses by name; empty when it names none.
+
+        Called for a recipe that passed ``validate``; must not raise for one."""
         ...
 
 

@@ -11,12 +11,16 @@ DELETE (remove). The payload is one resource or a list of them:
     personnel           ISA95PersonnelDataType       ID                     set of allowed IDs
     physicalasset       ISA95PhysicalAssetDataType   ID                     set of allowed IDs
     workmaster          Work Master with Data        ID                     document + ID set
-    jobacceptance       {MaxDownloadableJobOrders}   (the scope)            document
+    jobacceptance       {MaxDownloadableJobOrders,   (the scope)            document
+                         MaxRunningJobOrders}
+    online              {Online, Reason}             (the scope)            document
 
-Keys: ``{p}:{scope}:config:<kind>`` (sets and the job acceptance document) and
+Keys: ``{p}:{scope}:config:<kind>`` (sets and the two documents) and
 ``{p}:{scope}:workmaster:<id>``. A Work Master whose ``DataSchema`` no recipe interpreter here
 reads, or whose recipe its interpreter finds invalid, is refused with the reasons; a list is
-stored all or nothing.
+stored all or nothing. ``jobacceptance`` takes its keys in PascalCase or snake_case. ``online``
+with ``Online: false`` takes the scope offline (no queued job starts, see ``queue``); DELETE or
+``Online: true`` brings it back. Both are followed by a dispatch (``on_change``).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from gateway_jobs.model import (
     Equipment,
     JobAcceptance,
     Material,
+    Online,
     Outcome,
     Personnel,
     PhysicalAsset,
@@ -83,7 +88,12 @@ RESOURCE_KINDS: Mapping[str, ResourceKind] = {
 }
 WORK_MASTER = "workmaster"
 JOB_ACCEPTANCE = "jobacceptance"
-CONFIG_KINDS = (*RESOURCE_KINDS, WORK_MASTER, JOB_ACCEPTANCE)
+ONLINE = "online"
+CONFIG_KINDS = (*RESOURCE_KINDS, WORK_MASTER, JOB_ACCEPTANCE, ONLINE)
+_ACCEPTANCE_NAMES = {
+    "max_downloadable_job_orders": "MaxDownloadableJobOrders",
+    "max_running_job_orders": "MaxRunningJobOrders",
+}
 
 
 def config_type(kind: str) -> str:
@@ -137,12 +147,18 @@ class StationConfig:
         document = await self.store.get_json(self.work_master_key(scope, work_master_id))
         return None if document is None else from_json(document, WorkMaster, element="WorkMaster")
 
+    async def job_acceptance(self, scope: str) -> JobAcceptance:
+        """The scope's overrides of the job limits (``None`` each: the setting applies)."""
+        document = await self.store.get_json(self.allowed_key(scope, JOB_ACCEPTANCE))
+        return JobAcceptance() if document is None else from_json(document, JobAcceptance)
+
     async def max_job_orders(self, scope: str) -> int | None:
         """The scope's MaxDownloadableJobOrders override, if the MES set one."""
-        document = await self.store.get_json(self.allowed_key(scope, JOB_ACCEPTANCE))
-        if document is None:
-            return None
-        return from_json(document, JobAcceptance).max_downloadable_job_orders
+        return (await self.job_acceptance(scope)).max_downloadable_job_orders
+
+    async def max_running_job_orders(self, scope: str) -> int | None:
+        """The scope's MaxRunningJobOrders override, if the MES set one."""
+        return (await self.job_acceptance(scope)).max_running_job_orders
 
     # -- configuration events ---------------------------------------------------------------
 
@@ -152,6 +168,8 @@ class StationConfig:
             raise ValidationError("method", f"must be {PUT} or {DELETE}, got {method!r}")
         if kind == JOB_ACCEPTANCE:
             return await self._job_acceptance(scope, method, data)
+        if kind == ONLINE:
+            return await self._online(scope, method, data)
         if kind == WORK_MASTER:
             return await self._work_masters(scope, method, _items(data, WorkMaster))
         resource = RESOURCE_KINDS[kind]
@@ -204,7 +222,17 @@ class StationConfig:
         if method == DELETE:  # back to the [jobs] max_job_orders setting
             await self.store.client.delete(key)
         else:
+            if isinstance(data, dict):
+                data = {_ACCEPTANCE_NAMES.get(name, name): value for name, value in data.items()}
             await self.store.set_json(key, to_json(from_json(data, JobAcceptance)))
+        return Outcome(ReturnStatus.NO_ERROR)
+
+    async def _online(self, scope: str, method: str, data: Any) -> Outcome:
+        key = self.allowed_key(scope, ONLINE)
+        if method == DELETE:
+            await self.store.client.delete(key)
+        else:
+            await self.store.set_json(key, to_json(from_json(data, Online)))
         return Outcome(ReturnStatus.NO_ERROR)
 
 

@@ -53,7 +53,8 @@ class JobsControl:
         return None if job is None else job.state
 
     async def startable(self, scope: str) -> Sequence[str]:
-        return await self.manager.repository.in_state(scope, "AllowedToStart")
+        # Only the jobs the dispatcher let start: the others wait in the queue for their turn.
+        return await self.manager.dispatcher.admitted_waiting(scope)
 
     async def jobs(self, scope: str) -> Sequence[JobSummary]:
         repository = self.manager.repository

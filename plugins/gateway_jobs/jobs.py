@@ -1,11 +1,13 @@
 """Job management: every OPC 40001-3 method and every recipe report, start to finish.
 
 Each change goes the same way: decide and store it atomically (``repository``), then announce
-it (status event, ``gateway_job_state_changed`` observers) and hand the job to or tell its
-recipe interpreter (``start`` on entering AllowedToStart, ``command`` on Pause, Resume, Stop
-and Abort once the interpreter has the job). What happens after the store cannot undo the
-change: a failing publish or interpreter is logged, and the method still reports success,
-because the state the MES asked for is what the station now holds.
+it (status event, ``gateway_job_state_changed`` observers), let the dispatcher start what may
+start now (a job entering AllowedToStart waits in the scope's queue, see ``queue``; the
+dispatcher hands it to its interpreter's ``start`` when its turn comes), and tell the
+interpreter the MES's Pause, Resume, Stop and Abort once it has the job (``command``). What
+happens after the store cannot undo the change: a failing publish or interpreter is logged, and
+the method still reports success, because the state the MES asked for is what the station now
+holds.
 """
 
 from __future__ import annotations
@@ -15,20 +17,33 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from gateway.recipes import JobCommand, RecipeInterpreter
+from gateway.jobstates import TopState
+from gateway.recipes import EquipmentPlanner, JobCommand, RecipeInterpreter
 from gateway.store import Store
 from gateway_jobs.acceptance import check_job_order
-from gateway_jobs.config import StationConfig
+from gateway_jobs.config import JOB_ACCEPTANCE, ONLINE, StationConfig
+from gateway_jobs.dispatcher import Dispatcher
 from gateway_jobs.events import Cause, EventSink, status_event
 from gateway_jobs.model import (
     JobOrderCall,
     JobOrderIDCall,
+    JobResponse,
     JobResponseReply,
     JobResponsesReply,
     Outcome,
+    Parameter,
     ReturnStatus,
 )
-from gateway_jobs.repository import Change, Edit, JobRepository, Refusal, StoredJob, new_job
+from gateway_jobs.queue import HOLDING
+from gateway_jobs.repository import (
+    Change,
+    Edit,
+    JobRepository,
+    Refusal,
+    StoredJob,
+    new_job,
+    required_equipment,
+)
 from gateway_jobs.settings import NO_LIMIT, JobsSettings
 from gateway_jobs.states import INITIAL, next_state, state_path, top_state
 
@@ -36,6 +51,7 @@ log = logging.getLogger(__name__)
 
 Observer = Callable[..., Any]  # gateway_job_state_changed(scope, job_order_id, method, ...)
 _COMMANDS = {command.value: command for command in JobCommand}
+QUEUE_POSITION_ID = "QueuePosition"  # Job Response entry of a queued job: 1 starts next
 
 
 class JobManager:
@@ -52,8 +68,11 @@ class JobManager:
         observe: Observer,
         observe_method: Observer = lambda **_: None,
     ) -> None:
-        self.repository = JobRepository(store, retry_limit=settings.retry_limit)
+        self.repository = JobRepository(
+            store, retry_limit=settings.retry_limit, needs=self.equipment
+        )
         self.config = StationConfig(store, interpreters)
+        self.dispatcher = Dispatcher(store, capacity=self.capacity, start=self._start_admitted)
         self.interpreters = interpreters
         self.settings = settings
         self.source = source
@@ -109,7 +128,12 @@ class JobManager:
         job = await self.repository.load(scope, job_order_id)
         if job is None:
             return JobResponseReply(ReturnStatus.UNKNOWN_JOB_ORDER_ID)
-        return JobResponseReply(ReturnStatus.NO_ERROR, job.response)
+        response = job.response
+        if TopState.of(job.state) is TopState.ALLOWED_TO_START:
+            position = (await self.dispatcher.queue(scope)).position(job_order_id)
+            if position is not None:  # read now, never stored: it changes as others move
+                response = _with_position(response, position)
+        return JobResponseReply(ReturnStatus.NO_ERROR, response)
 
     async def job_responses(self, scope: str, wanted: str) -> JobResponsesReply:
         """RequestJobResponseByJobOrderState: a top-level state matches all its substates."""
@@ -163,6 +187,7 @@ class JobManager:
             return False
         if trigger != "ResultUpdate":
             await self._announce(scope, result, None)
+            await self._dispatch_after(scope, result)
         return True
 
     # -- after a change ---------------------------------------------------------------------
@@ -179,6 +204,7 @@ class JobManager:
             return self._refused(result, scope, job_order_id, method)
         await self._announce(scope, result, cause)
         await self._hand_off(scope, result)
+        await self._dispatch_after(scope, result)
         return Outcome(ReturnStatus.NO_ERROR)
 
     async def _announce(self, scope: str, change: Change, cause: Cause | None) -> None:
@@ -207,11 +233,20 @@ class JobManager:
             log.exception("a gateway_job_state_changed observer failed")
 
     async def _hand_off(self, scope: str, change: Change) -> None:
-        """Start the recipe, or pass the MES's command on to the interpreter running it."""
-        call = _interpreter_call(change)
-        if call is None:
-            return
-        job = change.after
+        """Pass the MES's command on to the interpreter running the job."""
+        command = _interpreter_call(change)
+        if command is not None:
+            await self._tell(scope, change.after, command, change.trigger)
+
+    async def _start_admitted(self, scope: str, job_order_id: str) -> None:
+        """The dispatcher let the job start: hand it to its interpreter."""
+        job = await self.repository.load(scope, job_order_id)
+        if job is not None and TopState.of(job.state) is TopState.ALLOWED_TO_START:
+            await self._tell(scope, job, "start", "dispatch")
+
+    async def _tell(
+        self, scope: str, job: StoredJob, call: JobCommand | Literal["start"], why: str
+    ) -> None:
         interpreter = self.interpreters.get(job.work_master.data_schema or "")
         if interpreter is None:
             log.error(
@@ -228,11 +263,46 @@ class JobManager:
                 await interpreter.command(job.recipe_job(scope), call)
         except Exception:
             log.exception(
-                "job %s/%s: recipe interpreter failed on %s",
-                scope,
-                job.job_order_id,
-                change.trigger,
+                "job %s/%s: recipe interpreter failed on %s", scope, job.job_order_id, why
             )
+
+    async def _dispatch_after(self, scope: str, change: Change) -> None:
+        """Let queued jobs start when ``change`` may allow it (the job entered or left the
+        queue, or freed its slot and equipment)."""
+        before = TopState.of(change.previous_state)
+        after = TopState.of(change.after.state)
+        queue = TopState.ALLOWED_TO_START
+        if queue in (before, after) or (before in HOLDING and after not in HOLDING):
+            await self.dispatch(scope)
+
+    async def dispatch(self, scope: str) -> None:
+        try:
+            await self.dispatcher.dispatch(scope)
+        except Exception as error:  # the change stands; the periodic pass dispatches later
+            log.warning("dispatching scope %s failed: %s", scope, error)
+
+    async def configure(self, scope: str, kind: str, method: str, data: Any) -> Outcome:
+        """Apply a configuration event; a new capacity or online state may let jobs start."""
+        outcome = await self.config.apply(scope, kind, method, data)
+        if outcome.ok and kind in (JOB_ACCEPTANCE, ONLINE):
+            await self.dispatch(scope)
+        return outcome
+
+    async def capacity(self, scope: str) -> int:
+        """Jobs the scope runs at once (MES override, else the setting); 0: no limit."""
+        override = await self.config.max_running_job_orders(scope)
+        return self.settings.max_running_job_orders if override is None else override
+
+    def equipment(self, job: StoredJob) -> list[str]:
+        """What the job holds while it runs: its EquipmentRequirements and the equipment its
+        recipe commands (when its interpreter can say, ``EquipmentPlanner``)."""
+        if not self.settings.equipment_allocation:
+            return []
+        needed = required_equipment(job)
+        interpreter: object = self.interpreters.get(job.work_master.data_schema or "")
+        if isinstance(interpreter, EquipmentPlanner):
+            needed += interpreter.equipment(job.work_master.data)
+        return sorted(set(needed))
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -267,10 +337,14 @@ class JobManager:
         )
 
 
-def _interpreter_call(change: Change) -> JobCommand | Literal["start"] | None:
-    """What the interpreter must hear of ``change``: start the job, a command, or nothing."""
-    if change.trigger in ("Start", "StoreAndStart"):
-        return "start"
+def _with_position(response: JobResponse, position: int) -> JobResponse:
+    entry = Parameter(id=QUEUE_POSITION_ID, value=position)
+    data = [item for item in response.job_response_data or [] if item.id != QUEUE_POSITION_ID]
+    return dataclasses.replace(response, job_response_data=[*data, entry])
+
+
+def _interpreter_call(change: Change) -> JobCommand | None:
+    """The command the interpreter must hear of ``change`` (starting is the dispatcher's)."""
     command = _COMMANDS.get(change.trigger)
     before = change.before
     # The interpreter has the job from AllowedToStart on: an Abort before concerns only us.

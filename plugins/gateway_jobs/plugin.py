@@ -20,10 +20,11 @@ from gateway.settings import Settings
 from gateway.transport import MQTT_BINDING, Processor, Service
 from gateway_jobs.commands import config_push_command, jobs_command
 from gateway_jobs.control import JobsControl
+from gateway_jobs.dispatcher import DispatchService
 from gateway_jobs.events import BindingEvents, MetadataService
 from gateway_jobs.jobs import JobManager
 from gateway_jobs.methods import JobsMethods
-from gateway_jobs.metrics import count_methods, sample_jobs_by_state
+from gateway_jobs.metrics import count_methods, sample_jobs_by_state, sample_queues
 from gateway_jobs.processor import JobsProcessor
 from gateway_jobs.settings import JobsSettings
 
@@ -99,6 +100,9 @@ def gateway_register_services(
     if manager is None:
         return
     sample_jobs_by_state(gateway.metrics, manager.repository)
+    sample_queues(gateway.metrics, manager)
+    jobs = settings.get(JobsSettings)
+    register(DispatchService(manager.dispatcher, jobs.dispatch_poll_seconds))
     if BINDING in gateway.bindings:
         register(MetadataService(settings.get(JobsSettings).topic_prefix, BINDING))
 

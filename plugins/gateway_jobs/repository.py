@@ -7,6 +7,9 @@ Keys, all in the scope's hash slot (``store.keys.scoped``)::
     {p}:{scope}:jobs:by-priority       ZSET    every job the scope holds, score -Priority
     {p}:{scope}:jobs:state:{top}       SET     the jobs in each top-level state
     {p}:{scope}:changes                STREAM  the store's change stream (read by the publisher)
+    {p}:{scope}:queue:...                      the AllowedToStart queue and the equipment
+                                               running jobs hold (``queue``), kept in the same
+                                               transaction as the state
 
 A state change is optimistic: WATCH the job's two documents, read them, decide with the state
 table, then write documents, indexes and one change record in one MULTI/EXEC. If another
@@ -25,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -45,6 +48,7 @@ from gateway_jobs.model import (
     from_json,
     to_json,
 )
+from gateway_jobs.queue import QueueKeys, entry_json, queue_change
 from gateway_jobs.states import (
     END,
     INITIAL,
@@ -167,12 +171,24 @@ Edit = Callable[[StoredJob], StoredJob]
 """Adjusts a job already moved to its new state (its order, its response's data)."""
 
 
+Needs = Callable[[StoredJob], Collection[str]]
+"""The equipment a job holds while it runs (its recipe's and its EquipmentRequirements)."""
+
+
+def required_equipment(job: StoredJob) -> list[str]:
+    return [item.id for item in job.job_order.equipment_requirements or [] if item.id]
+
+
 class JobRepository:
     """Reads and compare-and-swap writes of one store's jobs."""
 
-    def __init__(self, store: Store, *, retry_limit: int = 200) -> None:
+    def __init__(
+        self, store: Store, *, retry_limit: int = 200, needs: Needs = required_equipment
+    ) -> None:
         self.store = store
         self.retry_limit = retry_limit
+        self.needs = needs
+        self.queue_keys = QueueKeys(store)
 
     # -- keys -------------------------------------------------------------------------------
 
@@ -319,6 +335,15 @@ class JobRepository:
                 )
             if before is None or before.priority != after.priority:
                 pipeline.zadd(self.priority_key(scope), {job_order_id: -after.priority})
+        queue_change(
+            pipeline,
+            self.queue_keys,
+            scope,
+            job_order_id,
+            None if before is None else before.state,
+            after.state,
+            lambda: entry_json(after.priority, after.job_order.start_time, self.needs(after)),
+        )
         transaction.append_change(change_record(scope, change))
         return change
 
