@@ -35,6 +35,7 @@ if TYPE_CHECKING:
         EquipmentReply,
     )
     from gateway.jobmethods import JobMethods
+    from gateway.jobstates import JobState
     from gateway.phases import (
         DriverPhase,
         InterpreterPhase,
@@ -193,12 +194,12 @@ def gateway_shutdown(gateway: Gateway, reason: str) -> None:
 
 @hookspec
 def gateway_job_state_changed(
-    scope: str, job_order_id: str, method: str, previous: str, current: str
+    scope: str, job_order_id: str, method: str, previous: JobState, current: JobState
 ) -> None:
     """Observer: a job changed state, after the change is stored.
 
-    ``previous`` and ``current`` are state paths such as ``AllowedToStart.Ready`` or
-    ``Ended.Completed``; ``method`` is the OPC method or the interpreter's call that caused it.
+    ``previous`` and ``current`` are ``JobState`` members (text, too: ``AllowedToStart.Ready``,
+    ``Ended.Completed``); ``method`` is the OPC method or the interpreter's call that caused it.
     For metrics and audit; must not raise or block.
     """
 

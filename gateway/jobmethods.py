@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
+from gateway.jobstates import JobState
+
 
 class JobMethod(StrEnum):
     """The methods of OPC 40001-3's JobOrderControl and JobOrderResults."""
@@ -88,7 +90,7 @@ class JobStatus:
     scope: str
     job_order_id: str
     method: str  # the MES method or recipe report that caused it (``Store``, ``Complete``...)
-    state: str  # state path, e.g. ``Ended.Completed``
+    state: JobState  # e.g. ``Ended.Completed``
     job_order: Mapping[str, Any]
     job_state: Sequence[Mapping[str, Any]]
     job_response: Mapping[str, Any]

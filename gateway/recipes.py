@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
+from gateway.jobstates import JobState
+
 RECIPE_VERSION_ID = "RecipeVersion"
 """``ID`` of the Job Response entry naming the recipe version a job runs (``recipe_version``)."""
 
@@ -117,7 +119,7 @@ class JobSummary:
     """One job of a scope, as lists show it. Times are RFC 3339 text, ``None`` when unknown."""
 
     job_order_id: str
-    state: str  # state path, e.g. ``Running`` or ``Ended.Completed``
+    state: JobState  # e.g. ``Running`` or ``Ended.Completed``
     priority: int
     stored_at: str | None  # when the job entered the station
     start_time: str | None  # first time Running
@@ -142,8 +144,8 @@ class JobControl(Protocol):
         """The job and its Work Master, or ``None`` when it no longer exists."""
         ...
 
-    async def state(self, scope: str, job_order_id: str) -> str | None:
-        """The job's state path, e.g. ``Running`` or ``Interrupted.Held``; ``None`` if unknown."""
+    async def state(self, scope: str, job_order_id: str) -> JobState | None:
+        """The job's state (``JobState.RUNNING``, ``JobState.HELD``...); ``None`` if unknown."""
         ...
 
     async def startable(self, scope: str) -> Sequence[str]:

@@ -18,6 +18,7 @@ from rich.text import Text
 from gateway.app import Gateway
 from gateway.cloudevents import CloudEvent
 from gateway.hookspecs import hookimpl
+from gateway.jobstates import JobState, TopState
 from gateway.mqttclient import CloudEventClient
 from gateway.testing.mes import MesClient
 
@@ -38,13 +39,13 @@ def rear_axle_recipe() -> Any:
 class Progress:
     """Follows jobs and steps through the gateway's observer hooks."""
 
-    states: dict[str, str] = field(default_factory=dict)  # job -> state path
+    states: dict[str, JobState] = field(default_factory=dict)  # job -> its state
     active: dict[str, set[str]] = field(default_factory=dict)  # job -> active steps
     steps_done: int = 0
 
     @hookimpl
     def gateway_job_state_changed(
-        self, scope: str, job_order_id: str, method: str, previous: str, current: str
+        self, scope: str, job_order_id: str, method: str, previous: JobState, current: JobState
     ) -> None:
         self.states[job_order_id] = current
 
@@ -58,10 +59,10 @@ class Progress:
             self.steps_done += 1
 
     def ended(self) -> list[str]:
-        return [job for job, state in self.states.items() if state.startswith(("Ended", "Aborted"))]
+        return [job for job, state in self.states.items() if state.final]
 
     def counts(self) -> Counter[str]:
-        return Counter(state.split(".")[0] for state in self.states.values())
+        return Counter(state.top.value for state in self.states.values())
 
     def line(self, elapsed: float, total: int) -> str:
         """One line, for output that is not a terminal (a log, a pipe): what changed."""
@@ -73,7 +74,7 @@ class Progress:
         return [
             (job, ", ".join(sorted(steps)))
             for job, steps in sorted(self.active.items())
-            if steps and not self.states.get(job, "").startswith(("Ended", "Aborted"))
+            if steps and not self.states.get(job, JobState.INITIAL).final
         ]
 
     def view(self, elapsed: float, total: int, shown: int = 3) -> Group:
@@ -201,10 +202,10 @@ def partial_summary(progress: Progress, total: int, elapsed: float, why: str) ->
     """What had happened when the demo was interrupted or gave up."""
     counts = progress.counts()
     others = ", ".join(
-        f"{count} {name}" for name, count in sorted(counts.items()) if name not in ("Ended",)
+        f"{count} {name}" for name, count in sorted(counts.items()) if name != TopState.ENDED
     )
     return Text(
-        f"Demo {why} after {elapsed:.1f} s: {counts['Ended']} of {total} jobs completed"
+        f"Demo {why} after {elapsed:.1f} s: {counts[TopState.ENDED]} of {total} jobs completed"
         f"{', ' + others if others else ''}, {progress.steps_done} recipe steps. "
         "The gateway stopped cleanly."
     )
@@ -233,7 +234,7 @@ async def run_demo(gateway: Gateway, mes: DemoMes, started: float) -> int:
     results = await mes.collect()
     mes.out.print(summary(results, mes.progress, time.monotonic() - started))
     completed = all(
-        result.get("JobState", [{}])[0].get("StateText", {}).get("Text") == "Ended"
+        result.get("JobState", [{}])[0].get("StateText", {}).get("Text") == TopState.ENDED
         for result in results.values()
     )
     return 0 if completed and len(results) == mes.jobs else 1

@@ -19,14 +19,16 @@ import anyio
 from gateway.cloudevents import CloudEvent
 from gateway.codecs.mqtt import from_mqtt
 from gateway.errors import GatewayError
-from gateway.jobstates import TOP_STATES
+from gateway.jobstates import TopState
 from gateway.mqttclient import CloudEventClient
 from gateway_jobs.config import CONFIG_KINDS, config_type
 from gateway_jobs.events import STATUS_EVENT_TYPE, method_type
 from gateway_jobs.model import ReturnStatus
 
 # States a job can be found in (InitialState and EndState are never stored).
-LISTED_STATES = tuple(state for state in TOP_STATES if state not in ("InitialState", "EndState"))
+LISTED_STATES = tuple(
+    state.value for state in TopState if state not in (TopState.INITIAL, TopState.END)
+)
 
 _STATUS_MEANING = {
     ReturnStatus.UNKNOWN_JOB_ORDER_ID: "unknown job order",

@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gateway.jobstates import JobState
 from gateway.logs import log_context
 from gateway.recipes import (
     RECIPE_VERSION_ID,
@@ -48,7 +49,7 @@ class JobsControl:
         job = await self.manager.repository.load(scope, job_order_id)
         return None if job is None else job.recipe_job(scope)
 
-    async def state(self, scope: str, job_order_id: str) -> str | None:
+    async def state(self, scope: str, job_order_id: str) -> JobState | None:
         job = await self.manager.repository.load(scope, job_order_id)
         return None if job is None else job.state
 

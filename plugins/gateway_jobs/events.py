@@ -21,7 +21,7 @@ from gateway.transport import MQTT_BINDING, Binding
 from gateway_jobs.config import CONFIG_KINDS, config_type
 from gateway_jobs.model import JobOrderStatusEvent, to_json
 from gateway_jobs.repository import Change
-from gateway_jobs.states import MES_METHODS, has_result, state_list
+from gateway_jobs.states import MES_METHODS, state_list
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
@@ -53,7 +53,7 @@ def status_event(source: str, scope: str, change: Change, cause: Cause | None) -
     payload = JobOrderStatusEvent(
         job_order=job.job_order,
         job_state=state_list(job.state),
-        job_response=job.response if has_result(job.state) else None,
+        job_response=job.response if job.state.final else None,
     )
     return CloudEvent(
         type=STATUS_EVENT_TYPE,

@@ -22,10 +22,11 @@ import anyio
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 
 from gateway.jobmethods import JobStatus
+from gateway.jobstates import JobState
 from gateway.store import Store
 from gateway_jobs.model import to_json
 from gateway_jobs.repository import JobRepository
-from gateway_jobs.states import END, state_list
+from gateway_jobs.states import state_list
 
 log = logging.getLogger(__name__)
 
@@ -98,11 +99,16 @@ class ChangeReader:
 
     async def _status(self, fields: Mapping[str, str]) -> JobStatus | None:
         scope, job_order_id = fields.get("scope"), fields.get("job_order_id")
-        trigger, state = fields.get("change_type"), fields.get("state")
-        if not (scope and job_order_id and trigger and state):
+        trigger, text = fields.get("change_type"), fields.get("state")
+        if not (scope and job_order_id and trigger and text):
             log.error("status events: change record without scope, job, type or state skipped")
             return None
         if trigger in _SILENT_TRIGGERS:
+            return None
+        try:
+            state = JobState(text)
+        except ValueError:
+            log.error("status event of job %s/%s skipped: no state %r", scope, job_order_id, text)
             return None
         try:
             known = await self._documents(scope, job_order_id, fields)
@@ -110,11 +116,13 @@ class ChangeReader:
             log.error("status event of job %s/%s skipped: %s", scope, job_order_id, error)
             return None
         job_state = to_json(state_list(state))
-        if state == END:
+        if state is JobState.END:
             self.known.pop((scope, job_order_id), None)
         # A job that left has no current response: its last one (final, or as it was cancelled).
         response = (
-            known.job_response if state == END else {**known.job_response, "JobState": job_state}
+            known.job_response
+            if state is JobState.END
+            else {**known.job_response, "JobState": job_state}
         )
         return JobStatus(
             scope=scope,
@@ -131,7 +139,7 @@ class ChangeReader:
         order = _parsed(fields.get("job_order"))
         response = _parsed(fields.get("job_response"))
         known = self.known.get((scope, job_order_id))
-        if (order is None or response is None) and fields.get("state") != END:
+        if (order is None or response is None) and fields.get("state") != JobState.END:
             stored = await self.repository.load(scope, job_order_id)
             if stored is not None:
                 order = order or to_json(stored.job_order)

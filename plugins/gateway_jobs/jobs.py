@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from gateway.jobstates import TopState
+from gateway.jobstates import JobState, StateFilter, TopState, matches
 from gateway.recipes import EquipmentPlanner, JobCommand, RecipeInterpreter
 from gateway.store import Store
 from gateway_jobs.acceptance import check_job_order
@@ -45,7 +45,7 @@ from gateway_jobs.repository import (
     required_equipment,
 )
 from gateway_jobs.settings import NO_LIMIT, JobsSettings
-from gateway_jobs.states import INITIAL, next_state, state_path, top_state
+from gateway_jobs.states import job_state, next_state
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class JobManager:
         verdict = await check_job_order(self.config, scope, order)
         if verdict.work_master is None:
             return Outcome(ReturnStatus.UNABLE_TO_ACCEPT_JOB_ORDER, verdict.message)
-        state = next_state(INITIAL, method)
+        state = next_state(JobState.INITIAL, method)
         assert state is not None, f"{method} creates no job"
         job = new_job(order, state, verdict.work_master)
         result = await self.repository.create(scope, job, method, limit=await self._limit(scope))
@@ -129,18 +129,19 @@ class JobManager:
         if job is None:
             return JobResponseReply(ReturnStatus.UNKNOWN_JOB_ORDER_ID)
         response = job.response
-        if TopState.of(job.state) is TopState.ALLOWED_TO_START:
+        if job.state.top is TopState.ALLOWED_TO_START:
             position = (await self.dispatcher.queue(scope)).position(job_order_id)
             if position is not None:  # read now, never stored: it changes as others move
                 response = _with_position(response, position)
         return JobResponseReply(ReturnStatus.NO_ERROR, response)
 
-    async def job_responses(self, scope: str, wanted: str) -> JobResponsesReply:
+    async def job_responses(self, scope: str, wanted: StateFilter) -> JobResponsesReply:
         """RequestJobResponseByJobOrderState: a top-level state matches all its substates."""
+        top = wanted if isinstance(wanted, TopState) else wanted.top
         responses = [
             response
-            for response in await self.repository.responses_in_state(scope, top_state(wanted))
-            if "." not in wanted or state_path(response.job_state or []) == wanted
+            for response in await self.repository.responses_in_state(scope, top)
+            if matches(job_state(response.job_state or []), wanted)
         ]
         return JobResponsesReply(ReturnStatus.NO_ERROR, responses)
 
@@ -269,8 +270,8 @@ class JobManager:
     async def _dispatch_after(self, scope: str, change: Change) -> None:
         """Let queued jobs start when ``change`` may allow it (the job entered or left the
         queue, or freed its slot and equipment)."""
-        before = TopState.of(change.previous_state)
-        after = TopState.of(change.after.state)
+        before = change.previous_state.top
+        after = change.after.state.top
         queue = TopState.ALLOWED_TO_START
         if queue in (before, after) or (before in HOLDING and after not in HOLDING):
             await self.dispatch(scope)
@@ -348,6 +349,6 @@ def _interpreter_call(change: Change) -> JobCommand | None:
     command = _COMMANDS.get(change.trigger)
     before = change.before
     # The interpreter has the job from AllowedToStart on: an Abort before concerns only us.
-    if command is None or before is None or top_state(before.state) == "NotAllowedToStart":
+    if command is None or before is None or before.state.top is TopState.NOT_ALLOWED_TO_START:
         return None
     return command

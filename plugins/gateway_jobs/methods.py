@@ -27,7 +27,7 @@ from gateway_jobs.model import (
     from_json,
     to_json,
 )
-from gateway_jobs.states import CREATING, state_list, state_path
+from gateway_jobs.states import CREATING, state_filter, state_list
 
 
 class JobsMethods:
@@ -60,7 +60,7 @@ class JobsMethods:
         if method is JobMethod.REQUEST_JOB_RESPONSE_BY_JOB_ORDER_STATE:
             by_state = from_json(arguments, JobResponseByStateCall)
             try:
-                wanted = state_path(by_state.job_order_state)
+                wanted = state_filter(by_state.job_order_state)
             except ValueError as error:  # names no state of the machine
                 raise ValidationError("data.JobOrderState", str(error)) from None
             return MethodResult(to_json(await self.manager.job_responses(scope, wanted)))

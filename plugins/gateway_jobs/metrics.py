@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from gateway.jobstates import TOP_STATES
+from gateway.jobstates import TopState
 from gateway.metrics import Metrics
 from gateway_jobs.repository import JobRepository
 
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from gateway_jobs.jobs import JobManager
 
 # Jobs are only ever counted in these; InitialState and EndState hold none (a cleared job is gone).
-COUNTED_STATES = [state for state in TOP_STATES if state not in ("InitialState", "EndState")]
+COUNTED_STATES = [state for state in TopState if state not in (TopState.INITIAL, TopState.END)]
 
 
 def count_methods(metrics: Metrics) -> Callable[[str, str], None]:
@@ -37,7 +37,7 @@ def sample_jobs_by_state(metrics: Metrics, repository: JobRepository) -> None:
         for scope in await repository.store.known_scopes():
             for state in COUNTED_STATES:
                 count = await repository.store.client.scard(repository.state_key(scope, state))
-                gauge.labels(scope, state).set(count)
+                gauge.labels(scope, state.value).set(count)
 
     metrics.sample_with(sample)
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from gateway.jobstates import TopState
+from gateway.jobstates import JobState, TopState
 from gateway.store import Store
 
 # States in which a job may hold a slot and its equipment (admitted: from being let start until
@@ -203,14 +203,14 @@ def queue_change(
     keys: QueueKeys,
     scope: str,
     job_order_id: str,
-    before: str | None,
-    after: str,
+    before: JobState | None,
+    after: JobState,
     entry: Callable[[], str],
 ) -> None:
     """Queue, update, dequeue or release ``job_order_id`` as its state goes ``before`` ->
-    ``after`` (state paths; ``None``: a new job), in the caller's transaction."""
-    was = TopState.of(before) if before is not None else TopState.INITIAL
-    now = TopState.of(after)
+    ``after`` (``None``: a new job), in the caller's transaction."""
+    was = TopState.INITIAL if before is None else before.top
+    now = after.top
     if now is TopState.ALLOWED_TO_START:
         # Entering, or an Update while queued (new priority, StartTime or equipment).
         pipeline.eval(

@@ -37,6 +37,7 @@ from redis.exceptions import WatchError
 
 from gateway.cloudevents import format_time, utc_now
 from gateway.errors import GatewayError
+from gateway.jobstates import JobState, TopState
 from gateway.recipes import RECIPE_VERSION_ID, RecipeJob, recipe_version
 from gateway.store import ScopeTransaction, Store
 from gateway_jobs.model import (
@@ -49,16 +50,7 @@ from gateway_jobs.model import (
     to_json,
 )
 from gateway_jobs.queue import QueueKeys, entry_json, queue_change
-from gateway_jobs.states import (
-    END,
-    INITIAL,
-    has_result,
-    next_state,
-    state_list,
-    state_number,
-    state_path,
-    top_state,
-)
+from gateway_jobs.states import job_state, next_state, state_list
 
 
 @dataclass(frozen=True)
@@ -66,7 +58,7 @@ class StoredJob:
     """A job as stored: its order, state path, the Work Master it runs, and its response."""
 
     job_order: JobOrder
-    state: str
+    state: JobState
     work_master: WorkMaster
     response: JobResponse
     stored_at: str | None = None  # when the job entered the station (RFC 3339)
@@ -92,21 +84,21 @@ class StoredJob:
     @classmethod
     def from_documents(cls, job: Any, response: Any) -> StoredJob:
         order = from_json(job["JobOrder"], JobOrder, element="JobOrder")
-        state = state_path(from_json(job["State"], list[State], element="State"))
+        state = job_state(from_json(job["State"], list[State], element="State"))
         work_master = from_json(job["WorkMaster"], WorkMaster, element="WorkMaster")
         stored_at = job.get("StoredAt") if isinstance(job.get("StoredAt"), str) else None
         if response is None:  # both are always written together; if one was lost, start anew
             return new_job(order, state, work_master)
         return cls(order, state, work_master, from_json(response, JobResponse), stored_at)
 
-    def moved_to(self, state: str) -> StoredJob:
+    def moved_to(self, state: JobState) -> StoredJob:
         """This job in ``state``; its Job Response follows: JobState, and the actual start
         (first time Running) and end (reaching Ended or Aborted) times."""
         response = dataclasses.replace(self.response, job_state=state_list(state))
         now = format_time(utc_now())
-        if state == "Running" and response.start_time is None:
+        if state is JobState.RUNNING and response.start_time is None:
             response.start_time = now
-        if has_result(state) and response.end_time is None:
+        if state.final and response.end_time is None:
             response.end_time = now
         return dataclasses.replace(self, state=state, response=response)
 
@@ -119,7 +111,7 @@ class StoredJob:
         )
 
 
-def new_job(order: JobOrder, state: str, work_master: WorkMaster) -> StoredJob:
+def new_job(order: JobOrder, state: JobState, work_master: WorkMaster) -> StoredJob:
     """A job entering the station, with the Job Response it will fill.
 
     The response starts with one entry, ``RecipeVersion``: the content hash of the Work
@@ -130,7 +122,7 @@ def new_job(order: JobOrder, state: str, work_master: WorkMaster) -> StoredJob:
     if work_master.data is not None:
         version = Parameter(id=RECIPE_VERSION_ID, value=recipe_version(work_master.data))
         response.job_response_data = [version]
-    stored = StoredJob(order, INITIAL, work_master, response, format_time(utc_now()))
+    stored = StoredJob(order, JobState.INITIAL, work_master, response, format_time(utc_now()))
     return stored.moved_to(state)
 
 
@@ -143,8 +135,8 @@ class Change:
     after: StoredJob
 
     @property
-    def previous_state(self) -> str:
-        return self.before.state if self.before is not None else INITIAL
+    def previous_state(self) -> JobState:
+        return self.before.state if self.before is not None else JobState.INITIAL
 
 
 RefusalKind = Literal["unknown", "invalid-state", "duplicate", "full"]
@@ -155,7 +147,7 @@ class Refusal:
     """Why a change was not made (nothing was written)."""
 
     kind: RefusalKind
-    state: str | None = None  # invalid-state: the state the job is in
+    state: JobState | None = None  # invalid-state: the state the job is in
     limit: int | None = None  # full: the scope's limit
 
 
@@ -201,12 +193,12 @@ class JobRepository:
     def priority_key(self, scope: str) -> str:
         return self.store.keys.scoped(scope, "jobs", "by-priority")
 
-    def state_key(self, scope: str, top: str) -> str:
-        return self.store.keys.scoped(scope, "jobs", "state", top)
+    def state_key(self, scope: str, top: TopState) -> str:
+        return self.store.keys.scoped(scope, "jobs", "state", top.value)
 
     # -- reads ------------------------------------------------------------------------------
 
-    async def in_state(self, scope: str, top: str) -> list[str]:
+    async def in_state(self, scope: str, top: TopState) -> list[str]:
         """The ids of the scope's jobs in the top-level state ``top``, sorted."""
         members = await self.store.client.smembers(self.state_key(scope, top))
         return sorted(str(member) for member in members)
@@ -229,7 +221,7 @@ class JobRepository:
         ids = await self.store.client.zrange(self.priority_key(scope), 0, -1)
         return [str(job_id) for job_id in ids]  # decode_responses: already str
 
-    async def responses_in_state(self, scope: str, top: str) -> list[JobResponse]:
+    async def responses_in_state(self, scope: str, top: TopState) -> list[JobResponse]:
         """Job Responses of the jobs in top-level state ``top``, highest Priority first."""
         members = set(await self.store.client.smembers(self.state_key(scope, top)))
         ids = [job_id for job_id in await self.job_order_ids(scope) if job_id in members]
@@ -319,19 +311,19 @@ class JobRepository:
         pipeline = transaction.pipeline
         job_key = self.job_key(scope, job_order_id)
         response_key = self.response_key(scope, job_order_id)
-        if after.state == END:
+        if after.state is JobState.END:
             pipeline.delete(job_key, response_key)
             pipeline.zrem(self.priority_key(scope), job_order_id)
             _move(pipeline, job_order_id, self._state_keys(scope, before), [])
         else:
             transaction.set_json(job_key, after.document())
             transaction.set_json(response_key, to_json(after.response))
-            if before is None or top_state(before.state) != top_state(after.state):
+            if before is None or before.state.top is not after.state.top:
                 _move(
                     pipeline,
                     job_order_id,
                     self._state_keys(scope, before),
-                    [self.state_key(scope, top_state(after.state))],
+                    [self.state_key(scope, after.state.top)],
                 )
             if before is None or before.priority != after.priority:
                 pipeline.zadd(self.priority_key(scope), {job_order_id: -after.priority})
@@ -348,7 +340,7 @@ class JobRepository:
         return change
 
     def _state_keys(self, scope: str, job: StoredJob | None) -> list[str]:
-        return [] if job is None else [self.state_key(scope, top_state(job.state))]
+        return [] if job is None else [self.state_key(scope, job.state.top)]
 
 
 def _move(pipeline: Any, member: str, sources: Iterable[str], targets: Iterable[str]) -> None:
@@ -373,15 +365,15 @@ def change_record(scope: str, change: Change) -> dict[str, str]:
         "change_type": change.trigger,
         "job_order_id": after.job_order_id,
         "scope": scope,
-        "state": after.state,
-        "state_number": str(state_number(after.state)),
-        "previous": change.previous_state,
+        "state": after.state.value,
+        "state_number": str(after.state.number),
+        "previous": change.previous_state.value,
         "priority": str(after.priority),
-        "has_result": "true" if has_result(after.state) else "false",
+        "has_result": "true" if after.state.final else "false",
     }
     if change.trigger in ORDER_TRIGGERS:
         record["job_order"] = json.dumps(to_json(after.job_order), separators=(",", ":"))
-    if has_result(after.state):
+    if after.state.final:
         record["job_response"] = json.dumps(to_json(after.response), separators=(",", ":"))
     return record
 

@@ -43,8 +43,10 @@ methods on a job that does not exist find no job (``InitialState`` / ``EndState`
 describe that). Pause is "externally suspended", Hold "internally held" (table 48); Stop ends a
 job early (Closed: no post-processing follows), Complete ends it normally (Completed).
 
-The machine is defined with ``transitions`` (hierarchical); the legal moves are worked out once,
-at import, into ``TRANSITIONS`` so deciding a command is a dictionary lookup.
+A job's state is a ``gateway.jobstates.JobState`` (its value is the state path the store and the
+wire carry); sources in the table below are ``TopState`` where a trigger applies to all
+substates. The machine is defined with ``transitions`` (hierarchical); the legal moves are worked
+out once, at import, into ``TRANSITIONS`` so deciding a command is a dictionary lookup.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ from typing import Any
 
 from transitions.extensions.nesting import HierarchicalMachine, NestedState
 
-from gateway.jobstates import SUBSTATES, TOP_STATES, TopState
+from gateway.jobstates import SUBSTATES, TOP_STATES, JobState, StateFilter, TopState
 from gateway_jobs.model import LocalizedText, RelativePath, RelativePathElement, State
 
 MES_METHODS = (
@@ -73,34 +75,33 @@ MES_METHODS = (
 )
 CONTROL_TRIGGERS = ("Run", "Complete", "Fail", "Hold", "ResultUpdate")
 CREATING = frozenset({"Store", "StoreAndStart"})
-INITIAL = "InitialState"
-END = TopState.END.value
-FINAL_TOP_STATES = frozenset(state.value for state in TopState if state.final)  # Clear may follow
 
-_PREPARED_STATES = ["NotAllowedToStart", "AllowedToStart"]
-_ACTIVE_STATES = ["Running", "Interrupted"]
-_TRANSITIONS: list[tuple[str, str | list[str], str | None]] = [
-    ("Store", INITIAL, "NotAllowedToStart"),
-    ("StoreAndStart", INITIAL, "AllowedToStart"),
-    ("Start", "NotAllowedToStart", "AllowedToStart"),
-    ("RevokeStart", "AllowedToStart", "NotAllowedToStart"),
+_PREPARED_STATES = [TopState.NOT_ALLOWED_TO_START, TopState.ALLOWED_TO_START]
+_ACTIVE_STATES = [TopState.RUNNING, TopState.INTERRUPTED]
+_FINAL_STATES = [TopState.ENDED, TopState.ABORTED]
+# (trigger, source states, destination; None: stays). A top-level source covers its substates.
+_TRANSITIONS: list[tuple[str, TopState | list[TopState], JobState | None]] = [
+    ("Store", TopState.INITIAL, JobState.NOT_ALLOWED_TO_START_READY),
+    ("StoreAndStart", TopState.INITIAL, JobState.ALLOWED_TO_START_READY),
+    ("Start", TopState.NOT_ALLOWED_TO_START, JobState.ALLOWED_TO_START_READY),
+    ("RevokeStart", TopState.ALLOWED_TO_START, JobState.NOT_ALLOWED_TO_START_READY),
     ("Update", _PREPARED_STATES, None),
-    ("Pause", "Running", "Interrupted.Suspended"),
-    ("Resume", "Interrupted", "Running"),
-    ("Stop", _ACTIVE_STATES, "Ended.Closed"),
-    ("Abort", _PREPARED_STATES + _ACTIVE_STATES, "Aborted"),
-    ("Cancel", _PREPARED_STATES, END),
-    ("Clear", ["Ended", "Aborted"], END),
-    ("Run", "AllowedToStart", "Running"),
-    ("Complete", "Running", "Ended.Completed"),
-    ("Fail", _ACTIVE_STATES, "Aborted"),
-    ("Hold", "Running", "Interrupted.Held"),
-    ("ResultUpdate", [*_ACTIVE_STATES, "Ended", "Aborted"], None),
+    ("Pause", TopState.RUNNING, JobState.SUSPENDED),
+    ("Resume", TopState.INTERRUPTED, JobState.RUNNING),
+    ("Stop", _ACTIVE_STATES, JobState.CLOSED),
+    ("Abort", _PREPARED_STATES + _ACTIVE_STATES, JobState.ABORTED),
+    ("Cancel", _PREPARED_STATES, JobState.END),
+    ("Clear", _FINAL_STATES, JobState.END),
+    ("Run", TopState.ALLOWED_TO_START, JobState.RUNNING),
+    ("Complete", TopState.RUNNING, JobState.COMPLETED),
+    ("Fail", _ACTIVE_STATES, JobState.ABORTED),
+    ("Hold", TopState.RUNNING, JobState.HELD),
+    ("ResultUpdate", [*_ACTIVE_STATES, *_FINAL_STATES], None),
 ]
 
 
 class _PathState(NestedState):
-    separator = "."  # state paths read "AllowedToStart.Ready", as in the observer hook
+    separator = "."  # state paths read "AllowedToStart.Ready", as JobState's values
 
 
 class _Machine(HierarchicalMachine):
@@ -113,49 +114,55 @@ def _state_definitions() -> list[Any]:
         children = SUBSTATES.get(name)
         if children is None:
             definitions.append(name)
-        elif name in _PREPARED_STATES:
-            definitions.append({"name": name, "children": list(children), "initial": "Ready"})
         else:  # entered only through an explicit substate
             definitions.append({"name": name, "children": list(children)})
     return definitions
 
 
-def _build_table() -> tuple[tuple[str, ...], dict[tuple[str, str], str]]:
-    """Every (leaf state, trigger) the machine allows, with the state it leads to."""
+def _names(states: TopState | list[TopState]) -> str | list[str]:
+    """The library's state names: plain text (it would name an ``Enum`` state by its member
+    name, ``RUNNING``, not by its path)."""
+    if isinstance(states, list):
+        return [state.value for state in states]
+    return states.value
+
+
+def _build_table() -> dict[tuple[JobState, str], JobState]:
+    """Every (state, trigger) the machine allows, with the state it leads to."""
     machine = _Machine(
         model=None,
         states=_state_definitions(),
         transitions=[
-            {"trigger": trigger, "source": source, "dest": dest}
+            {
+                "trigger": trigger,
+                "source": _names(source),
+                "dest": None if dest is None else dest.value,
+            }
             for trigger, source, dest in _TRANSITIONS
         ],
-        initial=INITIAL,
+        initial=TopState.INITIAL.value,
         auto_transitions=False,
     )
-    leaves = tuple(
-        name
-        for name in machine.get_nested_state_names()
-        if not any(other.startswith(name + ".") for other in machine.get_nested_state_names())
-    )
-    table: dict[tuple[str, str], str] = {}
-    for state in leaves:
+    assert set(JobState) <= set(machine.get_nested_state_names()), "JobState names its states"
+    table: dict[tuple[JobState, str], JobState] = {}
+    for state in JobState:  # a job is only ever in one of these leaves
         table.update(_moves_from(machine, state))
-    return leaves, table
+    return table
 
 
-def _moves_from(machine: _Machine, state: str) -> dict[tuple[str, str], str]:
+def _moves_from(machine: _Machine, state: JobState) -> dict[tuple[JobState, str], JobState]:
     """Try every trigger on a probe in ``state``, with the library's per-step logging muted."""
     library_log = logging.getLogger("transitions")
     level = library_log.level
     library_log.setLevel(logging.WARNING)
-    moves: dict[tuple[str, str], str] = {}
+    moves: dict[tuple[JobState, str], JobState] = {}
     try:
         for trigger in (*MES_METHODS, *CONTROL_TRIGGERS):
             probe = _Probe()
-            machine.add_model(probe, initial=state)
+            machine.add_model(probe, initial=state.value)
             # Asked first: an event not allowed in the state would make the library warn.
             if probe.may_trigger(trigger) and probe.trigger(trigger):
-                moves[(state, trigger)] = probe.state
+                moves[(state, trigger)] = JobState(probe.state)
             machine.remove_model(probe)
     finally:
         library_log.setLevel(level)
@@ -173,43 +180,30 @@ class _Probe:
     may_trigger: Callable[[str], bool]
 
 
-LEAF_STATES, TRANSITIONS = _build_table()
+TRANSITIONS = _build_table()
 
 
-def next_state(state: str, trigger: str) -> str | None:
+def next_state(state: JobState, trigger: str) -> JobState | None:
     """Where ``trigger`` takes a job in ``state``; ``None`` when it is not allowed there."""
     return TRANSITIONS.get((state, trigger))
 
 
-def top_state(state: str) -> str:
-    return state.partition(".")[0]
-
-
-def has_result(state: str) -> bool:
-    """Ended or Aborted: the Job Response is final and the MES may Clear the job."""
-    return top_state(state) in FINAL_TOP_STATES
-
-
-def state_number(state: str) -> int:
-    return TOP_STATES[top_state(state)]
-
-
-def state_list(state: str) -> list[State]:
-    """The ISA95StateDataType array of a state path: the top level, then the substate."""
-    top, _, sub = state.partition(".")
-    entries = [State(state_text=LocalizedText("en", top), state_number=TOP_STATES[top])]
-    if sub:
+def state_list(state: JobState) -> list[State]:
+    """The ISA95StateDataType array of a state: the top level, then the substate."""
+    top, sub = state.top, state.substate
+    entries = [State(state_text=LocalizedText("en", top.value), state_number=state.number)]
+    if sub is not None:
         entries.append(
             State(
                 browse_path=_substate_path(top, sub),
                 state_text=LocalizedText("en", sub),
-                state_number=SUBSTATES[top][sub],
+                state_number=state.substate_number,
             )
         )
     return entries
 
 
-def _substate_path(top: str, sub: str) -> RelativePath:
+def _substate_path(top: TopState, sub: str) -> RelativePath:
     """``<top>Substates/<sub>``: the SubStateMachine object of table 37, then its state."""
     return RelativePath(
         elements=[
@@ -224,20 +218,30 @@ def _substate_path(top: str, sub: str) -> RelativePath:
     )
 
 
-def state_path(entries: Sequence[State]) -> str:
-    """The state path an ISA95StateDataType array describes.
+def state_filter(entries: Sequence[State]) -> StateFilter:
+    """The state an ISA95StateDataType array describes: a ``JobState`` when it names one
+    (a top-level state without substates is one), else the top-level state alone.
 
     Each entry is matched by its ``StateText`` (or, without text, by ``StateNumber`` within its
     level). ``ValueError`` when it names no state of this machine.
     """
     if not entries:
         raise ValueError("the state needs at least its top-level entry")
-    top = _level_name(entries[0], TOP_STATES, "top-level state")
+    top = TopState(_level_name(entries[0], TOP_STATES, "top-level state"))
     if len(entries) == 1:
-        return top
+        return JobState(top.value) if top not in SUBSTATES else top
     if len(entries) > 2 or top not in SUBSTATES:
         raise ValueError(f"{top} has no substates here")
-    return f"{top}.{_level_name(entries[1], SUBSTATES[top], f'substate of {top}')}"
+    return JobState(f"{top}.{_level_name(entries[1], SUBSTATES[top], f'substate of {top}')}")
+
+
+def job_state(entries: Sequence[State]) -> JobState:
+    """The state of a job as its ISA95StateDataType array says; ``ValueError`` when it names
+    no state a job can be in (``Interrupted`` without its substate)."""
+    state = state_filter(entries)
+    if not isinstance(state, JobState):
+        raise ValueError(f"{state} needs its substate ({', '.join(SUBSTATES[state])})")
+    return state
 
 
 def _level_name(entry: State, level: Mapping[str, int], what: str) -> str:

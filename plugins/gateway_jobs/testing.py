@@ -26,6 +26,7 @@ from gateway.app import Gateway
 from gateway.cloudevents import CloudEvent
 from gateway.codecs.mqtt import MqttMessage
 from gateway.hookspecs import hookimpl
+from gateway.jobstates import TopState
 from gateway.phases import InterpreterPhase
 from gateway.recipes import JobCommand, JobControl, JobOutcome, ProcessValue, RecipeInterpreter
 from gateway.settings import Settings
@@ -183,7 +184,8 @@ async def final_response(mes: JobsMes, job: str = "J1", timeout: float = 15) -> 
     with anyio.fail_after(timeout):
         while True:
             response: dict[str, Any] = (await mes.job_response(job)).data["JobResponse"]
-            if {"Ended", "Aborted"} & set(state_texts(response)):
+            texts = state_texts(response)
+            if texts and TopState(texts[0]).final:
                 return response
             await anyio.sleep(0.05)
 

@@ -21,14 +21,13 @@ from asyncua import Server, ua
 from asyncua.server.event_generator import EventGenerator
 
 from gateway.jobmethods import JobStatus
+from gateway.jobstates import JobState
 from gateway_opcua.addressspace import ScopeNodes
 from gateway_opcua.convert import ConversionError, from_json, ua_type
 from gateway_opcua.model import InformationModel
 
 log = logging.getLogger(__name__)
 
-END_STATE = "EndState"
-ABORTED = "Aborted"
 # Structure-valued event fields must carry their Variant type, or asyncua sends them empty.
 _STRUCTURE_FIELDS = ("JobOrder", "JobState", "JobResponse")
 
@@ -84,12 +83,12 @@ class ScopeEvents:
         for generator in self.generators:
             event = generator.event
             event.JobOrder, event.JobState, event.JobResponse = job_order, job_state, job_response
-            event.Severity = 500 if status.state == ABORTED else 100
+            event.Severity = 500 if status.state is JobState.ABORTED else 100
             await generator.trigger(
                 message=f"{status.job_order_id}: {status.method} -> {status.state}"
             )
         self.jobs.pop(status.job_order_id, None)
-        if status.state != END_STATE:
+        if status.state is not JobState.END:
             self._keep({"JobOrder": status.job_order, "State": status.job_state})
         await self._write_list()
 

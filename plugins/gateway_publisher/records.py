@@ -16,8 +16,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from gateway.jobstates import JobState
+
 ORDER_TRIGGERS = frozenset({"Store", "StoreAndStart", "Update"})
-END_STATE = "EndState"  # Clear or Cancel: the job left the station
 _TOPIC_LEVEL_FORBIDDEN = frozenset("/+#\x00")
 
 
@@ -30,7 +31,7 @@ class ChangeRecord:
     entry_id: str
     change_type: str
     job_order_id: str
-    state: str  # state path, e.g. "Ended.Completed"
+    state: JobState
     priority: int
     has_result: bool  # Ended or Aborted: the Job Response is final
     job_order: str | None = None  # JSON text, when the record carries it
@@ -38,7 +39,7 @@ class ChangeRecord:
 
     @property
     def removes_job(self) -> bool:
-        return self.state == END_STATE
+        return self.state is JobState.END  # Clear or Cancel: the job left the station
 
     @property
     def sets_order(self) -> bool:
@@ -58,12 +59,19 @@ def parse_record(entry_id: str, fields: Mapping[str, str]) -> ChangeRecord:
         entry_id=entry_id,
         change_type=_required(fields, "change_type"),
         job_order_id=job_order_id,
-        state=_required(fields, "state"),
+        state=_state(_required(fields, "state")),
         priority=priority,
         has_result=fields.get("has_result") == "true",
         job_order=fields.get("job_order") or None,
         job_response=fields.get("job_response") or None,
     )
+
+
+def _state(text: str) -> JobState:
+    try:
+        return JobState(text)
+    except ValueError:
+        raise RecordError(f"state {text!r} is no job state") from None
 
 
 def _required(fields: Mapping[str, str], name: str) -> str:

@@ -23,7 +23,7 @@ from gateway.logs import log_context
 from gateway.resilience import is_transient
 from gateway_sfc.context import EngineContext
 from gateway_sfc.keys import GROUP, scope_of_stream
-from gateway_sfc.scopes import ScopeRegistry
+from gateway_sfc.scopes import ScopeRegistry, is_nogroup
 from gateway_sfc.scripts import FIRE_TIMERS, RESEND_OUTBOX
 
 log = logging.getLogger(__name__)
@@ -80,22 +80,34 @@ class WorkConsumer:
     async def _read_group(
         self, streams: dict[str, str], block_ms: int | None = None
     ) -> list[tuple[str, list[StreamEntry]]]:
-        reply = await self.context.client.xreadgroup(
-            GROUP,
-            self.context.consumer,
-            streams,  # type: ignore[arg-type]  # redis-py types stream ids too narrowly
-            count=100,
-            block=block_ms,
-        )
+        try:
+            reply = await self.context.client.xreadgroup(
+                GROUP,
+                self.context.consumer,
+                streams,  # type: ignore[arg-type]  # redis-py types stream ids too narrowly
+                count=100,
+                block=block_ms,
+            )
+        except Exception as error:
+            if not is_nogroup(error):
+                raise
+            await self.scopes.restore()  # nothing was handed out: the next read gets it
+            return []
         return cast(list[tuple[str, list[StreamEntry]]], reply or [])
 
     async def claim_orphans(self, handlers: TaskGroup) -> None:
         idle_ms = int(self.context.settings.claim_idle_seconds * 1000)
         for scope in list(self.scopes.scopes):
             stream = self.context.keys.work(scope)
-            reply = await self.context.client.xautoclaim(
-                stream, GROUP, self.context.consumer, idle_ms, start_id="0-0", count=100
-            )
+            try:
+                reply = await self.context.client.xautoclaim(
+                    stream, GROUP, self.context.consumer, idle_ms, start_id="0-0", count=100
+                )
+            except Exception as error:
+                if not is_nogroup(error):
+                    raise
+                await self.scopes.restore()
+                return
             entries = cast(list[StreamEntry], reply[1])
             for entry_id, fields in entries:
                 if fields:

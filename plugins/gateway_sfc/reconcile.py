@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from gateway.jobstates import TopState
+from gateway.jobstates import JobState, TopState
 from gateway.recipes import JobCommand
 from gateway_sfc.context import EngineContext
 from gateway_sfc.executions import ExecutionStore
@@ -63,7 +63,7 @@ class Reconciler:
                     await self.work.command(scope, job, command)
 
 
-def lost_command(state: str | None, status: Status) -> JobCommand | None:
+def lost_command(state: JobState | None, status: Status) -> JobCommand | None:
     """The MES command a chart in ``status`` missed, given its job's state (``None``: none).
 
     A chart that is finishing reports its own end, so the job's end state is then its own
@@ -71,7 +71,7 @@ def lost_command(state: str | None, status: Status) -> JobCommand | None:
     """
     if status not in (Status.RUNNING, Status.PAUSED):
         return None
-    top = TopState.of(state) if state is not None else TopState.END
+    top = state.top if state is not None else TopState.END
     if top in (TopState.END, TopState.ABORTED):
         return JobCommand.ABORT
     if top is TopState.ENDED:

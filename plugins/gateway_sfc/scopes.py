@@ -13,6 +13,11 @@ from gateway_sfc.keys import GROUP
 log = logging.getLogger(__name__)
 
 
+def is_nogroup(error: Exception) -> bool:
+    """The stream or its consumer group is gone (XREADGROUP, XAUTOCLAIM refuse with NOGROUP)."""
+    return isinstance(error, ResponseError) and str(error).startswith("NOGROUP")
+
+
 class ScopeRegistry:
     """Known scopes (each with its work stream and consumer group), and job -> scope."""
 
@@ -46,6 +51,13 @@ class ScopeRegistry:
         self.scopes.add(scope)
         if self._scope_added is not None:  # wake a read loop waiting for its first scope
             self._scope_added.set()
+
+    async def restore(self) -> None:
+        """The store lost the work streams' consumer groups (a Redis restart without its data):
+        create them again, and announce the scopes again so other instances find them."""
+        log.warning("SFC engine: the store lost its work streams' groups; creating them again")
+        for scope in list(self.scopes):
+            await self.adopt(scope, announce=True)
 
     async def discover(self) -> None:
         """Adopt scopes other instances started jobs in."""

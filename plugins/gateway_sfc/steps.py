@@ -92,7 +92,7 @@ class StepHandlers:
             return
         if not await control.run(scope, job):
             state = await control.state(scope, job)
-            if state is None or TopState.of(state) is not TopState.RUNNING:  # revoked, aborted...
+            if state is None or state.top is not TopState.RUNNING:  # revoked, aborted...
                 log.info("job %s/%s not started: it is %s", scope, job, state)
                 return
         try:

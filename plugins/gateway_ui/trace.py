@@ -32,6 +32,7 @@ from redis.exceptions import RedisError
 
 from gateway.equipment import EquipmentCommand, EquipmentEvent, EquipmentReply
 from gateway.hookspecs import hookimpl
+from gateway.jobstates import JobState
 from gateway_ui.settings import UiSettings
 
 if TYPE_CHECKING:
@@ -211,7 +212,7 @@ class TraceWriter:
 
     def _queue_write(self, pipe: Any, store: Store, scope: str, entry: TraceEntry) -> None:
         key = trace_key(store, scope, entry.job)
-        new_job = entry.kind is TraceKind.STATE and entry.fields.get("previous") == "InitialState"
+        new_job = entry.kind is TraceKind.STATE and entry.fields.get("previous") == JobState.INITIAL
         if new_job:  # a job id used again starts a fresh trace
             pipe.delete(key)
             pipe.hset(job_scopes_key(store), entry.job, scope)
@@ -221,7 +222,7 @@ class TraceWriter:
             maxlen=self.settings.trace_max_entries,
             approximate=False,
         )
-        if entry.kind is TraceKind.STATE and entry.fields.get("current") == "EndState":
+        if entry.kind is TraceKind.STATE and entry.fields.get("current") == JobState.END:
             pipe.expire(key, self.settings.trace_kept_seconds)  # cleared or cancelled: it goes
             pipe.hdel(job_scopes_key(store), entry.job)
 
@@ -244,9 +245,9 @@ class TraceObserver:
 
     @hookimpl
     def gateway_job_state_changed(
-        self, scope: str, job_order_id: str, method: str, previous: str, current: str
+        self, scope: str, job_order_id: str, method: str, previous: JobState, current: JobState
     ) -> None:
-        fields = {"method": method, "previous": previous, "current": current}
+        fields = {"method": method, "previous": previous.value, "current": current.value}
         self.writer.add(TraceEntry(TraceKind.STATE, job_order_id, scope, fields))
 
     @hookimpl

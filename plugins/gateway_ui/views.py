@@ -46,7 +46,7 @@ class UiData:
         rows = []
         for scope in sorted(await self.store.known_scopes()):
             jobs = await self.gateway.job_control.jobs(scope)
-            counts = Counter(job.state.split(".")[0] for job in jobs)
+            counts = Counter(job.state.top.value for job in jobs)
             rows.append({"scope": scope, "jobs": len(jobs), "states": dict(sorted(counts.items()))})
         return rows
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from gateway.errors import ValidationError
+from gateway.jobstates import JobState, TopState
 from gateway_jobs import model
 from gateway_jobs.model import (
     EUInformation,
@@ -22,7 +23,7 @@ from gateway_jobs.model import (
     to_json,
 )
 from gateway_jobs.processor import CONFIG_TYPES, METHOD_TYPES, QUERY_TYPES
-from gateway_jobs.states import state_list, state_path
+from gateway_jobs.states import job_state, state_filter, state_list
 
 SCHEMAS = Path(__file__).resolve().parents[3] / "schemas" / "jobs"
 
@@ -108,18 +109,28 @@ def test_fields_left_unset_are_left_out() -> None:
 
 
 def test_states_are_written_and_read_as_isa95_state_arrays() -> None:
-    entries = to_json(state_list("Interrupted.Held"))
+    entries = to_json(state_list(JobState.HELD))
     assert entries[0] == {"StateText": {"Locale": "en", "Text": "Interrupted"}, "StateNumber": 4}
     assert entries[1]["StateNumber"] == 1
     assert [part["TargetName"] for part in entries[1]["BrowsePath"]["Elements"]] == [
         "InterruptedSubstates",
         "Held",
     ]
-    assert state_path(state_list("Interrupted.Held")) == "Interrupted.Held"
+    assert job_state(state_list(JobState.HELD)) is JobState.HELD
+    assert to_json(state_list(JobState.HELD)) == entries  # the wire text is the state path's
     by_number = from_json([{"StateNumber": 5}, {"StateNumber": 2}], list[model.State])
-    assert state_path(by_number) == "Ended.Closed"
+    assert job_state(by_number) is JobState.CLOSED
     with pytest.raises(ValueError, match="not a top-level state"):
-        state_path(from_json([{"StateText": {"Text": "Sleeping"}}], list[model.State]))
+        job_state(from_json([{"StateText": {"Text": "Sleeping"}}], list[model.State]))
+
+
+def test_a_query_may_name_a_top_level_state_a_job_never_is_in_alone() -> None:
+    interrupted = from_json([{"StateText": {"Text": "Interrupted"}}], list[model.State])
+    assert state_filter(interrupted) is TopState.INTERRUPTED
+    with pytest.raises(ValueError, match="needs its substate"):
+        job_state(interrupted)
+    running = from_json([{"StateNumber": 3}], list[model.State])
+    assert state_filter(running) is JobState.RUNNING  # no substates: a job's whole state
 
 
 # -- the JSON Schemas in schemas/jobs describe exactly these types ------------------------------

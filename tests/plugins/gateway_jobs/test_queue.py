@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from gateway.jobstates import TopState
 from gateway.store import Store
 from gateway_jobs.events import Cause
 from gateway_jobs.model import JobOrder as JobOrderModel
@@ -158,7 +159,7 @@ async def test_entries_of_jobs_no_longer_there_are_dropped(store: Store) -> None
     keys = jobs.manager.dispatcher.keys
     # The job vanished without its allocation being released (as if edited by hand).
     await store.client.delete(jobs.manager.repository.job_key(SCOPE, "gone"))
-    await store.client.srem(jobs.manager.repository.state_key(SCOPE, "Running"), "gone")
+    await store.client.srem(jobs.manager.repository.state_key(SCOPE, TopState.RUNNING), "gone")
     await submit(jobs, "next")
     assert await store.client.hkeys(keys.admitted(SCOPE)) == ["next"]
     assert jobs.interpreter.started == ["gone", "next"]

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import anyio
 import pytest
 
+from gateway.jobstates import TopState
 from gateway.store import Store
 from gateway.testing import running, wait_until
 from gateway_jobs.repository import JobRepository
@@ -59,7 +60,7 @@ async def test_mes_outage_with_100_completions(rig: Rig, store: Store) -> None:
 
         await start_jobs(line, JOBS)  # the MES is offline
         await wait_until(lambda: rig.service.stats.records >= 2 + 3 * JOBS + 1, timeout=60)
-        assert len(await repository.in_state("cell1", "Ended")) == JOBS
+        assert len(await repository.in_state("cell1", TopState.ENDED)) == JOBS
 
         async with rig.mes(last_seq=seen[0], last_epoch=seen[1]) as mes:
             report = await mes.resync()

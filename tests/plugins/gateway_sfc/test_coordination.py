@@ -17,6 +17,7 @@ from redis.asyncio import Redis
 from gateway.app import Gateway
 from gateway.equipment import EquipmentCommand
 from gateway.hookspecs import hookimpl
+from gateway.jobstates import JobState
 from gateway.recipes import JobCommand
 from gateway.testing import running, wait_until
 from gateway.testing.equipment import EquipmentFailure, NoAnswer, TestEquipment
@@ -293,22 +294,22 @@ async def test_mes_abort_mid_chart_stops_dispatching(station: SfcStation) -> Non
 @pytest.mark.parametrize(
     ("state", "status", "command"),
     [
-        ("Running", Status.RUNNING, None),
-        ("Running", Status.PAUSED, JobCommand.RESUME),
-        ("Running", Status.HELD, None),  # the hold may not be reported yet
-        ("Interrupted.Suspended", Status.RUNNING, JobCommand.PAUSE),
-        ("Interrupted.Suspended", Status.PAUSED, None),
-        ("Interrupted.Held", Status.HELD, None),
-        ("Ended.Closed", Status.RUNNING, JobCommand.STOP),
-        ("Ended.Completed", Status.FINISHING, None),  # the chart's own end
-        ("Aborted", Status.PAUSED, JobCommand.ABORT),
-        ("Aborted", Status.FINISHING, None),
-        ("EndState", Status.RUNNING, JobCommand.ABORT),
+        (JobState.RUNNING, Status.RUNNING, None),
+        (JobState.RUNNING, Status.PAUSED, JobCommand.RESUME),
+        (JobState.RUNNING, Status.HELD, None),  # the hold may not be reported yet
+        (JobState.SUSPENDED, Status.RUNNING, JobCommand.PAUSE),
+        (JobState.SUSPENDED, Status.PAUSED, None),
+        (JobState.HELD, Status.HELD, None),
+        (JobState.CLOSED, Status.RUNNING, JobCommand.STOP),
+        (JobState.COMPLETED, Status.FINISHING, None),  # the chart's own end
+        (JobState.ABORTED, Status.PAUSED, JobCommand.ABORT),
+        (JobState.ABORTED, Status.FINISHING, None),
+        (JobState.END, Status.RUNNING, JobCommand.ABORT),
         (None, Status.RUNNING, JobCommand.ABORT),
     ],
 )
 def test_the_command_a_chart_missed_follows_from_its_jobs_state(
-    state: str | None, status: Status, command: JobCommand | None
+    state: JobState | None, status: Status, command: JobCommand | None
 ) -> None:
     assert lost_command(state, status) is command
 

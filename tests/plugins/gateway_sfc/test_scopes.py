@@ -1,0 +1,41 @@
+"""Scopes and their work streams' consumer groups, on real Redis and MQTT."""
+
+from __future__ import annotations
+
+import pytest
+from redis.asyncio import Redis
+
+from gateway.testing import running
+from gateway_jobs.testing import final_response
+from gateway_jobs.testing import state_texts as state_of
+from tests.plugins.gateway_sfc.test_coordination import (
+    QA_RESULT,
+    SfcStation,
+    recipe,
+    run_job,
+    tightener,
+)
+
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+
+
+@pytest.fixture
+def station(mqtt_url: str, redis_url: str, unique: str) -> SfcStation:
+    return SfcStation(mqtt_url, redis_url, unique)
+
+
+async def test_a_job_started_after_the_store_lost_its_data_completes(station: SfcStation) -> None:
+    station.equipment.behaviours = tightener(station.equipment)
+    async with running(station.gateway()), station.mes() as mes:
+        for job in ("J1", "J2"):
+            await run_job(mes, recipe("rear_axle.json"), job)
+            await station.equipment.emit(
+                QA_RESULT, {"passed": True, "defects": 0}, equipment="camera", scope="cell1"
+            )
+            assert state_of(await final_response(mes, job))[:2] == ["Ended", "Completed"]
+            # What Redis restarted without persistence shows: every key gone, the work
+            # stream's consumer group with them (the engine still knows the scope).
+            async with Redis.from_url(station.redis_url) as redis:
+                keys = [key async for key in redis.scan_iter(match=f"{station.name}:*")]
+                assert keys
+                await redis.delete(*keys)
