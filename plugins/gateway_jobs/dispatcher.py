@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 Capacity = Callable[[str], Awaitable[int]]
 Start = Callable[[str, str], Awaitable[None]]
+Feed = Callable[[str, QueueView], Awaitable[None]]
 
 
 class Dispatcher:
@@ -49,6 +50,7 @@ class Dispatcher:
         self.capacity = capacity  # scope -> running jobs allowed (0: unlimited)
         self.start = start  # hands an admitted job to its interpreter
         self.clock = clock
+        self.feed: Feed | None = None  # told the queue after each pass (``queuefeed``)
         self._tasks: TaskGroup | None = None  # set while the service runs: StartTime wake-ups
         self._wake_at: dict[str, float] = {}
 
@@ -76,6 +78,11 @@ class Dispatcher:
                 await self.start(scope, str(job))
             except Exception:  # admitted: the engine's reconciliation starts it
                 log.exception("job %s/%s: admitted but not handed over", scope, job)
+        if self.feed is not None:
+            try:
+                await self.feed(scope, await self.queue(scope))
+            except Exception as error:  # the next pass publishes it
+                log.info("queue of %s not published: %s", scope, error)
         return [str(job) for job in admitted]
 
     async def queue(self, scope: str) -> QueueView:
