@@ -27,6 +27,7 @@ from gateway.recipes import (
     ProcessValue,
     RecipeJob,
     RequestOutcome,
+    ScopeQueue,
 )
 from gateway_jobs.events import Cause
 from gateway_jobs.jobs import JobManager
@@ -56,6 +57,9 @@ class JobsControl:
     async def startable(self, scope: str) -> Sequence[str]:
         # Only the jobs the dispatcher let start: the others wait in the queue for their turn.
         return await self.manager.dispatcher.admitted_waiting(scope)
+
+    async def queue(self, scope: str) -> ScopeQueue:
+        return (await self.manager.dispatcher.queue(scope)).public()
 
     async def jobs(self, scope: str) -> Sequence[JobSummary]:
         repository = self.manager.repository

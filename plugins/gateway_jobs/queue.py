@@ -35,7 +35,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from gateway.cloudevents import format_time
 from gateway.jobstates import JobState, TopState
+from gateway.recipes import QueuedJob, ScopeQueue
 from gateway.store import Store
 
 # States in which a job may hold a slot and its equipment (admitted: from being let start until
@@ -151,6 +153,25 @@ class QueueView:
     def position(self, job_order_id: str) -> int | None:
         return next((e.position for e in self.waiting if e.job_order_id == job_order_id), None)
 
+    def public(self) -> ScopeQueue:
+        """As ``gateway.recipes.JobControl.queue`` gives it."""
+        return ScopeQueue(
+            online=self.online,
+            reason=self.reason,
+            capacity=self.capacity,
+            running=dict(self.admitted),
+            waiting=[
+                QueuedJob(
+                    job_order_id=entry.job_order_id,
+                    position=entry.position,
+                    priority=entry.priority,
+                    start_time=None if entry.start_time is None else rfc3339(entry.start_time),
+                    equipment=entry.equipment,
+                )
+                for entry in self.waiting
+            ],
+        )
+
 
 class QueueKeys:
     def __init__(self, store: Store) -> None:
@@ -178,6 +199,10 @@ class QueueKeys:
         # The repository's state index (``JobRepository.state_key``), named here too so the
         # dispatch script can pass it in KEYS.
         return self.store.keys.scoped(scope, "jobs", "state", top.value)
+
+
+def rfc3339(seconds: float) -> str:
+    return format_time(datetime.fromtimestamp(seconds, UTC))
 
 
 def start_seconds(start_time: str | None) -> float | None:

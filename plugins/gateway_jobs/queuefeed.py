@@ -23,12 +23,11 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 from gateway.cloudevents import JSON, CloudEvent, format_time, utc_now
 from gateway.transport import Binding
-from gateway_jobs.queue import QueueView
+from gateway_jobs.queue import QueueView, rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +55,7 @@ def queue_document(scope: str, view: QueueView) -> dict[str, Any]:
                 "JobOrderID": entry.job_order_id,
                 "Position": entry.position,
                 "Priority": entry.priority,
-                "StartTime": None
-                if entry.start_time is None
-                else format_time(datetime.fromtimestamp(entry.start_time, UTC)),
+                "StartTime": None if entry.start_time is None else rfc3339(entry.start_time),
                 "Equipment": list(entry.equipment),
             }
             for entry in view.waiting
