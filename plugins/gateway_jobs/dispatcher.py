@@ -54,8 +54,9 @@ class Dispatcher:
         self._tasks: TaskGroup | None = None  # set while the service runs: StartTime wake-ups
         self._wake_at: dict[str, float] = {}
 
-    async def dispatch(self, scope: str) -> list[str]:
-        """Admit what may start now and start it; returns the admitted jobs."""
+    async def dispatch(self, scope: str, *, verify: bool = False) -> list[str]:
+        """Admit what may start now and start it; returns the admitted jobs. ``verify``: drop
+        entries whose job is no longer in a state that may hold one (the periodic pass)."""
         keys = self.keys
         script = self.store.client.register_script(DISPATCH)
         admitted, due = await script(
@@ -64,11 +65,11 @@ class Dispatcher:
                 keys.arrival(scope),
                 keys.admitted(scope),
                 keys.online(scope),
-                keys.state(scope, TopState.ALLOWED_TO_START),
                 keys.state(scope, TopState.RUNNING),
                 keys.state(scope, TopState.INTERRUPTED),
+                keys.state(scope, TopState.ALLOWED_TO_START),
             ],
-            args=[repr(self.clock()), await self.capacity(scope)],
+            args=[repr(self.clock()), await self.capacity(scope), "1" if verify else "0"],
         )
         if due:
             self._wake(scope, float(due))
@@ -101,7 +102,7 @@ class Dispatcher:
     async def sweep(self) -> None:
         """Dispatch every scope the store knows (the service's periodic pass)."""
         for scope in sorted(await self.store.known_scopes()):
-            await self.dispatch(scope)
+            await self.dispatch(scope, verify=True)
 
     def _wake(self, scope: str, due: float) -> None:
         """Dispatch ``scope`` again when ``due`` (a queued job's StartTime) comes."""

@@ -57,11 +57,13 @@ end
 return 1
 """
 
-# KEYS: waiting, arrival, admitted, online, state:AllowedToStart, state:Running,
-# state:Interrupted. ARGV: now (Unix s), capacity (0: unlimited).
+# KEYS: waiting, arrival, admitted, online, state:Running, state:Interrupted,
+# state:AllowedToStart. ARGV: now (Unix s), capacity (0: unlimited), verify ('1': check every
+# admitted job's state; the periodic pass does, a dispatch after a change need not, since the
+# change released what it had to in its own transaction).
 # Returns {admitted jobs, next StartTime not reached yet ('' when none)}.
 DISPATCH = """
-local now, capacity = tonumber(ARGV[1]), tonumber(ARGV[2])
+local now, capacity, verify = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1'
 local function in_state(job, first, last)
   for i = first, last do
     if redis.call('SISMEMBER', KEYS[i], job) == 1 then return true end
@@ -72,7 +74,7 @@ local held, running = {}, 0
 local admitted = redis.call('HGETALL', KEYS[3])
 for i = 1, #admitted, 2 do
   local job = admitted[i]
-  if in_state(job, 5, 7) then
+  if not verify or in_state(job, 5, 7) then
     running = running + 1
     for _, id in ipairs(cjson.decode(admitted[i + 1]).e or {}) do held[id] = true end
   else
@@ -88,7 +90,7 @@ local waiting, queue = redis.call('HGETALL', KEYS[1]), {}
 for i = 1, #waiting, 2 do
   local job = waiting[i]
   local arrival = redis.call('ZSCORE', KEYS[2], job)
-  if in_state(job, 5, 5) and arrival then
+  if arrival and (not verify or in_state(job, 7, 7)) then
     local entry = cjson.decode(waiting[i + 1])
     queue[#queue + 1] = {job = job, raw = waiting[i + 1], p = entry.p or 0,
                          t = tonumber(entry.t) or 0, n = tonumber(arrival), e = entry.e or {}}
