@@ -29,6 +29,12 @@ so equipment and simulators read every driver's messages alike: ``command_event`
 command's event, ``reply_from_event`` and ``event_from_cloudevent`` read what equipment sends
 back. The extension attributes are ``EQUIPMENT_ATTRIBUTE``, ``JOB_ORDER_ATTRIBUTE`` and
 ``ACTION_ATTRIBUTE``.
+
+**Routing by type.** A command that names no equipment goes to the one equipment the scope's
+configuration declares for its type (``EquipmentDirectory``, set by job management from the
+``TypeIds`` property of the MES's equipment configuration); with none declared it goes to a
+driver that serves the type itself. ``gateway.routing`` checks a whole recipe that way before it
+runs.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -283,6 +289,16 @@ class Liveness:
     gone_reason: str | None = None  # how it went away ("disconnected", "heartbeat timeout"...)
 
 
+class EquipmentDirectory(Protocol):
+    """Which configured equipment of a scope declares a command or event type (its
+    ``TypeIds``): implemented by job management, which keeps the station configuration."""
+
+    async def declaring(self, scope: str, type_id: str) -> Sequence[str]:
+        """The equipment of ``scope`` that declares ``type_id`` (at most one, unless the
+        configuration is inconsistent), in a stable order."""
+        ...
+
+
 class EquipmentObservers(Protocol):
     """The observer hooks the hub calls (the gateway passes its plugin manager's ``hook``)."""
 
@@ -321,11 +337,34 @@ class EquipmentHub:
         self.sinks: list[EquipmentSink] = []
         self._local = _LocalLivenessRecords(lambda: self.clock())
         self._local_sent = _LocalCommandLedger()  # without a store
+        self.directory: EquipmentDirectory | None = None  # routing by type (set_directory)
 
     def add_driver(self, driver: EquipmentDriver) -> None:
         if any(existing.name == driver.name for existing in self.drivers):
             raise GatewayError(f"two equipment drivers are named {driver.name!r}")
         self.drivers.append(driver)
+
+    def set_directory(self, directory: EquipmentDirectory) -> None:
+        """Route commands without equipment by the types configured equipment declares."""
+        self.directory = directory
+
+    async def declaring(self, scope: str, type_id: str) -> Sequence[str]:
+        """The configured equipment of ``scope`` that declares ``type_id`` (none without a
+        directory)."""
+        if self.directory is None:
+            return ()
+        return await self.directory.declaring(scope, type_id)
+
+    async def routed(self, command: EquipmentCommand) -> EquipmentCommand:
+        """``command`` with the equipment its type routes to, when it names none and exactly
+        one configured equipment declares the type; otherwise unchanged (a driver serving the
+        type itself, or none, decides)."""
+        if command.equipment is not None:
+            return command
+        declared = await self.declaring(command.scope, command.type)
+        if len(declared) != 1:
+            return command
+        return replace(command, equipment=declared[0])
 
     def attach(self, sink: EquipmentSink) -> None:
         """Make ``sink`` receive the replies and events of its interpreter's jobs (each recipe
@@ -360,6 +399,7 @@ class EquipmentHub:
         """Hand ``command`` to its driver, after recording which equipment it goes to (in the
         store, so a reply is checked against it on whichever instance it arrives)."""
         try:
+            command = await self.routed(command)
             driver = self.driver_for(command)
             if command.equipment is not None:
                 seconds = max(SENT_RECORD_SECONDS, command.timeout_seconds or 0)

@@ -15,6 +15,8 @@ from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from gateway.resilience import Outage
+
 log = logging.getLogger(__name__)
 
 PREFIX = "gateway_"
@@ -29,7 +31,8 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self._families: dict[str, Any] = {}
-        self._samplers: list[Sampler] = []
+        # Each sampler with its outage: a store away fails every scrape, logged once.
+        self._samplers: list[tuple[Sampler, Outage]] = []
 
     def counter(self, name: str, help: str, labels: Sequence[str] = ()) -> Counter:
         return self._family(Counter, name, help, labels)
@@ -63,16 +66,20 @@ class Metrics:
 
     def sample_with(self, sampler: Sampler) -> None:
         """Run ``sampler`` before every scrape (it sets gauges from the store, say)."""
-        self._samplers.append(sampler)
+        name = getattr(sampler, "__qualname__", repr(sampler))
+        self._samplers.append((sampler, Outage(f"metrics sampler {name}", None, logger=log)))
 
     async def render(self) -> bytes:
-        """The Prometheus text exposition, samplers run first (a failing one is logged)."""
+        """The Prometheus text exposition, samplers run first (a failing one is counted, and
+        logged once per outage; a failure that is no outage, a bug, every time)."""
         failures = self.counter("metric_sampler_failures_total", "Samplers that failed")
-        for sampler in self._samplers:
+        for sampler, outage in self._samplers:
             try:
                 await sampler()
-            except Exception:
-                log.exception("metrics sampler %s failed", getattr(sampler, "__name__", sampler))
+            except Exception as error:
+                outage.failed(error)
                 failures.inc()
+            else:
+                outage.succeeded()
         text: bytes = generate_latest(self.registry)
         return text

@@ -17,8 +17,9 @@ MES aborted it meanwhile. Interpreters treat ``False`` as "stop working on this 
 Other plugins (the web UI) read jobs through ``JobControl`` too (``jobs``, ``response``) and ask
 for the MES's Pause, Resume and Abort on an operator's behalf (``request``). An interpreter that
 can draw its recipes and say how far a job got implements ``RecipeViewer`` as well; one that can
-name the equipment a recipe commands implements ``EquipmentPlanner`` (the dispatcher allocates
-that equipment to the job while it runs).
+list what its recipes ask of equipment implements ``EquipmentUser``, so job management checks
+the routing of a recipe (``gateway.routing``) before a job runs it, and the dispatcher allocates
+that equipment to the job while it runs.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 from gateway.jobstates import JobState
+from gateway.routing import EquipmentUse
 
 RECIPE_VERSION_ID = "RecipeVersion"
 """``ID`` of the Job Response entry naming the recipe version a job runs (``recipe_version``)."""
@@ -283,18 +285,20 @@ class RecipeViewer(Protocol):
 
 
 @runtime_checkable
-class EquipmentPlanner(Protocol):
-    """Optional for an interpreter: name the equipment a recipe commands.
+class EquipmentUser(Protocol):
+    """Optional for an interpreter: the actions of a recipe that talk to equipment."""
 
-    Job management allocates it to the job while the job runs (with the job order's
-    ``EquipmentRequirements``), so two jobs needing the same equipment never run together.
-    """
-
-    def equipment(self, recipe: Any) -> Collection[str]:
-        """The IDs of the equipment ``recipe`` addresses by name; empty when it names none.
-
-        Called for a recipe that passed ``validate``; must not raise for one."""
+    def equipment_uses(self, recipe: Any) -> Sequence[EquipmentUse]:
+        """Every command and event action of ``recipe`` (empty for a recipe it cannot load;
+        ``validate`` reports those)."""
         ...
+
+
+def equipment_uses(interpreter: object, recipe: Any) -> Sequence[EquipmentUse]:
+    """What ``recipe`` asks of equipment, when its interpreter can say (else nothing)."""
+    if isinstance(interpreter, EquipmentUser):
+        return interpreter.equipment_uses(recipe)
+    return ()
 
 
 class RecipeInterpreter(Protocol):

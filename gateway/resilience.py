@@ -14,7 +14,9 @@ behave alike:
   timeout, loading and read-only errors; a plugin adds its own with ``register_transient``. An
   error whose ``__cause__`` is transient is transient too, so wrapping keeps the meaning.
 - **Logged once per outage.** ``Outage`` logs the first failure of a run of failures at WARNING
-  and the recovery at INFO ("back after 3.2 s"), not every retry.
+  and the recovery at INFO ("back after 3.2 s"), not every retry. Outages of one check made by
+  ``Resilience`` share their log: when many operations (every message in flight, say) hit the
+  same outage, the first one logs it and the last one to recover logs its end.
 - **Not ready meanwhile.** ``Readiness`` (``gateway.readiness``) holds named checks; a failing
   loop marks its check (``"sfc-engine.read"``, ``"instances"``...) failing with the reason, and
   ``/readyz`` answers 503 naming it until the loop succeeds again. The HTTP endpoint itself
@@ -157,21 +159,37 @@ class Readiness:
         return not self._failing
 
 
+class OutageLog:
+    """What the outages of one check share so the check's outage is logged once: how many of
+    them are failing now."""
+
+    def __init__(self) -> None:
+        self.failing = 0
+        self.since = 0.0  # time.monotonic() when the first of them failed
+
+
 class Outage:
-    """One loop's view of its dependency: logs once per outage, marks the check, backs off."""
+    """One loop's view of its dependency: logs once per outage, marks the check, backs off.
+
+    ``readiness`` ``None``: the outage is only logged, it fails no readiness check (for work
+    that runs only when something calls it, a metrics scrape say, and so might never get the
+    chance to pass the check again). ``shared``: the log of every outage of the check.
+    """
 
     def __init__(
         self,
         check: str,
-        readiness: Readiness,
-        backoff: Backoff,
+        readiness: Readiness | None,
+        backoff: Backoff | None = None,
         *,
         logger: logging.Logger = log,
+        shared: OutageLog | None = None,
     ) -> None:
         self.check = check
         self.readiness = readiness
-        self.backoff = backoff
+        self.backoff = backoff or Backoff()
         self.logger = logger
+        self.shared = shared or OutageLog()
         self.since: float | None = None  # time.monotonic() of the outage's first failure
         self.failures = 0
 
@@ -186,30 +204,42 @@ class Outage:
         if not is_transient(error):
             # A bug or bad data, not an outage: always worth its traceback.
             self.logger.error("%s failed: %s", self.check, reason, exc_info=error)
-        elif self.since is None:
+        elif self.since is None and not self.shared.failing:
             self.logger.warning("%s: %s; retrying until it is back", self.check, reason)
         if self.since is None:
             self.since = time.monotonic()
-        self.readiness.fail(self.check, reason, self)
+            if not self.shared.failing:
+                self.shared.since = self.since
+            self.shared.failing += 1
+        if self.readiness is not None:
+            self.readiness.fail(self.check, reason, self)
         return self.backoff.next()
 
     def succeeded(self) -> None:
-        """Record a success; ends the outage (logged once) if there was one."""
+        """Record a success; ends the outage (logged once, by the last of the check's outages
+        to recover) if there was one."""
         if self.since is not None:
-            self.logger.info(
-                "%s: back after %.1f s (%d failed tries)",
-                self.check,
-                time.monotonic() - self.since,
-                self.failures,
-            )
-            self.readiness.recover(self.check, self)
+            self.shared.failing -= 1
+            if not self.shared.failing:
+                self.logger.info(
+                    "%s: back after %.1f s (%d failed tries)",
+                    self.check,
+                    time.monotonic() - self.shared.since,
+                    self.failures,
+                )
+            if self.readiness is not None:
+                self.readiness.recover(self.check, self)
         self.since = None
         self.failures = 0
         self.backoff.reset()
 
     def close(self) -> None:
         """The loop ends: its check no longer fails on its account."""
-        self.readiness.recover(self.check, self)
+        if self.since is not None:
+            self.shared.failing -= 1
+            self.since = None
+        if self.readiness is not None:
+            self.readiness.recover(self.check, self)
 
 
 class Resilience:
@@ -221,11 +251,15 @@ class Resilience:
         self.readiness = readiness
         self.minimum_seconds = minimum_seconds
         self.maximum_seconds = maximum_seconds
+        self._logs: dict[str, OutageLog] = {}  # check -> the log its outages share
 
-    def outage(self, check: str, *, logger: logging.Logger = log) -> Outage:
-        """A fresh ``Outage`` for one loop (or one operation) under the readiness ``check``."""
+    def outage(self, check: str, *, logger: logging.Logger = log, ready: bool = True) -> Outage:
+        """A fresh ``Outage`` for one loop (or one operation) under the readiness ``check``;
+        ``ready=False``: logged once per outage like the others, but no readiness check."""
         backoff = Backoff(self.minimum_seconds, self.maximum_seconds)
-        return Outage(check, self.readiness, backoff, logger=logger)
+        shared = self._logs.setdefault(check, OutageLog())
+        readiness = self.readiness if ready else None
+        return Outage(check, readiness, backoff, logger=logger, shared=shared)
 
     async def retry(
         self,

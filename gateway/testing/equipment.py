@@ -30,7 +30,12 @@ Behaviour = Callable[[EquipmentCommand], Any]
 
 
 class EquipmentFailure(Exception):
-    """Raised by a behaviour: the equipment answers with this error."""
+    """Raised by a behaviour: the equipment answers with this error (and ``data``, what it
+    measured while failing)."""
+
+    def __init__(self, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.data = data
 
 
 class NoAnswer(Exception):
@@ -66,7 +71,7 @@ class TestEquipment:
             return
         except EquipmentFailure as failure:
             await self._hub(command).reply(
-                EquipmentReply(command.correlation_id, error=str(failure))
+                EquipmentReply(command.correlation_id, data=failure.data, error=str(failure))
             )
             return
         await self._hub(command).reply(

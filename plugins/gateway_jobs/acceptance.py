@@ -3,8 +3,9 @@
 Checked at Store, StoreAndStart and Update, each against the scope's configuration:
 
     check               the job order's ...                            must be in
-    workmaster          WorkMasterID[*].ID (at least one)              config.workmaster
-                        and the first one's recipe must run here       (interpreter + validate)
+    workmaster          WorkMasterID[*].ID (none: the scope's default) config.workmaster
+                        one whose recipe runs here, every action       (interpreter + validate,
+                        served by equipment or a driver                 gateway.routing)
     equipment           EquipmentRequirements[*].ID                    config.equipment
     materialclass       MaterialRequirements[*].MaterialClassID        config.materialclass
     materialdefinition  MaterialRequirements[*].MaterialDefinitionID   config.materialdefinition
@@ -12,18 +13,33 @@ Checked at Store, StoreAndStart and Update, each against the scope's configurati
     physicalasset       PhysicalAssetRequirements[*].ID                config.physicalasset
 
 An empty allowed set allows nothing: a scope takes jobs only once the MES configured what they
-need. Every failing check is reported, each as ``<check>: <what>``. The job runs its first Work
-Master (OPC lets the station choose among several; this one takes the first listed). The limit on
-job orders (``max_job_orders``) and duplicate ids are checked when the job is written, atomically
-with the write (see ``repository``).
+need. Every failing check is reported, each as ``<check>: <what>``.
+
+Work Master selection (OPC 40001-3: with none defined "the server may use internal logic ... to
+select the appropriate WorkMaster"; with several it may choose "based on the availability of
+resources"): a job order naming no Work Master runs the scope's default (``config.jobacceptance``
+``DefaultWorkMasterID``, else the ``[jobs] default_work_master`` setting; neither: refused). Of
+several, the job runs the first listed that is configured, whose recipe runs here and routes, and
+whose equipment is online where its liveness is known. When every usable one has equipment
+offline, the first usable one is taken all the same: a heartbeat missed at Store must not refuse
+a job that runs later (the engine waits for, and reports, offline equipment). None usable: refused,
+each listed Work Master with what it lacks.
+
+The limit on job orders (``max_job_orders``) and duplicate ids are checked when the job is
+written, atomically with the write (see ``repository``).
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
+from gateway.recipes import equipment_uses
+from gateway.routing import availability_problems
 from gateway_jobs.config import RESOURCE_KINDS, WORK_MASTER, StationConfig, recipe_problems
 from gateway_jobs.model import JobOrder, WorkMaster
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -51,9 +67,14 @@ def requirement_ids(order: JobOrder) -> dict[str, list[str]]:
     return {kind: [value for value in ids if value is not None] for kind, ids in named.items()}
 
 
-async def check_job_order(config: StationConfig, scope: str, order: JobOrder) -> Verdict:
+async def check_job_order(
+    config: StationConfig, scope: str, order: JobOrder, *, default_work_master: str = ""
+) -> Verdict:
+    """``default_work_master``: the ``[jobs]`` setting (the scope's configuration wins)."""
     problems: list[str] = []
-    work_master, work_master_problems = await _work_master(config, scope, order)
+    work_master, work_master_problems = await select_work_master(
+        config, scope, order, default_work_master
+    )
     problems += [f"{WORK_MASTER}: {problem}" for problem in work_master_problems]
     for kind, ids in requirement_ids(order).items():
         missing = await config.not_allowed(scope, kind, list(dict.fromkeys(ids)))
@@ -65,16 +86,41 @@ async def check_job_order(config: StationConfig, scope: str, order: JobOrder) ->
     return Verdict(None if problems else work_master, problems)
 
 
-async def _work_master(
-    config: StationConfig, scope: str, order: JobOrder
+async def select_work_master(
+    config: StationConfig, scope: str, order: JobOrder, default: str = ""
 ) -> tuple[WorkMaster | None, list[str]]:
-    ids = [reference.id for reference in order.work_master_id or []]
+    """The Work Master the job runs, or what each candidate lacks (see the module docstring)."""
+    ids = list(dict.fromkeys(reference.id for reference in order.work_master_id or []))
     if not ids:
-        return None, ["the job order names no Work Master (WorkMasterID is empty)"]
-    missing = await config.not_allowed(scope, WORK_MASTER, ids)
-    if missing:
-        return None, [f"WorkMasterID names {', '.join(map(repr, missing))}, not configured"]
-    work_master = await config.work_master(scope, ids[0])
-    if work_master is None:  # deleted between the two reads
-        return None, [f"Work Master {ids[0]!r} is not configured"]
-    return work_master, recipe_problems(work_master, config.interpreters)
+        default = (await config.job_acceptance(scope)).default_work_master_id or default
+        if not default:
+            return None, [
+                "the job order names no Work Master (WorkMasterID is empty) and scope "
+                f"{scope!r} has no default (config.jobacceptance DefaultWorkMasterID or "
+                "[jobs] default_work_master)"
+            ]
+        ids = [default]
+    problems: list[str] = []
+    fallback: WorkMaster | None = None
+    for work_master_id in ids:
+        work_master = await config.work_master(scope, work_master_id)
+        if work_master is None:
+            problems.append(f"Work Master {work_master_id!r} is not configured")
+            continue
+        unusable = recipe_problems(work_master, config.interpreters)
+        offline: list[str] = []
+        if not unusable and config.equipment is not None:
+            interpreter = config.interpreters[work_master.data_schema or ""]
+            uses = equipment_uses(interpreter, work_master.data)
+            unroutable, offline = await availability_problems(config.equipment, scope, uses)
+            unusable = [f"Work Master {work_master_id!r}: {problem}" for problem in unroutable]
+        if unusable:
+            problems += unusable
+        elif not offline:
+            return work_master, []
+        elif fallback is None:
+            fallback = work_master
+            log.info("Work Master %s skipped for now: %s", work_master_id, "; ".join(offline))
+    if fallback is not None:
+        return fallback, []
+    return None, problems

@@ -6,21 +6,26 @@ DELETE (remove). The payload is one resource or a list of them:
 
     kind                payload                      identifies by          stored as
     equipment           ISA95EquipmentDataType       ID                     set of allowed IDs
+                                                                            + declared types
     materialclass       ISA95MaterialDataType        MaterialClassID        set of allowed IDs
     materialdefinition  ISA95MaterialDataType        MaterialDefinitionID   set of allowed IDs
     personnel           ISA95PersonnelDataType       ID                     set of allowed IDs
     physicalasset       ISA95PhysicalAssetDataType   ID                     set of allowed IDs
     workmaster          Work Master with Data        ID                     document + ID set
     jobacceptance       {MaxDownloadableJobOrders,   (the scope)            document
+                         DefaultWorkMasterID,
                          MaxRunningJobOrders}
     online              {Online, Reason}             (the scope)            document
 
 Keys: ``{p}:{scope}:config:<kind>`` (sets and the two documents) and
 ``{p}:{scope}:workmaster:<id>``. A Work Master whose ``DataSchema`` no recipe interpreter here
-reads, or whose recipe its interpreter finds invalid, is refused with the reasons; a list is
-stored all or nothing. ``jobacceptance`` takes its keys in PascalCase or snake_case. ``online``
-with ``Online: false`` takes the scope offline (no queued job starts, see ``queue``); DELETE or
-``Online: true`` brings it back. Both are followed by a dispatch (``on_change``).
+reads, whose recipe its interpreter finds invalid, or with an action no equipment or driver
+serves (``gateway.routing``), is refused with the reasons; a list is stored all or nothing.
+Equipment may declare the command and event types it serves (``TypeIds``, see ``routing``):
+actions naming no equipment are routed by them.
+``jobacceptance`` takes its keys in PascalCase or snake_case. ``online`` with ``Online: false``
+takes the scope offline (no queued job starts, see ``queue``); DELETE or ``Online: true`` brings
+it back.
 """
 
 from __future__ import annotations
@@ -29,9 +34,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.equipment import EquipmentHub
 from gateway.errors import ValidationError
-from gateway.recipes import RecipeInterpreter
-from gateway.store import Store
+from gateway.recipes import RecipeInterpreter, equipment_uses
+from gateway.routing import routes
+from gateway.routing import routing_problems as route_problems
+from gateway.store import ScopeTransaction, Store
 from gateway_jobs.model import (
     Equipment,
     JobAcceptance,
@@ -45,6 +53,7 @@ from gateway_jobs.model import (
     from_json,
     to_json,
 )
+from gateway_jobs.routing import StationTypes, property_types
 
 CONFIG_TYPE_PREFIX = "com.github.aschamberger.ISA95-JOBCONTROL_V2.config."
 PUT = "PUT"
@@ -93,6 +102,7 @@ CONFIG_KINDS = (*RESOURCE_KINDS, WORK_MASTER, JOB_ACCEPTANCE, ONLINE)
 _ACCEPTANCE_NAMES = {
     "max_downloadable_job_orders": "MaxDownloadableJobOrders",
     "max_running_job_orders": "MaxRunningJobOrders",
+    "default_work_master_id": "DefaultWorkMasterID",
 }
 
 
@@ -120,11 +130,21 @@ def recipe_problems(
 
 
 class StationConfig:
-    """The configuration of each scope, as the MES pushed it."""
+    """The configuration of each scope, as the MES pushed it.
 
-    def __init__(self, store: Store, interpreters: Mapping[str, RecipeInterpreter]) -> None:
+    ``equipment``: the hub whose drivers recipes are routed to (``None``: routing unchecked).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        interpreters: Mapping[str, RecipeInterpreter],
+        equipment: EquipmentHub | None = None,
+    ) -> None:
         self.store = store
         self.interpreters = interpreters
+        self.equipment = equipment
+        self.types = StationTypes(store)
 
     # -- keys -------------------------------------------------------------------------------
 
@@ -148,7 +168,7 @@ class StationConfig:
         return None if document is None else from_json(document, WorkMaster, element="WorkMaster")
 
     async def job_acceptance(self, scope: str) -> JobAcceptance:
-        """The scope's overrides of the job limits (``None`` each: the setting applies)."""
+        """The scope's overrides of the ``[jobs]`` settings (each ``None``: not set)."""
         document = await self.store.get_json(self.allowed_key(scope, JOB_ACCEPTANCE))
         return JobAcceptance() if document is None else from_json(document, JobAcceptance)
 
@@ -159,6 +179,17 @@ class StationConfig:
     async def max_running_job_orders(self, scope: str) -> int | None:
         """The scope's MaxRunningJobOrders override, if the MES set one."""
         return (await self.job_acceptance(scope)).max_running_job_orders
+
+    async def routing_problems(self, scope: str, work_master: WorkMaster) -> list[str]:
+        """The actions of ``work_master``'s recipe that no equipment or driver serves."""
+        interpreter = self.interpreters.get(work_master.data_schema or "")
+        if self.equipment is None or interpreter is None:
+            return []
+        uses = equipment_uses(interpreter, work_master.data)
+        return [
+            f"Work Master {work_master.id!r}: {problem}"
+            for problem in route_problems(await routes(self.equipment, scope, uses))
+        ]
 
     # -- configuration events ---------------------------------------------------------------
 
@@ -172,6 +203,8 @@ class StationConfig:
             return await self._online(scope, method, data)
         if kind == WORK_MASTER:
             return await self._work_masters(scope, method, _items(data, WorkMaster))
+        if kind == "equipment":
+            return await self._equipment(scope, method, _items(data, Equipment))
         resource = RESOURCE_KINDS[kind]
         return await self._resources(scope, resource, method, _items(data, resource.model))
 
@@ -203,6 +236,7 @@ class StationConfig:
                 for item in items
                 if item.data_schema is not None
                 for problem in recipe_problems(item, self.interpreters)
+                or await self.routing_problems(scope, item)
             ]
             if problems:
                 return Outcome(ReturnStatus.INVALID_REQUEST, "workmaster: " + "; ".join(problems))
@@ -215,6 +249,23 @@ class StationConfig:
                 else:
                     transaction.pipeline.delete(self.work_master_key(scope, item.id))
                     transaction.pipeline.srem(allowed, item.id)
+        return Outcome(ReturnStatus.NO_ERROR)
+
+    async def _equipment(self, scope: str, method: str, items: list[Equipment]) -> Outcome:
+        """Allowed equipment, and the types each declares (refused when two would share one)."""
+        put = property_types(items) if method == PUT else {}
+        deleted = [item.id for item in items] if method == DELETE else []
+        ids = [item.id for item in items]
+        key = self.allowed_key(scope, "equipment")
+
+        def allow(transaction: ScopeTransaction) -> None:
+            if ids:
+                command = transaction.pipeline.sadd if method == PUT else transaction.pipeline.srem
+                command(key, *ids)
+
+        problems = await self.types.change(scope, put, deleted, allow)
+        if problems:
+            return Outcome(ReturnStatus.INVALID_REQUEST, "equipment: " + "; ".join(problems))
         return Outcome(ReturnStatus.NO_ERROR)
 
     async def _job_acceptance(self, scope: str, method: str, data: Any) -> Outcome:

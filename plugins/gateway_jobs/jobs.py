@@ -17,14 +17,17 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
+from gateway.equipment import EquipmentHub
 from gateway.jobstates import JobState, StateFilter, TopState, matches
-from gateway.recipes import EquipmentPlanner, JobCommand, RecipeInterpreter
+from gateway.recipes import JobCommand, RecipeInterpreter, equipment_uses
+from gateway.routing import recipe_equipment
 from gateway.store import Store
-from gateway_jobs.acceptance import check_job_order
+from gateway_jobs.acceptance import Verdict, check_job_order
 from gateway_jobs.config import JOB_ACCEPTANCE, ONLINE, StationConfig
 from gateway_jobs.dispatcher import Dispatcher
 from gateway_jobs.events import Cause, EventSink, status_event
 from gateway_jobs.model import (
+    JobOrder,
     JobOrderCall,
     JobOrderIDCall,
     JobResponse,
@@ -67,11 +70,12 @@ class JobManager:
         events: EventSink,
         observe: Observer,
         observe_method: Observer = lambda **_: None,
+        equipment: EquipmentHub | None = None,
     ) -> None:
-        self.repository = JobRepository(
-            store, retry_limit=settings.retry_limit, needs=self.equipment
-        )
-        self.config = StationConfig(store, interpreters)
+        """``equipment``: the hub recipes are routed against (``None``: routing unchecked)."""
+        self.repository = JobRepository(store, retry_limit=settings.retry_limit)
+        self.config = StationConfig(store, interpreters, equipment)
+        self.hub = equipment
         self.dispatcher = Dispatcher(store, capacity=self.capacity, start=self._start_admitted)
         self.interpreters = interpreters
         self.settings = settings
@@ -87,13 +91,19 @@ class JobManager:
         order = call.job_order
         if await self.repository.exists(scope, order.job_order_id):
             return self._refused(Refusal("duplicate"), scope, order.job_order_id, method)
-        verdict = await check_job_order(self.config, scope, order)
+        verdict = await self._check(scope, order)
         if verdict.work_master is None:
             return Outcome(ReturnStatus.UNABLE_TO_ACCEPT_JOB_ORDER, verdict.message)
         state = next_state(JobState.INITIAL, method)
         assert state is not None, f"{method} creates no job"
         job = new_job(order, state, verdict.work_master)
-        result = await self.repository.create(scope, job, method, limit=await self._limit(scope))
+        result = await self.repository.create(
+            scope,
+            job,
+            method,
+            limit=await self._limit(scope),
+            equipment=await self.equipment(scope, job),
+        )
         return await self._finish(scope, order.job_order_id, method, result, cause)
 
     async def update(self, scope: str, call: JobOrderCall, cause: Cause) -> Outcome:
@@ -105,7 +115,7 @@ class JobManager:
         if next_state(current.state, "Update") is None:  # before the checks: they would not help
             refusal = Refusal("invalid-state", state=current.state)
             return self._refused(refusal, scope, order.job_order_id, "Update")
-        verdict = await check_job_order(self.config, scope, order)
+        verdict = await self._check(scope, order)
         work_master = verdict.work_master
         if work_master is None:
             return Outcome(ReturnStatus.UNABLE_TO_ACCEPT_JOB_ORDER, verdict.message)
@@ -113,14 +123,21 @@ class JobManager:
         def replace_order(job: StoredJob) -> StoredJob:
             return dataclasses.replace(job, job_order=order, work_master=work_master)
 
+        equipment = await self.equipment(scope, replace_order(current))
         result = await self.repository.transition(
-            scope, order.job_order_id, "Update", replace_order
+            scope, order.job_order_id, "Update", replace_order, equipment=equipment
         )
         return await self._finish(scope, order.job_order_id, "Update", result, cause)
 
     async def act(self, scope: str, method: str, call: JobOrderIDCall, cause: Cause) -> Outcome:
         """Start, RevokeStart, Pause, Resume, Stop, Abort, Cancel or Clear."""
-        result = await self.repository.transition(scope, call.job_order_id, method)
+        equipment = None
+        if method == "Start":  # it enters the queue: what will it hold when it runs?
+            job = await self.repository.load(scope, call.job_order_id)
+            equipment = None if job is None else await self.equipment(scope, job)
+        result = await self.repository.transition(
+            scope, call.job_order_id, method, equipment=equipment
+        )
         return await self._finish(scope, call.job_order_id, method, result, cause)
 
     async def job_response(self, scope: str, job_order_id: str) -> JobResponseReply:
@@ -294,18 +311,25 @@ class JobManager:
         override = await self.config.max_running_job_orders(scope)
         return self.settings.max_running_job_orders if override is None else override
 
-    def equipment(self, job: StoredJob) -> list[str]:
+    async def equipment(self, scope: str, job: StoredJob) -> list[str]:
         """What the job holds while it runs: its EquipmentRequirements and the equipment its
-        recipe commands (when its interpreter can say, ``EquipmentPlanner``)."""
+        recipe talks to, actions routed by type included (``gateway.routing``)."""
         if not self.settings.equipment_allocation:
             return []
-        needed = required_equipment(job)
-        interpreter: object = self.interpreters.get(job.work_master.data_schema or "")
-        if isinstance(interpreter, EquipmentPlanner):
-            needed += interpreter.equipment(job.work_master.data)
-        return sorted(set(needed))
+        needed = set(required_equipment(job))
+        interpreter = self.interpreters.get(job.work_master.data_schema or "")
+        uses = equipment_uses(interpreter, job.work_master.data)
+        if self.hub is None:
+            needed.update(use.equipment for use in uses if use.equipment)
+        else:
+            needed.update(await recipe_equipment(self.hub, scope, uses))
+        return sorted(needed)
 
     # -- helpers ----------------------------------------------------------------------------
+
+    async def _check(self, scope: str, order: JobOrder) -> Verdict:
+        default = self.settings.default_work_master
+        return await check_job_order(self.config, scope, order, default_work_master=default)
 
     async def _limit(self, scope: str) -> int | None:
         """The scope's job limit (MES override, else the setting); ``None``: no limit."""

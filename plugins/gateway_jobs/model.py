@@ -320,15 +320,17 @@ class JobResponsesReply:
 
 @dataclass
 class JobAcceptance:
-    """Payload of ``config.jobacceptance``: the scope's limits; a missing one is the setting's.
-
-    MaxDownloadableJobOrders: jobs it may hold (65535: no limit); MaxRunningJobOrders: jobs it
-    runs at once (0: no limit)."""
+    """Payload of ``config.jobacceptance``: the scope's limits and the Work Master a job order
+    naming none runs (each left out: the ``[jobs]`` setting). MaxDownloadableJobOrders: jobs it
+    may hold (65535: no limit); MaxRunningJobOrders: jobs it runs at once (0: no limit)."""
 
     max_downloadable_job_orders: int | None = None
+    default_work_master_id: str | None = None
     max_running_job_orders: int | None = None
 
     def __post_init__(self) -> None:
+        if self.default_work_master_id == "":
+            raise ValueError("DefaultWorkMasterID must not be empty (leave it out instead)")
         for name, value in (
             ("MaxDownloadableJobOrders", self.max_downloadable_job_orders),
             ("MaxRunningJobOrders", self.max_running_job_orders),

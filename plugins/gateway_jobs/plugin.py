@@ -67,9 +67,12 @@ def gateway_make_job_control(gateway: JobControlPhase) -> JobControl | None:
         else BindingEvents(binding, settings.topic_prefix),
         observe=gateway.plugins.hook.gateway_job_state_changed,
         observe_method=gateway.plugins.hook.gateway_job_method_called,
+        equipment=gateway.equipment,
     )
     if binding is not None:
         manager.dispatcher.feed = QueueFeed(binding, settings.topic_prefix, gateway.source).publish
+    # Commands naming no equipment are routed by the types the MES configured.
+    gateway.equipment.set_directory(manager.config.types)
     return JobsControl(gateway.state.add(manager))
 
 

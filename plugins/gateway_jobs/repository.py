@@ -163,10 +163,6 @@ Edit = Callable[[StoredJob], StoredJob]
 """Adjusts a job already moved to its new state (its order, its response's data)."""
 
 
-Needs = Callable[[StoredJob], Collection[str]]
-"""The equipment a job holds while it runs (its recipe's and its EquipmentRequirements)."""
-
-
 def required_equipment(job: StoredJob) -> list[str]:
     return [item.id for item in job.job_order.equipment_requirements or [] if item.id]
 
@@ -174,12 +170,9 @@ def required_equipment(job: StoredJob) -> list[str]:
 class JobRepository:
     """Reads and compare-and-swap writes of one store's jobs."""
 
-    def __init__(
-        self, store: Store, *, retry_limit: int = 200, needs: Needs = required_equipment
-    ) -> None:
+    def __init__(self, store: Store, *, retry_limit: int = 200) -> None:
         self.store = store
         self.retry_limit = retry_limit
-        self.needs = needs
         self.queue_keys = QueueKeys(store)
 
     # -- keys -------------------------------------------------------------------------------
@@ -241,9 +234,18 @@ class JobRepository:
     # -- compare-and-swap writes ------------------------------------------------------------
 
     async def create(
-        self, scope: str, job: StoredJob, trigger: str, *, limit: int | None
+        self,
+        scope: str,
+        job: StoredJob,
+        trigger: str,
+        *,
+        limit: int | None,
+        equipment: Collection[str] | None = None,
     ) -> Change | Refusal:
-        """Store a new job unless its id is taken or the scope holds ``limit`` jobs already."""
+        """Store a new job unless its id is taken or the scope holds ``limit`` jobs already.
+
+        ``equipment``: what the job holds once it runs, when it enters the queue (default: its
+        EquipmentRequirements)."""
         job_key = self.job_key(scope, job.job_order_id)
         watch = [job_key, self.response_key(scope, job.job_order_id)]
         if limit is not None:
@@ -256,14 +258,21 @@ class JobRepository:
             # now on makes this transaction fail, and the count is taken again.
             if limit is not None and await self.count(scope) >= limit:
                 raise _Refused(Refusal("full", limit=limit))
-            return self._queue(transaction, Change(trigger, None, job))
+            return self._queue(transaction, Change(trigger, None, job), equipment)
 
         return await self._swap(scope, watch, attempt)
 
     async def transition(
-        self, scope: str, job_order_id: str, trigger: str, edit: Edit | None = None
+        self,
+        scope: str,
+        job_order_id: str,
+        trigger: str,
+        edit: Edit | None = None,
+        *,
+        equipment: Collection[str] | None = None,
     ) -> Change | Refusal:
-        """Move the job by ``trigger`` if its stored state allows it; ``edit`` adjusts the job."""
+        """Move the job by ``trigger`` if its stored state allows it; ``edit`` adjusts the job;
+        ``equipment`` as for ``create``."""
         job_key = self.job_key(scope, job_order_id)
         response_key = self.response_key(scope, job_order_id)
 
@@ -278,7 +287,7 @@ class JobRepository:
             after = before.moved_to(destination)
             if edit is not None:
                 after = edit(after)
-            return self._queue(transaction, Change(trigger, before, after))
+            return self._queue(transaction, Change(trigger, before, after), equipment)
 
         return await self._swap(scope, [job_key, response_key], attempt)
 
@@ -304,7 +313,12 @@ class JobRepository:
             f"jobs of scope {scope!r} kept changing: gave up after {self.retry_limit} attempts"
         )
 
-    def _queue(self, transaction: ScopeTransaction, change: Change) -> Change:
+    def _queue(
+        self,
+        transaction: ScopeTransaction,
+        change: Change,
+        equipment: Collection[str] | None = None,
+    ) -> Change:
         """Queue the documents, index updates and change record of ``change``."""
         scope, after, before = transaction.scope, change.after, change.before
         job_order_id = after.job_order_id
@@ -334,7 +348,11 @@ class JobRepository:
             job_order_id,
             None if before is None else before.state,
             after.state,
-            lambda: entry_json(after.priority, after.job_order.start_time, self.needs(after)),
+            lambda: entry_json(
+                after.priority,
+                after.job_order.start_time,
+                required_equipment(after) if equipment is None else equipment,
+            ),
         )
         transaction.append_change(change_record(scope, change))
         return change

@@ -21,6 +21,11 @@ class JobsSettings:
         "the MES overrides it per scope with config.jobacceptance",
         minimum=0,
     )
+    default_work_master: str = setting(
+        "",
+        "Work Master a job order naming none runs (empty: such a job order is refused); "
+        "the MES overrides it per scope with config.jobacceptance DefaultWorkMasterID",
+    )
     max_running_job_orders: int = setting(
         1,
         "Jobs a scope runs at once (0: no limit); the others wait in its queue; the MES "

@@ -29,6 +29,7 @@ from gateway.hookspecs import hookimpl
 from gateway.jobstates import TopState
 from gateway.phases import InterpreterPhase
 from gateway.recipes import JobCommand, JobControl, JobOutcome, ProcessValue, RecipeInterpreter
+from gateway.routing import EquipmentUse
 from gateway.settings import Settings
 from gateway.store import Store
 from gateway.testing.mqtt import MqttTestClient, connect_test_client
@@ -79,11 +80,14 @@ class ScriptedInterpreter:
 
     On ``start`` it reports Run when the recipe says ``run``, then Complete with the results in
     ``complete`` (ID -> value) when there are any. ``{"invalid": "why"}`` fails validation.
+    ``"uses": [{"action": ..., "type_id": ..., "equipment": ..., "command": true}]`` lists what
+    it asks of equipment (``gateway.recipes.EquipmentUser``; equipment and command optional).
     """
 
     control: Callable[[], JobControl]
     dataschema: str = TEST_DATASCHEMA
     started: list[str] = field(default_factory=list)
+    work_masters: dict[str, str] = field(default_factory=dict)  # job -> the Work Master it ran
     commands: list[tuple[str, JobCommand]] = field(default_factory=list)
 
     def validate(self, recipe: Any) -> Sequence[str]:
@@ -93,8 +97,18 @@ class ScriptedInterpreter:
             return [f"recipe.invalid: {recipe['invalid']}"]
         return []
 
+    def equipment_uses(self, recipe: Any) -> Sequence[EquipmentUse]:
+        uses = recipe.get("uses", []) if isinstance(recipe, Mapping) else []
+        return [
+            EquipmentUse(
+                use["action"], use["type_id"], use.get("equipment"), use.get("command", True)
+            )
+            for use in uses
+        ]
+
     async def start(self, job: RecipeJob) -> None:
         self.started.append(job.job_order_id)
+        self.work_masters[job.job_order_id] = job.work_master["ID"]
         script = job.recipe if isinstance(job.recipe, Mapping) else {}
         control = self.control()
         if script.get("run") and await control.run(job.scope, job.job_order_id):
@@ -211,13 +225,15 @@ def return_status(reply: CloudEvent) -> int:
 class Station:
     """Gateway instances of one station (shared key prefix, topic prefix and share group).
 
-    The SFC plugin is blocked: jobs run the ``ScriptedInterpreter`` that ``plugin`` registers.
+    The SFC plugin is blocked: jobs run the ``ScriptedInterpreter`` that ``plugin`` registers;
+    ``equipment``: an equipment driver plugin (e.g. ``TestEquipment``), if any.
     """
 
     mqtt_url: str
     redis_url: str
     name: str  # unique per test: key prefix, topic prefix, share group
     plugin: ScriptedInterpreterPlugin = field(default_factory=ScriptedInterpreterPlugin)
+    equipment: object | None = None
 
     @property
     def topic_prefix(self) -> str:
@@ -237,7 +253,10 @@ class Station:
             "GATEWAY_JOBS_TOPIC_PREFIX": self.topic_prefix,
             **{f"GATEWAY_JOBS_{key.upper()}": value for key, value in jobs.items()},
         }
-        return Gateway.from_environment(None, environ, extra_plugins={"recipes": self.plugin})
+        plugins: dict[str, object] = {"recipes": self.plugin}
+        if self.equipment is not None:
+            plugins["equipment"] = self.equipment
+        return Gateway.from_environment(None, environ, extra_plugins=plugins)
 
     def mes(self, scope: str = "cell1") -> AbstractAsyncContextManager[JobsMes]:
         """An MES client for ``scope``."""

@@ -12,8 +12,10 @@ equipment has a connection here, and why it went) and report to the host's equip
   within ``ttl_seconds`` if this instance dies with the connection;
 - ``mark_gone`` -> ``hub.gone(id, "disconnected (<why>)")``: offline at once.
 
-A failing hub (the store unreachable) is logged and does not break the connection: the
-instance's own view is kept either way.
+A failing hub (the store unreachable) is logged once per outage (``gateway.resilience``) and
+does not break the connection: the instance's own view is kept either way, and the next sign of
+life reports again. It fails no readiness check: equipment that goes away during the outage
+would leave nothing to report, and the check failing for good.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import anyio
+
+from gateway.resilience import Outage
 
 if TYPE_CHECKING:
     from gateway.equipment import EquipmentHub
@@ -63,6 +67,9 @@ class Liveness:
         self.owners: Forwarding | None = None  # records which instance has the connection
         self._status: dict[str, EquipmentStatus] = {}
         self._reported: dict[str, float] = {}  # id -> time.monotonic() of the last hub write
+        # The hub and the owners' record may fail apart (each logged once per outage).
+        self._hub_outage = Outage("msgpack-rpc.liveness", None, logger=log)
+        self._owners_outage = Outage("msgpack-rpc.liveness owners", None, logger=log)
 
     def attach(self, hub: EquipmentHub, *, owners: Forwarding | None = None) -> None:
         """Report to ``hub`` from now on, and record connections in ``owners`` (the binding
@@ -92,10 +99,13 @@ class Liveness:
             await self._tell_hub(
                 equipment_id,
                 lambda: hub.heartbeat(equipment_id, timeout_seconds=self.ttl_seconds),
+                self._hub_outage,
             )
         owners = self.owners
         if owners is not None:
-            await self._tell_hub(equipment_id, lambda: owners.claim(equipment_id))
+            await self._tell_hub(
+                equipment_id, lambda: owners.claim(equipment_id), self._owners_outage
+            )
 
     async def mark_gone(self, equipment_id: str, reason: str) -> None:
         """The equipment's connection ended (disconnect, heartbeat timeout, gateway stopping)."""
@@ -108,11 +118,15 @@ class Liveness:
         hub = self.hub
         if hub is not None:
             await self._tell_hub(
-                equipment_id, lambda: hub.gone(equipment_id, f"disconnected ({reason})")
+                equipment_id,
+                lambda: hub.gone(equipment_id, f"disconnected ({reason})"),
+                self._hub_outage,
             )
         owners = self.owners
         if owners is not None:
-            await self._tell_hub(equipment_id, lambda: owners.release(equipment_id))
+            await self._tell_hub(
+                equipment_id, lambda: owners.release(equipment_id), self._owners_outage
+            )
 
     def is_online(self, equipment_id: str) -> bool:
         status = self._status.get(equipment_id)
@@ -125,14 +139,14 @@ class Liveness:
         """Every equipment seen since this instance started, online or not."""
         return list(self._status.values())
 
-    async def _tell_hub(self, equipment_id: str, report: Callable[[], Awaitable[None]]) -> None:
+    async def _tell_hub(
+        self, equipment_id: str, report: Callable[[], Awaitable[None]], outage: Outage
+    ) -> None:
         try:
             with anyio.fail_after(HUB_TIMEOUT_SECONDS):
                 await report()
         except Exception as error:  # the store is down: the connection carries on regardless
             self._reported.pop(equipment_id, None)  # try again at the next sign of life
-            log.warning(
-                "equipment %s: liveness not recorded: %s",
-                equipment_id,
-                str(error) or type(error).__name__,
-            )
+            outage.failed(error)
+        else:
+            outage.succeeded()

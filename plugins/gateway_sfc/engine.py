@@ -123,6 +123,11 @@ class Executor:
         if error is not None:
             reason = f"equipment reported: {error}" if delivered else f"not delivered: {error}"
             self._action_failed(execution, run, reason, now, effects)
+            if data is not None and _failed(run):
+                # What the equipment measured while failing (the torque it reached...) goes to
+                # the Job Response beside the error. Only once no try is left: a result a
+                # transition could read is always a successful one.
+                execution.results[run.name] = data
         else:
             self._action_done(execution, run, data, effects)
         self.settle(execution, now, effects)
@@ -540,3 +545,8 @@ def _in(element: str, error: ConditionError) -> ConditionError:
 def as_fields(result: Any) -> Mapping[str, Any]:
     """A result as fields for conditions: mappings as they are, anything else as ``value``."""
     return result if isinstance(result, Mapping) else {"value": result}
+
+
+def _failed(run: ActionRun) -> bool:
+    """Whether no try is left (a function: mypy narrowed ``run.phase`` before the call)."""
+    return run.phase is Phase.FAILED

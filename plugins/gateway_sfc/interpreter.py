@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING, Any
 
 from anyio.abc import TaskStatus
 
-from gateway.errors import ValidationError
 from gateway.recipes import JobCommand, RecipeJob, RecipeProgress
+from gateway.routing import EquipmentUse
 from gateway_sfc.coordination import Coordinator
-from gateway_sfc.model import DATASCHEMA, load_recipe
+from gateway_sfc.model import DATASCHEMA
 from gateway_sfc.progress import read_progress
 from gateway_sfc.svg import render_svg
-from gateway_sfc.validation import load_chart, validate_recipe
+from gateway_sfc.validation import equipment_uses, load_chart, validate_recipe
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
@@ -22,8 +22,8 @@ if TYPE_CHECKING:
 class SfcInterpreter:
     """``gateway.recipes.RecipeInterpreter`` for SFC recipes: work goes to the work stream.
 
-    Also a ``gateway.recipes.RecipeViewer``: it draws charts and reports a job's progress; and
-    a ``gateway.recipes.EquipmentPlanner``: it names the equipment a recipe commands.
+    Also a ``gateway.recipes.RecipeViewer``: it draws charts and reports a job's progress; and a
+    ``gateway.recipes.EquipmentUser``: it lists what a recipe asks of equipment.
     """
 
     dataschema = DATASCHEMA
@@ -34,14 +34,8 @@ class SfcInterpreter:
     def validate(self, recipe: Any) -> Sequence[str]:
         return validate_recipe(recipe)
 
-    def equipment(self, recipe: Any) -> Collection[str]:
-        """``gateway.recipes.EquipmentPlanner``: the equipment the actions name. An action
-        without ``equipment`` is routed by its type and holds nothing by name."""
-        try:
-            actions = load_recipe(recipe).actions
-        except ValidationError:
-            return ()
-        return sorted({action.equipment for action in actions if action.equipment})
+    def equipment_uses(self, recipe: Any) -> Sequence[EquipmentUse]:
+        return equipment_uses(recipe)
 
     async def start(self, job: RecipeJob) -> None:
         await self.coordinator.start_job(job)

@@ -13,6 +13,7 @@ from gateway.errors import GatewayError, ValidationError
 from gateway.jobstates import TopState
 from gateway.recipes import JobCommand, JobOutcome, ProcessValue
 from gateway.resilience import is_transient
+from gateway_sfc.binding import bind_equipment
 from gateway_sfc.context import EngineContext
 from gateway_sfc.engine import Timer, TimerKind
 from gateway_sfc.events import EventRouter
@@ -100,8 +101,18 @@ class StepHandlers:
         except ValidationError as error:
             await control.abort(scope, job, JobOutcome(error=f"invalid recipe: {error}"))
             return
+        # Routed by type now (the configuration may have changed since Store), once for the run.
+        recipe, problems = await bind_equipment(self.context.gateway.equipment, scope, chart)
+        if problems:
+            unroutable = "unroutable recipe: " + "; ".join(problems)
+            await control.abort(scope, job, JobOutcome(error=unroutable))
+            return
+        if recipe is None:
+            recipe = recipe_job.recipe
+        else:
+            chart = self.recipes.chart(recipe)
         parameters = recipe_job.parameters()
-        await self.recipes.save(scope, job, chart, recipe_job.recipe, parameters)
+        await self.recipes.save(scope, job, chart, recipe, parameters)
         executor = self.context.executor(chart, parameters)
         execution, effects = executor.start(scope, job, time.time())
         if await self.executions.create(execution, effects):
@@ -191,7 +202,11 @@ class StepHandlers:
             return
         control = self.context.gateway.job_control
         if execution.status is Status.HELD:
-            await control.hold(scope, job, execution.error or "an action failed")
+            if await control.hold(scope, job, execution.error or "an action failed"):
+                failed = execution.results.get(execution.failed_action or "")
+                if failed is not None:  # the failed action's error reply data, beside the error
+                    value = ProcessValue(id=execution.failed_action or "", value=failed)
+                    await control.record_results(scope, job, [value])
             return
         if execution.status is not Status.FINISHING:
             return

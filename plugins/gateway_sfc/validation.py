@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.errors import ValidationError
+from gateway.routing import EquipmentUse
 from gateway_sfc.chart import Chart, RecipeError, compile_chart
-from gateway_sfc.model import load_recipe
+from gateway_sfc.model import Interaction, Qualifier, Recipe, load_recipe
 
 
 def load_chart(data: Any) -> Chart:
@@ -42,3 +43,26 @@ def validate_recipe(data: Any) -> list[str]:
     except RecipeError as error:
         return list(error.problems)
     return []
+
+
+def recipe_equipment_uses(recipe: Recipe) -> list[EquipmentUse]:
+    """The actions that send a command or wait for an event (an R association only resets)."""
+    return [
+        EquipmentUse(
+            action.name,
+            action.type_id,
+            action.equipment,
+            command=action.interaction is Interaction.PUSH_COMMAND,
+        )
+        for action in recipe.actions
+        if action.qualifier is not Qualifier.R
+    ]
+
+
+def equipment_uses(data: Any) -> list[EquipmentUse]:
+    """What recipe JSON data asks of equipment; empty when it does not load (``validate_recipe``
+    names why)."""
+    try:
+        return recipe_equipment_uses(load_chart(data).recipe)
+    except RecipeError:
+        return []

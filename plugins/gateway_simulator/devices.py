@@ -81,12 +81,14 @@ class DeviceEvent:
 
 
 class DeviceError(Exception):
-    """Raised by a device's ``handle``: the command fails with ``code`` and ``message``."""
+    """Raised by a device's ``handle``: the command fails with ``code`` and ``message``;
+    ``data``: what the device measured while failing (sent with the error reply)."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, data: Any = None) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
+        self.data = data
 
 
 Emit = Callable[[DeviceEvent], Awaitable[None]]
@@ -151,7 +153,7 @@ class Device:
             try:
                 answer = Answer(data=await self.handle(command))
             except DeviceError as error:
-                answer = Answer(error_code=error.code, error_message=error.message)
+                answer = Answer(error.data, error_code=error.code, error_message=error.message)
             self._answers[key] = answer
             if len(self._answers) > ANSWERS_KEPT:
                 self._answers.popitem(last=False)
@@ -213,7 +215,9 @@ class TighteningController(Device):
         setpoint = parse_torque(command.parameter("torque_spec", self.settings.torque_setpoint))
         await anyio.sleep(self.settings.tighten_seconds)
         if self.rng.random() < self.settings.failure_rate:
-            raise DeviceError(TIGHTENING_FAILED, "spindle fault: torque not reached")
+            reached = round(setpoint * self.rng.uniform(0.3, 0.9), 2)
+            measured = {"torque": reached, "unit": "Nm", "setpoint": setpoint}
+            raise DeviceError(TIGHTENING_FAILED, "spindle fault: torque not reached", measured)
         torque = round(self.rng.gauss(setpoint, self.settings.torque_noise), 2)
         tolerance = setpoint * self.settings.torque_tolerance_percent / 100
         result = {

@@ -25,7 +25,7 @@ import dataclasses
 import logging
 import socket
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol
 from urllib.parse import unquote, urlsplit
 
@@ -392,11 +392,15 @@ def device_command(event: CloudEvent) -> DeviceCommand:
 
 
 def reply_event(command: CloudEvent, answer: Answer, source: str) -> CloudEvent:
-    """The reply to ``command``: the answer's data, or an error reply with its code."""
+    """The reply to ``command``: the answer's data, or an error reply with its code (and what
+    the device measured while failing, beside ``error`` and ``message``)."""
     if answer.error_code is not None:
-        return command.error_reply(
+        reply = command.error_reply(
             source=source, code=answer.error_code, message=answer.error_message or ""
         )
+        if isinstance(answer.data, Mapping) and isinstance(reply.data, Mapping):
+            reply = reply.replace(data={**answer.data, **reply.data})
+        return reply
     return command.reply(source=source, data=answer.data)
 
 

@@ -222,3 +222,69 @@ async def test_a_retry_reaches_the_rpc_device_once_it_is_back_and_the_job_comple
     assert data["tighten"]["setpoint"] == 85.0
     assert data["verify"] == data["tighten"]  # the torque result of the controller that is back
     assert tightener.handled == 1
+
+
+# -- routing by type: the MicroDCS-format recipe names no equipment ----------------------------
+
+MICRODCS_REAR_AXLE: dict[str, Any] = json.loads(
+    (Path(__file__).parents[2] / "examples" / "recipes" / "rear_axle_microdcs.json").read_text()
+)
+STATION_TYPES = {
+    "positioner": ["com.example.station.position.v1"],
+    "tightener": ["com.example.station.tighten.v1", "com.example.station.torque_result.v1"],
+    "camera": ["com.example.station.qa_result.v1"],
+}
+
+
+async def test_the_microdcs_recipe_runs_once_the_station_declares_its_types(
+    station: Station,
+) -> None:
+    """Refused while no equipment declares the recipe's types (the action named); once the
+    MES configured the station's equipment with its TypeIds, it runs unchanged, each command
+    reaching the device that declared its type, over MQTT and MessagePack-RPC alike."""
+    gateway = station.gateway()
+    wm = work_master("WM", MICRODCS_REAR_AXLE, dataschema=DATASCHEMA)
+    async with running(gateway), station.mes() as mes:
+        refused = await mes.configure("workmaster", wm)
+        equipment = [
+            {"ID": name, "Properties": [{"ID": "TypeIds", "Value": types}]}
+            for name, types in STATION_TYPES.items()
+        ]
+        assert return_status(await mes.configure("equipment", equipment)) == ReturnStatus.NO_ERROR
+        await start_job(mes, MICRODCS_REAR_AXLE)
+        response = await final_response(mes)
+        devices = simulator_of(gateway).station.devices
+        handled = {name: devices[name].handled for name in ("positioner", "tightener")}
+    assert return_status(refused) == ReturnStatus.INVALID_REQUEST
+    assert "action 'position_axle' (com.example.station.position.v1): no equipment of scope " in (
+        refused.errormessage or ""
+    )
+    assert states(response)[:2] == ["Ended", "Completed"]
+    data = results(response)
+    assert data["position_axle"]["in_position"] is True
+    assert data["tighten"]["setpoint"] == 85.0
+    assert data["verify"] == data["tighten"]  # the event of the equipment declaring its type
+    assert data["camera_qa"]["passed"] is True
+    assert handled == {"positioner": 1, "tightener": 1}
+
+
+# -- an error reply's data ---------------------------------------------------------------------
+
+
+async def test_the_data_of_an_equipment_error_reply_is_kept_beside_the_error(
+    station: Station,
+) -> None:
+    """The tightener fails (a spindle fault) and says what torque it reached: the Job Response
+    of the aborted job has that reading as the action's result, next to the error."""
+    gateway = station.gateway(failure_rate="1")
+    async with running(gateway), station.mes() as mes:
+        await start_job(mes, rear_axle(retry={"max_attempts": 1}))
+        response = await final_response(mes)
+    assert states(response)[0] == "Aborted"
+    data = results(response)
+    assert "tightening-failed: spindle fault: torque not reached" in data["Error"]
+    tighten = data["tighten"]
+    assert tighten["error"] == "tightening-failed"
+    assert tighten["unit"] == "Nm"
+    assert tighten["setpoint"] == 85.0
+    assert 0 < tighten["torque"] < 85.0

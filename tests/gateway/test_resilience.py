@@ -93,6 +93,44 @@ def test_a_check_failed_by_two_holders_passes_when_both_recovered() -> None:
     assert readiness.ready
 
 
+def test_many_operations_hit_by_one_outage_log_it_once_and_its_end_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    resilience = Resilience(Readiness())
+    caplog.set_level(logging.INFO, logger="gateway.resilience")
+    handlers = [resilience.outage("mqtt.handlers") for _ in range(20)]  # messages in flight
+    for outage in handlers:
+        outage.failed(redis.exceptions.ConnectionError("Connection refused"))
+    for outage in handlers[:-1]:
+        outage.succeeded()
+    handlers[-1].close()  # the last one ended with its instance stopping
+    assert [record.getMessage() for record in caplog.records] == [
+        "mqtt.handlers: ConnectionError: Connection refused; retrying until it is back"
+    ]
+    caplog.clear()
+    # The next outage is logged again, and its end by the last operation to get through.
+    for outage in handlers[:2]:
+        outage.failed(TimeoutError())
+    handlers[0].succeeded()
+    assert len(caplog.records) == 1
+    handlers[1].succeeded()
+    lines = [record.getMessage() for record in caplog.records]
+    assert len(lines) == 2, lines
+    assert lines[1].startswith("mqtt.handlers: back after"), lines
+    assert resilience.readiness.ready
+
+
+def test_an_outage_without_readiness_is_only_logged(caplog: pytest.LogCaptureFixture) -> None:
+    readiness = Readiness()
+    outage = Resilience(readiness).outage("metrics", ready=False)
+    caplog.set_level(logging.INFO, logger="gateway.resilience")
+    outage.failed(TimeoutError())
+    outage.failed(TimeoutError())
+    assert readiness.ready
+    outage.succeeded()
+    assert len(caplog.records) == 2
+
+
 @pytest.mark.anyio
 async def test_retry_waits_out_transient_failures_and_raises_permanent_ones() -> None:
     readiness = Readiness()

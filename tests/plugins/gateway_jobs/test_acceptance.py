@@ -95,7 +95,7 @@ async def test_all_failed_checks_are_reported_together(station: Station) -> None
     ("work_masters", "stored", "reason"),
     [
         ([], None, "names no Work Master"),
-        (["other"], None, "'other', not configured"),
+        (["other"], None, "Work Master 'other' is not configured"),
         (["plain"], {"ID": "plain"}, "carries no recipe"),
     ],
 )

@@ -14,7 +14,9 @@ import anyio
 import pytest
 
 from gateway.cloudevents import format_time
+from gateway.codecs.mqtt import from_mqtt
 from gateway.testing import running
+from gateway.testing.equipment import TestEquipment
 from gateway_jobs.model import ReturnStatus
 from gateway_jobs.testing import (
     JobsMes,
@@ -151,3 +153,26 @@ async def test_offline_stops_new_starts_and_online_resumes(station: Station) -> 
         assert interpreter(station).started == ["first"]
         await ok(mes.configure("online", {"Online": True}))
         await until(lambda: _is(mes, "second", "Running"))
+
+
+async def test_actions_routed_by_type_hold_the_equipment_declaring_it(station: Station) -> None:
+    press = "com.example.press.v1"
+    pressing = {"run": True, "uses": [{"action": "press_it", "type_id": press}]}
+    gauging = {"run": True, "uses": [{"action": "gauge", "type_id": "g", "equipment": "gauge-1"}]}
+    station.equipment = TestEquipment()  # serves every command: the recipes are routable
+    async with running(station.gateway(max_running_job_orders="2")), station.mes() as mes:
+        declared = {"ID": "press-1", "Properties": [{"ID": "TypeIds", "Value": [press]}]}
+        await ok(mes.configure("equipment", declared))
+        await ok(mes.configure("workmaster", work_master("wm-press", pressing)))
+        await ok(mes.configure("workmaster", work_master("wm-gauge", gauging)))
+        for job, wm in (("p1", "wm-press"), ("p2", "wm-press"), ("g1", "wm-gauge")):
+            await ok(mes.store(job_order(job, work_masters=[wm]), "StoreAndStart"))
+        await until(lambda: _running_are(mes, ["p1", "p2", "g1"], {"p1", "g1"}))
+        async with mes.client.watch(f"{station.topic_prefix}/cell1/queue") as stream:
+            with anyio.fail_after(5):
+                queue = from_mqtt(await stream.receive()).data
+    assert queue["Running"] == [
+        {"JobOrderID": "g1", "Equipment": ["gauge-1"]},
+        {"JobOrderID": "p1", "Equipment": ["press-1"]},
+    ]
+    assert [(row["JobOrderID"], row["Position"]) for row in queue["Waiting"]] == [("p2", 1)]

@@ -5,6 +5,7 @@ Real sockets on 127.0.0.1; the equipment hub has a recording sink instead of a r
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -312,19 +313,33 @@ async def test_known_equipment_that_never_connected_is_never_seen_for_the_hub() 
         assert await hub.offline_reason("stranger") is None
 
 
-async def test_a_failing_hub_does_not_break_the_connection(
+async def test_a_failing_hub_does_not_break_the_connection_and_is_logged_once(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="gateway_msgpack_rpc.liveness")
+    tries = 0
+
     async def unreachable(*args: object, **kwargs: object) -> None:
+        nonlocal tries
+        tries += 1
         raise ConnectionError("store unreachable")
 
     async with station() as s:
+        heartbeat = s.gateway.equipment.heartbeat
         monkeypatch.setattr(s.gateway.equipment, "heartbeat", unreachable)
         async with s.connect("tightener") as device:
-            await device.heartbeat()
+            for _ in range(3):  # each one is reported again, and fails again
+                await device.heartbeat()
+            await wait_until(lambda: tries >= 3)
             assert s.driver.liveness.is_online("tightener")  # this instance's view is kept
             await s.gateway.equipment.send(command())
             sent = await device.commands.receive()
             await device.reply(sent, {"torque": 85.0})
             await wait_until(lambda: s.sink.replies)
-    assert "equipment tightener: liveness not recorded: store unreachable" in caplog.text
+            monkeypatch.setattr(s.gateway.equipment, "heartbeat", heartbeat)  # the store is back
+            await device.heartbeat()
+            await wait_until(lambda: "msgpack-rpc.liveness: back after" in caplog.text)
+    failed = "msgpack-rpc.liveness: ConnectionError: store unreachable"
+    assert [r.getMessage() for r in caplog.records].count(
+        f"{failed}; retrying until it is back"
+    ) == 1

@@ -217,7 +217,7 @@ async def test_hold_then_mes_resume_retries_the_failed_action(station: SfcStatio
         nonlocal tries
         tries += 1
         if tries <= 2:
-            raise EquipmentFailure("torque out of range")
+            raise EquipmentFailure("torque out of range", {"torque": 97.4, "unit": "Nm"})
         return {"torque": 85}
 
     station.equipment.behaviours = {"com.example.tighten.v1": fails_first}
@@ -226,9 +226,13 @@ async def test_hold_then_mes_resume_retries_the_failed_action(station: SfcStatio
 
         async def held() -> bool:
             response = (await mes.job_response("J1")).data["JobResponse"]
-            return state_of(response)[:2] == ["Interrupted", "Held"]
+            return state_of(response)[:2] == ["Interrupted", "Held"] and bool(data_of(response))
 
         await poll_until(held, 5)
+        # The error reply's reading is in the Job Response, beside the hold's reason.
+        response = (await mes.job_response("J1")).data["JobResponse"]
+        assert data_of(response)["tighten"] == {"torque": 97.4, "unit": "Nm"}
+        assert "torque out of range" in response["Description"]["Text"]
         assert return_status(await mes.act("Resume", "J1")) == OK
         response = await final_response(mes, "J1")
     assert state_of(response)[:2] == ["Ended", "Completed"]

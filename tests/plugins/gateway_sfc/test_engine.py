@@ -415,6 +415,23 @@ def test_timeout_after_the_last_try_aborts_with_the_error_and_side_effects() -> 
     assert run.execution.side_effects is True
 
 
+def test_the_data_of_the_last_error_reply_is_kept_as_the_failed_actions_result() -> None:
+    run = Run(
+        {
+            "steps": steps("Tighten", "Done"),
+            "transitions": chain("Tighten", "Done"),
+            "actions": [push("tighten", "Tighten", retry={"max_attempts": 2})],
+        }
+    )
+    run.reply("tighten", {"torque": 60.1}, error="torque not reached")
+    assert "tighten" not in run.execution.results  # a try is left: no failed result to read
+    run.advance(1)
+    run.reply("tighten", {"torque": 97.4, "unit": "Nm"}, error="torque out of range")
+    assert run.execution.outcome == "aborted"
+    assert "torque out of range" in (run.execution.error or "")
+    assert run.execution.results == {"tighten": {"torque": 97.4, "unit": "Nm"}}
+
+
 def test_a_pull_event_that_never_comes_fails_without_side_effects() -> None:
     run = Run(
         {
