@@ -33,6 +33,7 @@ DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
     ("msgpack-rpc", "gateway_msgpack_rpc.plugin"),
     ("jobs", "gateway_jobs.plugin"),
     ("sfc", "gateway_sfc.plugin"),
+    ("sequence", "gateway_sequence.plugin"),
     ("mqtt-equipment", "gateway_mqtt_equipment.plugin"),
     ("simulator", "gateway_simulator.plugin"),
     ("publisher", "gateway_publisher.plugin"),

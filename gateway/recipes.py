@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
-from gateway.jobstates import JobState
+from gateway.jobstates import JobState, TopState
 from gateway.routing import EquipmentUse
 
 RECIPE_VERSION_ID = "RecipeVersion"
@@ -55,6 +55,27 @@ class JobCommand(StrEnum):
     RESUME = "Resume"
     STOP = "Stop"
     ABORT = "Abort"
+
+
+def missed_command(state: JobState | None, *, paused: bool) -> JobCommand | None:
+    """The MES command an interpreter's execution missed, given its job's state now.
+
+    For an execution that runs (``paused`` false) or waits for the MES's Resume (``paused``:
+    paused by the MES, or held after a hold it reported): a crash between the job's state change
+    and ``RecipeInterpreter.command`` loses the command, and reconciliation applies it from
+    this. An execution that is finishing, or holding without having said so yet, is ending by
+    its own doing: it is not asked about. ``None`` (the job is gone) counts as aborted.
+    """
+    top = state.top if state is not None else TopState.END
+    if top in (TopState.END, TopState.ABORTED):
+        return JobCommand.ABORT
+    if top is TopState.ENDED:
+        return JobCommand.STOP
+    if top is TopState.INTERRUPTED and not paused:
+        return JobCommand.PAUSE
+    if top is TopState.RUNNING and paused:
+        return JobCommand.RESUME
+    return None
 
 
 @dataclass(frozen=True)

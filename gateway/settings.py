@@ -375,10 +375,15 @@ def url_problem(url: str, schemes: tuple[str, ...]) -> str | None:
     parts = urlsplit(url)
     if parts.scheme not in schemes:
         return "expected a URL starting " + " or ".join(f"{scheme}://" for scheme in schemes)
-    try:
-        parts.port  # noqa: B018 - parsing the port is the check
-    except ValueError:
-        return f"expected a port from 1 to {PORT_MAXIMUM} in the URL"
+    # A URL may name several hosts, comma-separated (Redis Sentinel or Cluster seeds): every
+    # one of them needs a valid port.
+    userinfo, _, hosts = parts.netloc.rpartition("@")
+    for host in hosts.split(",") if hosts else [""]:
+        netloc = f"{userinfo}@{host}" if userinfo else host
+        try:
+            parts._replace(netloc=netloc).port  # noqa: B018 - parsing the port is the check
+        except ValueError:
+            return f"expected a port from 1 to {PORT_MAXIMUM} in the URL"
     return None
 
 

@@ -1,9 +1,9 @@
 """The store contract: the gateway keeps all its state in a **Redis-compatible server**.
 
 There is no abstract backend to swap: ``gateway_make_store`` returns a ``Store`` over a server
-that speaks the Redis protocol (Redis >= 6.2 or Valkey, no modules). Today that is one node (or
-the embedded redis-server); Sentinel and Cluster deployments are the same contract behind the
-same ``Store``. What callers may rely on, and must keep to:
+that speaks the Redis protocol (Redis >= 6.2 or Valkey, no modules). That is one node (or the
+embedded redis-server), a master watched by Redis Sentinel, or a Redis Cluster: the same
+contract behind the same ``Store``. What callers may rely on, and must keep to:
 
 - ``store.client`` is a connected ``redis.asyncio.Redis`` (``decode_responses=True``): plugins
   with their own data (job management, the SFC engine, the publisher) use Redis commands, Lua
@@ -12,6 +12,9 @@ same ``Store``. What callers may rely on, and must keep to:
   multi-key operation (a script, a MULTI/EXEC, a multi-stream read) touches the keys of **one**
   scope, or of the pseudo-scope ``_global`` only, so it stays within one hash slot and runs
   unchanged on Redis Cluster;
+- a read over the streams of many scopes goes through ``store.read_streams``, which makes it
+  one blocking command on one node and one pipelined command per stream (one round trip per
+  node, no connection per scope) on a Cluster;
 - the host itself issues no Redis command: what it stores (de-duplication, which instances are
   alive, equipment liveness, where each command went) goes through the narrow protocols below
   (``store.dedupe``, ``store.instances``, ``store.liveness``, ``store.commands``), which the
@@ -36,6 +39,11 @@ if TYPE_CHECKING:
     from gateway.equipment import Liveness
 
 GLOBAL_SCOPE = "_global"
+
+# One stream's entries as the decoding client returns them: (stream, [(entry id, fields)]);
+# the fields are ``None`` for an entry deleted while it was pending.
+StreamEntry = tuple[str, dict[str, str] | None]
+StreamBatch = tuple[str, list[StreamEntry]]
 _SCOPE = re.compile(r"^[A-Za-z0-9_.\-/]{1,128}$")
 
 
@@ -229,6 +237,22 @@ class Store(Protocol):
 
         With ``watch`` keys, the commit fails with ``redis.WatchError`` if any of them changed
         since the transaction began (optimistic compare-and-swap).
+        """
+        ...
+
+    async def read_streams(
+        self,
+        streams: Mapping[str, str],
+        *,
+        group: tuple[str, str] | None = None,
+        count: int | None = None,
+        block_ms: int | None = None,
+    ) -> list[StreamBatch]:
+        """XREAD (or, with ``group`` = (group, consumer), XREADGROUP) over ``streams`` (key ->
+        last id seen), which may belong to any number of scopes.
+
+        Waits up to ``block_ms`` (0: for ever; ``None``: not at all) for a first entry. Only
+        the streams with entries appear in the result.
         """
         ...
 

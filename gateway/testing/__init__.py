@@ -8,7 +8,7 @@ run in any order against shared servers.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import anyio
@@ -40,3 +40,13 @@ async def wait_until(condition: Callable[[], object], *, timeout: float = 10.0) 
     with anyio.fail_after(timeout):
         while not condition():  # noqa: ASYNC110
             await anyio.sleep(0.01)
+
+
+async def poll_until(
+    condition: Callable[[], Awaitable[object]], *, timeout: float = 10.0, interval: float = 0.02
+) -> None:
+    """Ask ``condition`` (an async check: a store read, an MES request) until it is true;
+    ``TimeoutError`` after ``timeout`` seconds. For state with no event to wait on."""
+    with anyio.fail_after(timeout):
+        while not await condition():  # noqa: ASYNC110
+            await anyio.sleep(interval)

@@ -10,6 +10,12 @@ from collections.abc import Iterator
 import pytest
 
 from gateway.testing import asyncio_backend
+from gateway.testing.redis_ha import (
+    ClusterDeployment,
+    SentinelDeployment,
+    cluster_deployment,
+    sentinel_deployment,
+)
 from gateway.testing.services import (
     ServerProcess,
     TestCertificates,
@@ -38,10 +44,55 @@ def redis_process() -> Iterator[ServerProcess | None]:
 
 
 @pytest.fixture(scope="session")
-def redis_url(redis_process: ServerProcess | None) -> str:
+def redis_single_url(redis_process: ServerProcess | None) -> str:
     if redis_process is None:
         return os.environ["GATEWAY_TEST_REDIS_URL"]
     return f"redis://127.0.0.1:{redis_process.port}/0"
+
+
+@pytest.fixture(scope="session")
+def redis_url(redis_single_url: str) -> str:
+    """``redis.url`` of the private redis-server (one node)."""
+    return redis_single_url
+
+
+# The Redis deployments ``redis_deployment_url`` runs a test against, in turn.
+REDIS_DEPLOYMENTS = ("single", "sentinel", "cluster")
+
+
+@pytest.fixture(scope="session")
+def redis_sentinel() -> Iterator[SentinelDeployment]:
+    """A private master + replica + 3 Sentinels (quorum 2), shared by the session.
+
+    Tests that kill its master make their own (``gateway.testing.redis_ha``).
+    """
+    deployment = sentinel_deployment()
+    try:
+        yield deployment.start()
+    finally:
+        deployment.close()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[ClusterDeployment]:
+    """A private 3-master Redis Cluster (no replicas: two cores), shared by the session."""
+    deployment = cluster_deployment(masters=3, replicas=0)
+    try:
+        yield deployment.start()
+    finally:
+        deployment.close()
+
+
+@pytest.fixture(params=REDIS_DEPLOYMENTS)
+def redis_deployment_url(request: pytest.FixtureRequest) -> str:
+    """``redis.url`` of one node, of the Sentinel deployment and of the Cluster, in turn.
+
+    A test directory runs against all three by overriding ``redis_url`` with it.
+    """
+    if request.param == "single":
+        return str(request.getfixturevalue("redis_single_url"))
+    deployment = request.getfixturevalue(f"redis_{request.param}")
+    return str(deployment.url)
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -119,18 +119,23 @@ def redis_server(
     users: Mapping[str, str] | None = None,
     tls: TestCertificates | None = None,
     tls_auth_clients: bool = False,
+    executable: str | None = None,
+    arguments: Sequence[str] = (),
 ) -> ServerProcess:
     """A redis-server on a free loopback port, appending to its own AOF.
 
     ``users`` (name -> password): ACL users with every right, and the ``default`` user off, so
     a client must log in as one of them. ``tls``: the port speaks TLS only (server certificate
     from ``tls``; ``tls_auth_clients`` requires a client certificate signed by its CA); it
-    needs a redis-server built with TLS (``find_tls_redis_server``).
+    needs a redis-server built with TLS (``find_tls_redis_server``). ``executable`` (default:
+    the first on PATH) and more ``arguments`` make Sentinel and Cluster nodes (``redis_ha``).
     """
     directory = directory or Path(tempfile.mkdtemp(prefix="gw-redis-"))
     port = free_port()
+    if executable is None:
+        executable = find_tls_redis_server() if tls is not None else find_executable("redis-server")
     command = [
-        find_tls_redis_server() if tls is not None else find_executable("redis-server"),
+        executable,
         "--bind",
         "127.0.0.1",
         "--dir",
@@ -166,6 +171,7 @@ def redis_server(
         lines += [f"user {name} on >{password} ~* &* +@all" for name, password in users.items()]
         acl.write_text("\n".join(lines) + "\n")
         command += ["--aclfile", str(acl)]
+    command += arguments
     return ServerProcess("redis", command, port, directory)
 
 

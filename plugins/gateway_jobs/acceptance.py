@@ -35,7 +35,7 @@ import logging
 from dataclasses import dataclass
 
 from gateway.recipes import equipment_uses
-from gateway.routing import availability_problems
+from gateway.routing import availability_problems, routes, routing_problems
 from gateway_jobs.config import RESOURCE_KINDS, WORK_MASTER, StationConfig, recipe_problems
 from gateway_jobs.model import JobOrder, WorkMaster
 
@@ -112,7 +112,11 @@ async def select_work_master(
         if not unusable and config.equipment is not None:
             interpreter = config.interpreters[work_master.data_schema or ""]
             uses = equipment_uses(interpreter, work_master.data)
-            unroutable, offline = await availability_problems(config.equipment, scope, uses)
+            if len(ids) == 1:  # nothing to choose between: whether it is online changes nothing
+                found = await routes(config.equipment, scope, uses)
+                unroutable = routing_problems(found)
+            else:
+                unroutable, offline = await availability_problems(config.equipment, scope, uses)
             unusable = [f"Work Master {work_master_id!r}: {problem}" for problem in unroutable]
         if unusable:
             problems += unusable

@@ -78,10 +78,9 @@ class ChangeReader:
         async with send:
             while True:
                 try:
-                    reply = await self.store.client.xread(
-                        self.cursors,  # type: ignore[arg-type]  # redis-py types ids too narrowly
-                        count=READ_COUNT,
-                        block=BLOCK_MS,
+                    # Scopes in any slots: the store reads them the way the deployment allows.
+                    reply = await self.store.read_streams(
+                        self.cursors, count=READ_COUNT, block_ms=BLOCK_MS
                     )
                 except Exception as error:  # the store is away: try again, keep the cursors
                     delay = RETRY_SECONDS[min(failures, len(RETRY_SECONDS) - 1)]

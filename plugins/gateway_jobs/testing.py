@@ -37,6 +37,7 @@ from gateway_jobs.config import config_type
 from gateway_jobs.control import JobsControl
 from gateway_jobs.events import method_type
 from gateway_jobs.jobs import JobManager
+from gateway_jobs.model import ReturnStatus
 from gateway_jobs.settings import JobsSettings
 
 if TYPE_CHECKING:
@@ -54,6 +55,19 @@ def work_master(
     if dataschema is not None:
         document["DataSchema"] = dataschema
     return document
+
+
+async def store_and_start(
+    mes: JobsMes, recipe: Any, job: str = "J1", *, dataschema: str = TEST_DATASCHEMA
+) -> None:
+    """Configure Work Master ``WM-<job>`` with ``recipe``, then StoreAndStart job ``job`` with
+    it; ``AssertionError`` (with the gateway's answer) unless both succeed."""
+    configured = await mes.configure(
+        "workmaster", work_master(f"WM-{job}", recipe, dataschema=dataschema)
+    )
+    assert return_status(configured) == ReturnStatus.NO_ERROR, configured.data
+    stored = await mes.store(job_order(job, work_masters=[f"WM-{job}"]), method="StoreAndStart")
+    assert return_status(stored) == ReturnStatus.NO_ERROR, stored.data
 
 
 def job_order(
@@ -225,7 +239,7 @@ def return_status(reply: CloudEvent) -> int:
 class Station:
     """Gateway instances of one station (shared key prefix, topic prefix and share group).
 
-    The SFC plugin is blocked: jobs run the ``ScriptedInterpreter`` that ``plugin`` registers;
+    The recipe plugins are blocked: jobs run the ``ScriptedInterpreter`` that ``plugin`` registers;
     ``equipment``: an equipment driver plugin (e.g. ``TestEquipment``), if any.
     """
 
@@ -242,7 +256,7 @@ class Station:
     def gateway(self, instance: str = "a", **jobs: str) -> Gateway:
         """An instance; ``jobs`` sets [jobs] settings (``max_job_orders="2"``)."""
         environ = {
-            "GATEWAY_PLUGINS_BLOCK": "sfc",
+            "GATEWAY_PLUGINS_BLOCK": "sfc,sequence",
             "GATEWAY_MQTT_URL": self.mqtt_url,
             "GATEWAY_MQTT_SHARE_GROUP": self.name,
             "GATEWAY_MQTT_RECONNECT_MAX_SECONDS": "1",
@@ -260,11 +274,12 @@ class Station:
 
     def mes(self, scope: str = "cell1") -> AbstractAsyncContextManager[JobsMes]:
         """An MES client for ``scope``."""
-        return _mes(self.mqtt_url, self.topic_prefix, scope)
+        return connect_mes(self.mqtt_url, self.topic_prefix, scope)
 
 
 @asynccontextmanager
-async def _mes(url: str, prefix: str, scope: str) -> AsyncIterator[JobsMes]:
+async def connect_mes(url: str, prefix: str, scope: str = "cell1") -> AsyncIterator[JobsMes]:
+    """An MES client of the jobs under topic ``prefix``, for ``scope``, on the broker at ``url``."""
     async with connect_test_client(url) as client:
         yield JobsMes(client, prefix, scope)
 

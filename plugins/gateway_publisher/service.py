@@ -363,12 +363,11 @@ class Term:
         streams = {self.discovery_stream: self.discovery_cursor}
         for scope, state in self.scopes.items():
             streams[self.store.keys.changes(scope)] = state.cursor
-        reply = await self.store.client.xread(
-            streams,  # type: ignore[arg-type]  # redis-py types stream ids too narrowly
-            count=self.settings.read_count,
-            block=BLOCK_MS,
+        # Through the store: one blocking XREAD on one node, pipelined reads on a Cluster.
+        reply = await self.store.read_streams(
+            streams, count=self.settings.read_count, block_ms=BLOCK_MS
         )
-        return cast(list[tuple[str, list[Entry]]], reply or [])
+        return cast(list[tuple[str, list[Entry]]], reply)
 
     async def handle(self, reply: Sequence[tuple[str, Sequence[Entry]]]) -> None:
         """Each stream's records; a scope that fails does not hold the others back (its cursor

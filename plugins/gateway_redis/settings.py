@@ -8,8 +8,17 @@ from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from gateway.settings import Secret, setting
+from gateway_redis.topology import Deployment, Topology, parse_deployment
 
-URL_SCHEMES = ("redis", "rediss", "unix")
+URL_SCHEMES = (
+    "redis",
+    "rediss",
+    "unix",
+    "redis+sentinel",
+    "rediss+sentinel",
+    "redis+cluster",
+    "rediss+cluster",
+)
 _KEY_PREFIX = re.compile(r"^[^\s{}]{1,64}$")  # braces would break the per-scope hash tag
 _MASK = "********"
 
@@ -19,11 +28,17 @@ class RedisSettings:
     url: str = setting(
         "",
         "Redis URL: redis://host:port/db, rediss:// for TLS or unix:///path; "
+        "redis+sentinel://host:26379,host2:26379/<master name>/db for a Sentinel-watched master; "
+        "redis+cluster://host:port,host2:port for a Redis Cluster (rediss+... for TLS); "
         "empty: run an embedded Redis persisting under <gateway.data_dir>/redis",
         schemes=URL_SCHEMES,
     )
     username: str = setting("", "User name (Redis ACL); overrides one given in the URL")
     password: Secret | None = setting(None, "Password; overrides one given in the URL", secret=True)
+    sentinel_username: str = setting("", "User name on the Sentinels (when they require one)")
+    sentinel_password: Secret | None = setting(
+        None, "Password on the Sentinels (their requirepass); empty: they need none", secret=True
+    )
     tls: bool = setting(False, "Connect with TLS (implied by a rediss:// URL)")
     tls_ca_file: str = setting("", "CA bundle to verify the server (TLS); empty: system CAs")
     tls_cert_file: str = setting("", "Client certificate (TLS client authentication)")
@@ -60,13 +75,27 @@ class RedisSettings:
         minimum=0.1,
     )
 
+    cluster_poll_ms: int = setting(
+        20,
+        "Redis Cluster only: while nothing waits in any of the streams a reader follows over "
+        "many scopes, how often it asks each node again (a blocking read cannot span slots)",
+        minimum=1,
+        maximum=1000,
+    )
+
     def __post_init__(self) -> None:
         # ValueError here becomes a SettingsError naming the section (see gateway.settings).
         scheme = urlsplit(self.url).scheme if self.url else ""
         if self.url and scheme not in URL_SCHEMES:
             raise ValueError(
-                f"url: expected redis://, rediss:// or unix://, got {scheme or self.url[:20]!r}"
+                "url: expected redis://, rediss://, unix://, redis+sentinel:// or "
+                f"redis+cluster://, got {scheme or self.url[:20]!r}"
             )
+        if self.url:
+            try:
+                parse_deployment(self.url)
+            except ValueError as error:
+                raise ValueError(f"url: {error}") from None
         if not _KEY_PREFIX.match(self.key_prefix):
             raise ValueError(
                 f"key_prefix: expected 1-64 characters without spaces or braces, "
@@ -79,8 +108,15 @@ class RedisSettings:
         return not self.url
 
     @property
+    def deployment(self) -> Deployment:
+        """What the URL names: one node, a Sentinel-watched master or a Cluster."""
+        if not self.url:
+            return Deployment(Topology.SINGLE)
+        return parse_deployment(self.url)
+
+    @property
     def uses_tls(self) -> bool:
-        return self.tls or urlsplit(self.url).scheme == "rediss"
+        return self.tls or self.deployment.tls
 
 
 def masked_url(url: str) -> str:
@@ -103,6 +139,8 @@ def connection_options(settings: RedisSettings) -> dict[str, Any]:
     """Keyword arguments for ``redis.asyncio.Redis.from_url(connection_url(settings))``."""
     parts = urlsplit(settings.url)
     options: dict[str, Any] = {}
+    if settings.deployment.topology is Topology.SENTINEL and settings.deployment.db:
+        options["db"] = settings.deployment.db
     username = settings.username or unquote(parts.username or "")
     if username:
         options["username"] = username

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -18,7 +18,8 @@ from redis.exceptions import RedisError
 
 from gateway.cloudevents import format_time, utc_now
 from gateway.errors import GatewayError, SettingsError
-from gateway.store import KeySchema, check_scope
+from gateway.store import KeySchema, StreamBatch, check_scope
+from gateway_redis.clients import connect
 from gateway_redis.dedupe import RedisDeduplicator
 from gateway_redis.embedded import EmbeddedRedis
 from gateway_redis.jsondoc import dumps, loads
@@ -27,12 +28,9 @@ from gateway_redis.presence import (
     RedisInstanceTable,
     RedisLivenessRecords,
 )
-from gateway_redis.settings import (
-    RedisSettings,
-    connection_options,
-    connection_url,
-    masked_url,
-)
+from gateway_redis.settings import RedisSettings, connection_options, masked_url
+from gateway_redis.streams import StreamReader
+from gateway_redis.topology import Topology
 
 if TYPE_CHECKING:
     from redis.asyncio.client import Pipeline
@@ -95,9 +93,14 @@ class RedisScopeTransaction:
         self._store.check_key(self.scope, key)
         if not self._watching:
             return await self._store.get_json(key)
+        command = getattr(self.pipeline, "immediate_execute_command", None)
+        if command is None:
+            # A Cluster pipeline has no way to send on its WATCHing connection now. Read on
+            # another: the WATCH has been answered, so a change after this read still fails
+            # the commit, which is all the compare-and-swap needs.
+            return await self._store.get_json(key)
         # On the WATCHing connection, sent before the MULTI that ``execute`` sends.
-        command = self.pipeline.immediate_execute_command  # untyped in redis-py
-        return loads(await command("GET", key))  # type: ignore[no-untyped-call]
+        return loads(await command("GET", key))
 
 
 class RedisStore:
@@ -116,6 +119,12 @@ class RedisStore:
         self.commands = RedisCommandLedger(self.keys, lambda: self.client)
         self.embedded = EmbeddedRedis(data_dir / "redis") if settings.embedded else None
         self._client: Redis | None = None
+        self._closing = AsyncExitStack()  # what the client needs besides (Sentinel connections)
+        self.streams = StreamReader(
+            lambda: self.client,
+            clustered=settings.deployment.topology is Topology.CLUSTER,
+            poll_ms=settings.cluster_poll_ms,
+        )
         self._discover: AsyncScript | None = None
         self._registered: set[str] = set()  # scopes this process has already made discoverable
 
@@ -157,22 +166,18 @@ class RedisStore:
         failing at once the way redis-py's default pool does when it runs out.
         """
         options = self._client_options()
-        pool_options: dict[str, Any] = {
-            "max_connections": self.settings.max_connections,
-            "timeout": self.settings.pool_timeout_seconds,
-        }
         if self.embedded is not None:
             socket = await anyio.to_thread.run_sync(self.embedded.start)
             pool = BlockingConnectionPool(
-                connection_class=UnixDomainSocketConnection, path=socket, **pool_options, **options
+                connection_class=UnixDomainSocketConnection,
+                path=socket,
+                max_connections=self.settings.max_connections,
+                timeout=self.settings.pool_timeout_seconds,
+                **options,
             )
             return Redis.from_pool(pool)
         self._check_tls_files()
-        url = connection_url(self.settings)
-        pool = BlockingConnectionPool.from_url(
-            url, **pool_options, **options, **connection_options(self.settings)
-        )
-        return Redis.from_pool(pool)
+        return await connect(self.settings, options, self._closing)
 
     def _check_tls_files(self) -> None:
         """Name the setting of a TLS file that cannot be read (redis-py would not)."""
@@ -226,6 +231,7 @@ class RedisStore:
             client, self._client = self._client, None
             if client is not None:
                 await client.aclose()
+            await self._closing.aclose()
             if self.embedded is not None:
                 await anyio.to_thread.run_sync(self.embedded.stop)
 
@@ -298,6 +304,17 @@ class RedisStore:
             log.warning("scope %s not yet registered as discoverable: %s", scope, error)
             return
         self._registered.add(scope)
+
+    async def read_streams(
+        self,
+        streams: Mapping[str, str],
+        *,
+        group: tuple[str, str] | None = None,
+        count: int | None = None,
+        block_ms: int | None = None,
+    ) -> list[StreamBatch]:
+        """Streams of any scopes: one blocking read, or pipelined reads on a Cluster."""
+        return await self.streams.read(streams, group=group, count=count, block_ms=block_ms)
 
     async def known_scopes(self) -> set[str]:
         """Every scope that has had a state write (the set readers start from)."""

@@ -81,19 +81,16 @@ class WorkConsumer:
         self, streams: dict[str, str], block_ms: int | None = None
     ) -> list[tuple[str, list[StreamEntry]]]:
         try:
-            reply = await self.context.client.xreadgroup(
-                GROUP,
-                self.context.consumer,
-                streams,  # type: ignore[arg-type]  # redis-py types stream ids too narrowly
-                count=100,
-                block=block_ms,
+            # Scopes are slots of their own: on a Cluster the store pipelines one read per
+            # scope (one round trip per node) instead of one XREADGROUP over every stream.
+            return await self.context.store.read_streams(
+                streams, group=(GROUP, self.context.consumer), count=100, block_ms=block_ms
             )
         except Exception as error:
             if not is_nogroup(error):
                 raise
             await self.scopes.restore()  # nothing was handed out: the next read gets it
             return []
-        return cast(list[tuple[str, list[StreamEntry]]], reply or [])
 
     async def claim_orphans(self, handlers: TaskGroup) -> None:
         idle_ms = int(self.context.settings.claim_idle_seconds * 1000)

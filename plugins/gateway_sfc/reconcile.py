@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 
-from gateway.jobstates import JobState, TopState
-from gateway.recipes import JobCommand
+from gateway.jobstates import JobState
+from gateway.recipes import JobCommand, missed_command
 from gateway_sfc.context import EngineContext
 from gateway_sfc.executions import ExecutionStore
 from gateway_sfc.model import DATASCHEMA
@@ -71,13 +71,4 @@ def lost_command(state: JobState | None, status: Status) -> JobCommand | None:
     """
     if status not in (Status.RUNNING, Status.PAUSED):
         return None
-    top = state.top if state is not None else TopState.END
-    if top in (TopState.END, TopState.ABORTED):
-        return JobCommand.ABORT
-    if top is TopState.ENDED:
-        return JobCommand.STOP
-    if top is TopState.INTERRUPTED and status is Status.RUNNING:
-        return JobCommand.PAUSE
-    if top is TopState.RUNNING and status is Status.PAUSED:
-        return JobCommand.RESUME
-    return None
+    return missed_command(state, paused=status is Status.PAUSED)

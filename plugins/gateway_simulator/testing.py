@@ -35,6 +35,22 @@ def station_environ(
         "GATEWAY_GATEWAY_SHUTDOWN_GRACE_SECONDS": "5",
         "GATEWAY_JOBS_TOPIC_PREFIX": name,
         "GATEWAY_SFC_TIMER_POLL_SECONDS": "0.01",
+        "GATEWAY_SEQUENCE_TIMER_POLL_SECONDS": "0.01",
         **{f"GATEWAY_SIMULATOR_{key.upper()}": value for key, value in simulator.items()},
         **(extra or {}),
+    }
+
+
+def fast_devices(topic_prefix: str, **overrides: str) -> dict[str, str]:
+    """``[simulator]`` settings of a test station: on, under ``topic_prefix``, seeded, with
+    devices that take a few hundredths of a second; ``overrides`` change any of them."""
+    return {
+        "enabled": "true",
+        "topic_prefix": topic_prefix,
+        "position_seconds": "0.05",
+        "tighten_seconds": "0.05",
+        "inspect_seconds": "0.1",
+        "heartbeat_seconds": "0.2",
+        "seed": "1",
+        **overrides,
     }

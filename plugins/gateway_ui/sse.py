@@ -139,11 +139,7 @@ async def _read(
     nothing came for a while (time for a keep-alive), until the gateway stops."""
     while not stopping.is_set():
         try:
-            reply = await store.client.xread(
-                dict(positions),  # type: ignore[arg-type]  # redis-py types stream ids narrowly
-                count=100,
-                block=BLOCK_MS,
-            )
+            reply = await store.read_streams(dict(positions), count=100, block_ms=BLOCK_MS)
         except (RedisError, OSError) as error:
             log.info("live updates wait for Redis: %s", error)
             yield None

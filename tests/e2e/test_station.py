@@ -25,14 +25,20 @@ from gateway.testing import running, wait_until
 from gateway.testing.mqtt import connect_test_client
 from gateway.testing.services import free_port
 from gateway_jobs.model import ReturnStatus
-from gateway_jobs.testing import JobsMes, final_response, job_order, return_status, work_master
+from gateway_jobs.testing import (
+    JobsMes,
+    final_response,
+    return_status,
+    store_and_start,
+    work_master,
+)
 from gateway_jobs.testing import response_data as results
 from gateway_jobs.testing import state_texts as states
 from gateway_msgpack_rpc import MsgpackRpcBinding
 from gateway_sfc.model import DATASCHEMA
 from gateway_simulator.links import MqttDeviceLink, RpcDeviceLink
 from gateway_simulator.service import SimulatorService
-from gateway_simulator.testing import station_environ
+from gateway_simulator.testing import fast_devices, station_environ
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
@@ -58,17 +64,7 @@ class Station:
     ) -> Gateway:
         """An instance with its RPC server on ``server_port`` (default: the station's) and the
         simulator on: fast devices, seeded, the tightener over RPC; ``simulator`` overrides."""
-        settings = {
-            "enabled": "true",
-            "topic_prefix": f"{self.name}-sim",
-            "rpc_devices": "tightener",
-            "position_seconds": "0.05",
-            "tighten_seconds": "0.05",
-            "inspect_seconds": "0.1",
-            "heartbeat_seconds": "0.2",
-            "seed": "1",
-            **simulator,
-        }
+        settings = fast_devices(f"{self.name}-sim", **{"rpc_devices": "tightener", **simulator})
         environ = station_environ(
             mqtt_url=self.mqtt_url,
             redis_url=self.redis_url,
@@ -123,10 +119,7 @@ def rear_axle(**tighten: Any) -> dict[str, Any]:
 
 
 async def start_job(mes: JobsMes, recipe: dict[str, Any], job: str = "J1") -> None:
-    configured = await mes.configure("workmaster", work_master("WM", recipe, dataschema=DATASCHEMA))
-    assert return_status(configured) == ReturnStatus.NO_ERROR, configured.data
-    stored = await mes.store(job_order(job, work_masters=["WM"]), method="StoreAndStart")
-    assert return_status(stored) == ReturnStatus.NO_ERROR
+    await store_and_start(mes, recipe, job, dataschema=DATASCHEMA)
 
 
 def driver_name(gateway: Gateway, equipment: str) -> str:

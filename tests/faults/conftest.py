@@ -37,6 +37,7 @@ from gateway.cloudevents import CloudEvent
 from gateway.testing import wait_until
 from gateway.testing.mqtt import connect_test_client
 from gateway.testing.processes import GatewayProcess
+from gateway.testing.redis_ha import redis_client
 from gateway.testing.services import ServerProcess, free_port, mosquitto, redis_server
 from gateway_jobs.testing import JobsMes, job_order, state_texts, work_master
 from gateway_sfc.model import DATASCHEMA
@@ -202,7 +203,7 @@ class FaultStation:
     @asynccontextmanager
     async def store(self) -> AsyncIterator[Redis]:
         """A client of the station's Redis (for looking, not for changing what gateways do)."""
-        async with Redis.from_url(self.redis_url, decode_responses=True) as client:
+        async with redis_client(self.redis_url) as client:
             yield client
 
     def log_tail(self, process: GatewayProcess, lines: int = 60) -> str:

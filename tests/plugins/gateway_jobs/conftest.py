@@ -46,3 +46,9 @@ async def store(store_factory: Callable[[], Store]) -> AsyncIterator[Store]:
 @pytest.fixture
 def jobs(store: Store) -> LocalJobs:
     return local_jobs(store)
+
+
+@pytest.fixture
+def redis_url(redis_deployment_url: str) -> str:
+    """Job management is checked on one node, behind Sentinel and on a Cluster."""
+    return redis_deployment_url

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import pytest
 
 from gateway.testing import running
@@ -206,3 +207,33 @@ async def test_of_several_work_masters_the_first_available_runs(routed: Station)
         "'unroutable': action 'gauge_it' (com.example.gauge.v1): no equipment of scope 'cell1' "
         "declares its type (TypeIds) and no driver serves it (drivers: test-equipment, msgpack-rpc)"
     )
+
+
+async def test_concurrent_puts_declaring_one_type_leave_it_to_one_equipment(
+    routed: Station,
+) -> None:
+    """Two instances take two PUTs at once, each declaring PRESS for other equipment: the
+    WATCHed write lets one through and refuses the other, whichever order they commit in."""
+    replies: dict[str, Any] = {}
+    async with (
+        running(routed.gateway("a")) as gateway,
+        running(routed.gateway("b")),
+        routed.mes() as first,
+        routed.mes() as second,
+    ):
+
+        async def put(mes: Any, equipment: str) -> None:
+            replies[equipment] = await mes.configure("equipment", declaring(equipment, PRESS))
+
+        for round_ in range(10):
+            replies.clear()
+            names = (f"p{round_}-x", f"p{round_}-y")
+            async with anyio.create_task_group() as group:
+                group.start_soon(put, first, names[0])
+                group.start_soon(put, second, names[1])
+            statuses = sorted(return_status(replies[name]) for name in names)
+            assert statuses == [OK, INVALID], replies
+            [owner] = await gateway.equipment.declaring("cell1", PRESS)
+            assert return_status(replies[owner]) == OK
+            # Give the type up again for the next round.
+            assert return_status(await first.configure("equipment", {"ID": owner})) == OK

@@ -46,3 +46,9 @@ def store_factory(redis_url: str, unique: str) -> StoreFactory:
 async def store(store_factory: StoreFactory) -> AsyncIterator[RedisStore]:
     async with store_factory() as entered:
         yield entered
+
+
+@pytest.fixture
+def redis_url(redis_deployment_url: str) -> str:
+    """The store's contract is checked on one node, behind Sentinel and on a Cluster."""
+    return redis_deployment_url

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import anyio
 import pytest
-from redis.exceptions import WatchError
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import ResponseError, WatchError
 
 from gateway.errors import GatewayError
 from gateway.store import GLOBAL_SCOPE, Store
@@ -64,9 +65,12 @@ async def test_more_concurrent_work_than_connections_waits_instead_of_failing(
             async with anyio.create_task_group() as tasks:
                 for number in range(40):
                     tasks.start_soon(blocking_read, number)
-        pool = store.client.connection_pool
+        client: object = store.client  # a RedisCluster on a Cluster, whatever it is typed as
+        if isinstance(client, RedisCluster):  # bounded per client (and so per node)
+            assert all(len(node._connections) <= 4 for node in client.get_nodes())
+        else:
+            assert store.client.connection_pool.max_connections == 4
     assert done == 40
-    assert pool.max_connections == 4
 
 
 async def test_wrong_password_stops_start_up_without_showing_it(
@@ -267,3 +271,38 @@ async def test_reconcile_registers_a_scope_whose_registration_was_lost(
     assert await store.reconcile_scopes() == {"cell-1", "line-2/cell-3"}
     assert await store.known_scopes() == {"cell-1", "line-2/cell-3"}
     assert await store.client.xlen(store.keys.global_changes()) == 2
+
+
+async def test_read_streams_spans_many_scopes_and_waits_when_there_is_nothing(
+    store: RedisStore,
+) -> None:
+    """Sixty scopes are sixty slots on a Cluster: one call still reads them all (and waits up
+    to its block time when none has anything new)."""
+    scopes = [f"cell-{number}" for number in range(60)]
+    streams = {store.keys.changes(scope): "0-0" for scope in scopes}
+    for scope in scopes[::7]:
+        await store.client.xadd(store.keys.changes(scope), {"scope": scope})
+    batches = await store.read_streams(streams, count=10, block_ms=100)
+    assert sorted(stream for stream, _ in batches) == sorted(
+        store.keys.changes(scope) for scope in scopes[::7]
+    )
+    after = {stream: entries[-1][0] for stream, entries in batches}
+    started = anyio.current_time()
+    assert await store.read_streams({**streams, **after}, block_ms=200) == []
+    assert anyio.current_time() - started >= 0.19
+    group = ("readers", "reader-1")
+    for stream in streams:
+        await store.client.xgroup_create(stream, group[0], id="0", mkstream=True)
+    taken = await store.read_streams(dict.fromkeys(streams, ">"), group=group)
+    assert sum(len(entries) for _, entries in taken) == len(scopes[::7])
+
+
+async def test_read_streams_raises_a_missing_group_as_the_server_said_it(
+    store: RedisStore,
+) -> None:
+    """Readers recognise NOGROUP by the server's words (to re-create the group), on a
+    Cluster's pipelined reads too."""
+    stream = store.keys.changes("no-group")
+    await store.client.xadd(stream, {"n": "1"})
+    with pytest.raises(ResponseError, match=r"^NOGROUP"):
+        await store.read_streams({stream: ">"}, group=("nobody", "reader"))

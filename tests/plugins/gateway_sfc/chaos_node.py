@@ -13,7 +13,6 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
-from redis.asyncio import Redis
 
 from gateway.app import Gateway
 from gateway.equipment import EquipmentCommand, EquipmentDriver, EquipmentReply
@@ -29,16 +28,15 @@ class RecordingEquipment:
         self.redis_url = redis_url
         self.record_key = record_key
         self.gateway: Gateway | None = None
-        self._client: Redis | None = None
 
     def serves(self, command: EquipmentCommand) -> bool:
         return True
 
     async def send(self, command: EquipmentCommand) -> None:
-        if self._client is None:
-            self._client = Redis.from_url(self.redis_url, decode_responses=True)
-        await self._client.rpush(self.record_key, command.correlation_id)
         assert self.gateway is not None
+        assert self.gateway.store is not None
+        # The gateway's own store client: it reaches whatever deployment the URL names.
+        await self.gateway.store.client.rpush(self.record_key, command.correlation_id)
         reply = EquipmentReply(
             command.correlation_id, data={"ok": True, "action": command.action}, scope=command.scope
         )

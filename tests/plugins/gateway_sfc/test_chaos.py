@@ -17,12 +17,12 @@ from typing import Any, TypeVar, cast
 
 import anyio
 import pytest
-from redis.asyncio import Redis
 
 from gateway.cloudevents import CloudEvent
 from gateway.testing import wait_until
 from gateway.testing.mqtt import connect_test_client
 from gateway.testing.processes import GatewayProcess
+from gateway.testing.redis_ha import redis_client
 from gateway_jobs.testing import JobsMes, job_order, work_master
 from gateway_sfc.model import DATASCHEMA
 
@@ -180,7 +180,7 @@ async def test_every_job_ends_exactly_once_while_instances_are_killed(
         results = {entry["ID"] for entry in response.get("JobResponseData", [])}
         assert set(ACTIONS) <= results, job
 
-    async with Redis.from_url(redis_url, decode_responses=True) as redis:
+    async with redis_client(redis_url) as redis:
         dispatched = Counter(
             cast(list[str], await redis.lrange(f"{unique}:chaos:dispatched", 0, -1))
         )

@@ -8,10 +8,12 @@ the job goes on instead of failing with "no reply".
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import anyio
 import pytest
+from redis.asyncio import Redis
 
 from gateway.app import Gateway
 from gateway.equipment import EquipmentCommand
@@ -24,7 +26,7 @@ from gateway_sfc.model import DATASCHEMA
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
-RECIPE = {
+RECIPE: dict[str, Any] = {
     "steps": [{"name": "Init", "initial": True}, {"name": "Tighten"}],
     "transitions": [{"source": "Init", "target": "Tighten"}],
     "actions": [
@@ -40,7 +42,9 @@ RECIPE = {
 }
 
 
-def gateway(mqtt_url: str, redis_url: str, name: str, equipment: TestEquipment) -> Gateway:
+def gateway(
+    mqtt_url: str, redis_url: str, name: str, equipment: TestEquipment, **overrides: str
+) -> Gateway:
     environ = {
         "GATEWAY_MQTT_URL": mqtt_url,
         "GATEWAY_MQTT_SHARE_GROUP": name,
@@ -49,6 +53,7 @@ def gateway(mqtt_url: str, redis_url: str, name: str, equipment: TestEquipment) 
         "GATEWAY_GATEWAY_INSTANCE_ID": name,
         "GATEWAY_JOBS_TOPIC_PREFIX": name,
         "GATEWAY_SFC_TIMER_POLL_SECONDS": "0.01",
+        **overrides,
     }
     return Gateway.from_environment(None, environ, extra_plugins={"equipment": equipment})
 
@@ -81,3 +86,51 @@ async def test_a_command_lost_while_its_equipment_was_away_is_sent_again_when_it
         response = await final_response(mes, "J1", timeout=10)  # well within the 30 s timeout
     assert state_of(response)[:2] == ["Ended", "Completed"]
     assert [c.correlation_id for c in equipment.received] == ["J1:tighten:1", "J1:tighten:1"]
+
+
+async def test_a_command_whose_deadline_passed_while_its_equipment_was_away_is_not_sent_again(
+    mqtt_url: str, redis_url: str, unique: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    timeout = 0.3
+    recipe = {**RECIPE, "actions": [{**RECIPE["actions"][0], "timeout_seconds": timeout}]}
+
+    def never(command: EquipmentCommand) -> Any:
+        raise NoAnswer
+
+    equipment = TestEquipment({"com.example.tighten.v1": never})
+    # The timeout timer is not polled during the test: the job stays with its deadline passed
+    # but its action not failed yet, the moment the resend must leave alone.
+    polls = {"GATEWAY_SFC_TIMER_POLL_SECONDS": "600"}
+    instance = gateway(mqtt_url, redis_url, unique, equipment, **polls)
+    async with running(instance), connect_test_client(mqtt_url) as client:
+        hub = instance.equipment
+        await hub.heartbeat("tool", timeout_seconds=0.2)
+        with anyio.fail_after(10):
+            while (await hub.liveness("tool")).online:  # noqa: ASYNC110  # the tool goes away
+                await anyio.sleep(0.05)
+        mes = JobsMes(client, unique, "cell1")
+        await mes.configure("workmaster", work_master("WM", recipe, dataschema=DATASCHEMA))
+        await mes.store(job_order("J1", work_masters=["WM"]), method="StoreAndStart")
+        await wait_until(lambda: equipment.received)
+        sent = time.time()  # the deadline was set before: at most ``timeout`` from now
+        await anyio.sleep(timeout)  # what the test is about: the action's time runs out
+        assert time.time() > sent + timeout
+        await hub.heartbeat("tool", timeout_seconds=5)  # back: a resend would be queued now
+        await engine_settled(redis_url, unique)
+    assert [c.correlation_id for c in equipment.received] == ["J1:tighten:1"]
+    assert "sending J1:tighten:1 again" not in caplog.text
+
+
+async def engine_settled(redis_url: str, name: str) -> None:
+    """Until the engine has handled every entry of the scope's work stream."""
+    stream = f"{name}:{{cell1}}:sfc:work"
+    async with Redis.from_url(redis_url, decode_responses=True) as redis:
+
+        async def settled() -> bool:
+            last = (await redis.xinfo_stream(stream))["last-generated-id"]
+            groups = await redis.xinfo_groups(stream)
+            return all(g["pending"] == 0 and g["last-delivered-id"] == last for g in groups)
+
+        with anyio.fail_after(10):
+            while not await settled():  # noqa: ASYNC110  # another task's progress in Redis
+                await anyio.sleep(0.02)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from redis.asyncio import Redis
 
 from gateway.testing import running
+from gateway.testing.redis_ha import redis_client
 from gateway_jobs.testing import final_response
 from gateway_jobs.testing import state_texts as state_of
 from tests.plugins.gateway_sfc.test_coordination import (
@@ -35,7 +35,8 @@ async def test_a_job_started_after_the_store_lost_its_data_completes(station: Sf
             assert state_of(await final_response(mes, job))[:2] == ["Ended", "Completed"]
             # What Redis restarted without persistence shows: every key gone, the work
             # stream's consumer group with them (the engine still knows the scope).
-            async with Redis.from_url(station.redis_url) as redis:
+            async with redis_client(station.redis_url) as redis:
                 keys = [key async for key in redis.scan_iter(match=f"{station.name}:*")]
                 assert keys
-                await redis.delete(*keys)
+                for key in keys:  # one by one: on a Cluster they lie in different slots
+                    await redis.delete(key)

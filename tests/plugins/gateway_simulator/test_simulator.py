@@ -28,7 +28,7 @@ from gateway_jobs.testing import state_texts as states
 from gateway_mqtt_equipment import EQUIPMENT, JOB_ORDER, EquipmentTopics, MqttEquipmentDriver
 from gateway_sfc.model import DATASCHEMA
 from gateway_simulator.service import SimulatorService
-from gateway_simulator.testing import station_environ
+from gateway_simulator.testing import fast_devices, station_environ
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
@@ -54,16 +54,9 @@ class Station:
         # The camera is slower than the tightener, so the torque result is in before the
         # chart waits for it: an event arriving just as a job starts waiting for it can be
         # lost by the engine today (a race in gateway_sfc's unclaimed events, reported).
-        settings = {
-            "enabled": "true",
-            "topic_prefix": self.topics.prefix,
-            "position_seconds": "0.05",
-            "tighten_seconds": "0.02",
-            "inspect_seconds": "0.3",
-            "heartbeat_seconds": "0.2",
-            "seed": "1",
-            **simulator,
-        }
+        settings = fast_devices(
+            self.topics.prefix, tighten_seconds="0.02", inspect_seconds="0.3", **simulator
+        )
         environ = station_environ(
             mqtt_url=self.mqtt_url,
             redis_url=self.redis_url,

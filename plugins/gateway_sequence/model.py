@@ -1,0 +1,279 @@
+"""The sequence recipe format: an ordered list of steps, some of them parallel blocks.
+
+A recipe is JSON in a Work Master's ``Data`` (``DataSchema``: ``DATASCHEMA``)::
+
+    {"name": "...", "on_error": "abort", "timeout_seconds": 30,
+     "steps": [
+        {"name": "position", "type_id": "com.example.position.v1", "equipment": "positioner"},
+        {"par": [{"name": "tighten", ...}, {"name": "inspect", ...}]},
+        {"name": "release", ...}
+     ]}
+
+Steps run one after the other; a ``par`` block sends all its commands at once and is done when
+every one has succeeded (the ESW sequencer's ``par``). A command step completes on its
+equipment's reply; its reply data is the job's result under the step's name. The format and
+every field are described in ``sequence_recipe.schema.json`` beside this module.
+
+``load_sequence`` checks everything before a job runs and names every problem at once, each as
+``recipe.steps[1].par[0].timeout_seconds: ...``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+DATASCHEMA = "https://station-gateway.github.io/schemas/sequence-recipe/v1/"
+"""The Work Master ``DataSchema`` of sequence recipes (the schema file's ``$id``)."""
+
+DEFAULT_TIMEOUT_SECONDS = 60.0
+# A step name is part of the command's correlation id ``{job}:{step}:{attempt}``: no colon.
+_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+
+
+class OnError(StrEnum):
+    ABORT = "abort"  # the job goes to Aborted
+    HOLD = "hold"  # the job goes to Interrupted.Held; the MES's Resume tries the step again
+
+
+@dataclass(frozen=True)
+class Command:
+    """One step: a command to equipment, done when the equipment replies without error."""
+
+    name: str
+    type_id: str
+    equipment: str | None = None  # None: the driver that serves ``type_id``
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
+    max_attempts: int = 1  # tries before the step fails (a new correlation id each)
+    on_error: OnError = OnError.ABORT
+    side_effects: bool = True  # whether sending it may change the product or equipment
+
+
+@dataclass(frozen=True)
+class Block:
+    """What runs at one position of the sequence: one command, or a ``par`` block of several."""
+
+    name: str
+    commands: tuple[Command, ...]
+    parallel: bool = False
+
+
+@dataclass(frozen=True)
+class SequenceRecipe:
+    blocks: tuple[Block, ...]
+    name: str | None = None
+    description: str | None = None
+
+    def command(self, name: str) -> Command:
+        """The command step named ``name`` (``KeyError`` when there is none)."""
+        for block in self.blocks:
+            for command in block.commands:
+                if command.name == name:
+                    return command
+        raise KeyError(name)
+
+    def commands(self) -> Iterator[Command]:
+        for block in self.blocks:
+            yield from block.commands
+
+
+class RecipeError(ValueError):
+    """A recipe that cannot run; ``problems`` names every one (``"<element>: <reason>"``)."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+RECIPE_FIELDS = {"name", "description", "steps", "on_error", "timeout_seconds", "max_attempts"}
+COMMAND_FIELDS = {
+    "name",
+    "type_id",
+    "equipment",
+    "parameters",
+    "timeout_seconds",
+    "max_attempts",
+    "on_error",
+    "side_effects",
+}
+PAR_FIELDS = {"name", "par"}
+
+
+def load_sequence(data: Any) -> SequenceRecipe:
+    """The recipe in JSON ``data``; ``RecipeError`` lists every problem."""
+    problems: list[str] = []
+    if not isinstance(data, Mapping):
+        raise RecipeError(["recipe: must be a JSON object with 'steps'"])
+    _unknown(data, RECIPE_FIELDS, "recipe", problems)
+    defaults = {
+        "on_error": _on_error(data.get("on_error", "abort"), "recipe.on_error", problems),
+        "timeout_seconds": _timeout(
+            data.get("timeout_seconds", DEFAULT_TIMEOUT_SECONDS), "recipe.timeout_seconds", problems
+        ),
+        "max_attempts": _attempts(data.get("max_attempts", 1), "recipe.max_attempts", problems),
+    }
+    name = _text(data.get("name"), "recipe.name", problems, optional=True)
+    description = _text(data.get("description"), "recipe.description", problems, optional=True)
+    steps = data.get("steps")
+    blocks: list[Block] = []
+    if not isinstance(steps, list) or not steps:
+        problems.append("recipe.steps: must be a non-empty list of steps")
+    else:
+        for index, step in enumerate(steps):
+            block = _block(step, index, f"recipe.steps[{index}]", defaults, problems)
+            if block is not None:
+                blocks.append(block)
+    _unique_names(blocks, problems)
+    if problems:
+        raise RecipeError(problems)
+    return SequenceRecipe(tuple(blocks), name, description)
+
+
+def validate_sequence(data: Any) -> list[str]:
+    """Every problem of recipe JSON ``data``; empty when it can run."""
+    try:
+        load_sequence(data)
+    except RecipeError as error:
+        return list(error.problems)
+    return []
+
+
+def _block(
+    step: Any, index: int, where: str, defaults: Mapping[str, Any], problems: list[str]
+) -> Block | None:
+    if not isinstance(step, Mapping):
+        problems.append(f"{where}: must be a JSON object (a command step or a 'par' block)")
+        return None
+    if "par" not in step:
+        command = _command(step, where, defaults, problems)
+        return None if command is None else Block(command.name, (command,))
+    _unknown(step, PAR_FIELDS, where, problems)
+    name = _text(step.get("name", f"par-{index + 1}"), f"{where}.name", problems)
+    if name is not None and not _NAME.match(name):
+        problems.append(f"{where}.name: {_NAME_RULE} (got {name!r})")
+    branches = step["par"]
+    if not isinstance(branches, list) or len(branches) < 2:
+        problems.append(f"{where}.par: must list at least two command steps to run in parallel")
+        return None
+    commands = []
+    for position, branch in enumerate(branches):
+        inner = f"{where}.par[{position}]"
+        if isinstance(branch, Mapping) and "par" in branch:
+            problems.append(f"{inner}: a par block cannot hold another par block")
+            continue
+        if not isinstance(branch, Mapping):
+            problems.append(f"{inner}: must be a JSON object (a command step)")
+            continue
+        command = _command(branch, inner, defaults, problems)
+        if command is not None:
+            commands.append(command)
+    return Block(name or "par", tuple(commands), parallel=True)
+
+
+_NAME_RULE = "must be 1-64 letters, digits or _.- characters"
+
+
+def _command(
+    step: Mapping[str, Any], where: str, defaults: Mapping[str, Any], problems: list[str]
+) -> Command | None:
+    before = len(problems)
+    _unknown(step, COMMAND_FIELDS, where, problems)
+    name = _text(step.get("name"), f"{where}.name", problems)
+    if name is not None and not _NAME.match(name):
+        problems.append(f"{where}.name: {_NAME_RULE} (got {name!r})")
+    type_id = _text(step.get("type_id"), f"{where}.type_id", problems)
+    equipment = _text(step.get("equipment"), f"{where}.equipment", problems, optional=True)
+    parameters = step.get("parameters", {})
+    if not isinstance(parameters, Mapping):
+        problems.append(f"{where}.parameters: must be a JSON object")
+    side_effects = step.get("side_effects", True)
+    if not isinstance(side_effects, bool):
+        problems.append(f"{where}.side_effects: must be true or false")
+    timeout = _timeout(
+        step.get("timeout_seconds", defaults["timeout_seconds"]),
+        f"{where}.timeout_seconds",
+        problems,
+    )
+    attempts = _attempts(
+        step.get("max_attempts", defaults["max_attempts"]), f"{where}.max_attempts", problems
+    )
+    on_error = _on_error(step.get("on_error", defaults["on_error"]), f"{where}.on_error", problems)
+    if (
+        len(problems) > before
+        or name is None
+        or type_id is None
+        or timeout is None
+        or attempts is None
+        or on_error is None
+    ):
+        return None
+    return Command(
+        name=name,
+        type_id=type_id,
+        equipment=equipment,
+        parameters=dict(parameters),
+        timeout_seconds=timeout,
+        max_attempts=attempts,
+        on_error=on_error,
+        side_effects=side_effects,
+    )
+
+
+def _unknown(value: Mapping[str, Any], known: set[str], where: str, problems: list[str]) -> None:
+    for key in value:
+        if key not in known:
+            allowed = ", ".join(sorted(known))
+            problems.append(f"{where}: unknown field {key!r} (fields: {allowed})")
+
+
+def _text(value: Any, where: str, problems: list[str], *, optional: bool = False) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value:
+        problems.append(f"{where}: must be a non-empty string, got {value!r}")
+        return None
+    return value
+
+
+def _timeout(value: Any, where: str, problems: list[str]) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        problems.append(f"{where}: must be a number of seconds > 0, got {value!r}")
+        return None
+    if value <= 0:
+        problems.append(f"{where}: must be > 0 (every command waits a bounded time), got {value}")
+        return None
+    return float(value)
+
+
+def _attempts(value: Any, where: str, problems: list[str]) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        problems.append(f"{where}: must be a whole number >= 1, got {value!r}")
+        return None
+    return value
+
+
+def _on_error(value: Any, where: str, problems: list[str]) -> OnError | None:
+    try:
+        return OnError(value)
+    except ValueError:
+        choices = " or ".join(repr(member.value) for member in OnError)
+        problems.append(f"{where}: must be {choices}, got {value!r}")
+        return None
+
+
+def _unique_names(blocks: list[Block], problems: list[str]) -> None:
+    """Step names name results and correlation ids, block names progress: each used once."""
+    seen: set[str] = set()
+    for block in blocks:
+        names = [command.name for command in block.commands]
+        if block.parallel:
+            names.insert(0, block.name)
+        for name in names:
+            if name in seen:
+                problems.append(f"recipe.steps: the name {name!r} is used twice")
+            seen.add(name)

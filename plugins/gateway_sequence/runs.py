@@ -1,0 +1,202 @@
+"""Where sequence runs live in Redis, and the compare-and-swap every change goes through.
+
+Keys (through the store's key schema, so every scoped key carries the scope's hash tag):
+
+- ``seq:run:<job>`` per scope: the run (``gateway_sequence.state``), JSON with a version;
+- ``seq:timers`` per scope, sorted by due time: each try's timeout, and each command stored as
+  sent until its publication is confirmed (an instance that dies in between leaves it, and
+  another sends it again); every instance looks for due ones;
+- ``seq:active`` per scope: the jobs whose run has not ended, for reconciliation;
+- ``seq:scopes`` and ``seq:job-scopes`` (global): the scopes that ran a sequence, and job ->
+  scope for equipment replies that do not say their scope.
+
+A change is read, applied and written in one ``Store.transaction`` watching the run's key, with
+its timers in the same commit: a conflict with another instance reads again and re-applies.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from redis.exceptions import WatchError
+
+from gateway.errors import GatewayError
+from gateway.store import Store
+from gateway_sequence.executor import Effects
+from gateway_sequence.settings import SequenceSettings
+from gateway_sequence.state import Run, Status, dump_run, load_run
+
+Apply = Callable[[Run, float], Effects]
+
+
+class TimerKind(StrEnum):
+    TIMEOUT = "timeout"  # the try's reply is overdue
+    SEND = "send"  # the try's command was stored as sent, its publication not yet confirmed
+
+
+@dataclass(frozen=True)
+class TimerEntry:
+    job: str
+    step: str
+    attempt: int
+    kind: TimerKind
+
+    def member(self) -> str:
+        return json.dumps([self.job, self.step, self.attempt, self.kind.value])
+
+    @classmethod
+    def parse(cls, member: str) -> TimerEntry:
+        job, step, attempt, kind = json.loads(member)
+        return cls(str(job), str(step), int(attempt), TimerKind(kind))
+
+
+class _Unchanged(Exception):
+    """Leaves a transaction without writing (the stimulus changed nothing)."""
+
+
+class RunStore:
+    """Reads, creates and compare-and-swaps the runs of one gateway's store."""
+
+    def __init__(self, store: Callable[[], Store], settings: SequenceSettings) -> None:
+        self._store = store  # the store connects only when the gateway runs: asked each time
+        self.settings = settings
+
+    @property
+    def store(self) -> Store:
+        return self._store()
+
+    # -- keys -------------------------------------------------------------------------------
+
+    def run_key(self, scope: str, job: str) -> str:
+        return self.store.keys.scoped(scope, "seq", "run", job)
+
+    def timers_key(self, scope: str) -> str:
+        return self.store.keys.scoped(scope, "seq", "timers")
+
+    def active_key(self, scope: str) -> str:
+        return self.store.keys.scoped(scope, "seq", "active")
+
+    @property
+    def scopes_key(self) -> str:
+        return self.store.keys.global_key("seq", "scopes")
+
+    @property
+    def job_scopes_key(self) -> str:
+        return self.store.keys.global_key("seq", "job-scopes")
+
+    # -- reads ------------------------------------------------------------------------------
+
+    async def read(self, scope: str, job: str) -> Run | None:
+        data = await self.store.get_json(self.run_key(scope, job))
+        return None if data is None else load_run(data)
+
+    async def job_scope(self, job: str) -> str | None:
+        scope = await self.store.client.hget(self.job_scopes_key, job)
+        return None if scope is None else str(scope)
+
+    async def scopes(self) -> list[str]:
+        return sorted(str(scope) for scope in await self.store.client.smembers(self.scopes_key))
+
+    async def active(self, scope: str) -> list[str]:
+        return sorted(str(job) for job in await self.store.client.smembers(self.active_key(scope)))
+
+    async def due(self, scope: str, now: float, count: int = 100) -> list[TimerEntry]:
+        members = await self.store.client.zrangebyscore(
+            self.timers_key(scope), "-inf", now, start=0, num=count
+        )
+        return [TimerEntry.parse(str(member)) for member in members]
+
+    async def drop(self, scope: str, *entries: TimerEntry) -> None:
+        if entries:
+            await self.store.client.zrem(self.timers_key(scope), *(e.member() for e in entries))
+
+    # -- writes -----------------------------------------------------------------------------
+
+    async def create(self, run: Run) -> bool:
+        """Store a new run (``False``: the job has one already, e.g. another instance's). An
+        ended run of an earlier job with the same id (cleared, then stored again) is replaced."""
+        client = self.store.client
+        # Global keys first (a key of its own slot): a reply that comes before the run exists
+        # finds the scope, and discovery finds the scope's timers.
+        await client.hset(self.job_scopes_key, run.job, run.scope)
+        await client.sadd(self.scopes_key, run.scope)
+        key = self.run_key(run.scope, run.job)
+        try:
+            async with self.store.transaction(run.scope, watch=[key]) as transaction:
+                existing = await transaction.get_json(key)
+                if existing is not None and load_run(existing).status is not Status.ENDED:
+                    raise _Unchanged
+                transaction.set_json(key, dump_run(run))
+                transaction.pipeline.sadd(self.active_key(run.scope), run.job)
+        except (_Unchanged, WatchError):
+            return False
+        return True
+
+    async def mutate(self, scope: str, job: str, apply: Apply) -> tuple[Run, Effects] | None:
+        """Apply a stimulus to the stored run and write it if it changed; ``None`` when the job
+        has no run (never started here, or ended long ago) or the run has ended."""
+        key = self.run_key(scope, job)
+        for _ in range(self.settings.max_cas_retries):
+            try:
+                async with self.store.transaction(scope, watch=[key]) as transaction:
+                    data = await transaction.get_json(key)
+                    if data is None:
+                        return None
+                    run = load_run(data)
+                    if run.status is Status.ENDED:
+                        return None
+                    outstanding = run.outstanding()
+                    now = time.time()
+                    effects = apply(run, now)
+                    if not effects.changed:
+                        raise _Unchanged
+                    self._queue(transaction, run, effects, outstanding - run.outstanding(), now)
+            except _Unchanged:
+                return run, effects
+            except WatchError:
+                continue  # another instance changed the run: read it again
+            return run, effects
+        raise GatewayError(
+            f"sequence {scope}/{job}: its state kept changing under "
+            f"{self.settings.max_cas_retries} tries"
+        )
+
+    def _queue(
+        self,
+        transaction: Any,
+        run: Run,
+        effects: Effects,
+        answered: set[tuple[str, int]],
+        now: float,
+    ) -> None:
+        scope, job = run.scope, run.job
+        run.version += 1
+        ended = run.status is Status.ENDED
+        ttl = self.settings.ended_ttl_seconds if ended else None
+        transaction.set_json(self.run_key(scope, job), dump_run(run), ttl_seconds=ttl)
+        pipeline = transaction.pipeline
+        timers = self.timers_key(scope)
+        gone = [
+            TimerEntry(job, step, attempt, kind).member()
+            for step, attempt in sorted(answered)
+            for kind in TimerKind
+        ]
+        if gone:
+            pipeline.zrem(timers, *gone)
+        due = {
+            TimerEntry(job, t.step, t.attempt, TimerKind.TIMEOUT).member(): t.due
+            for t in effects.timers
+        }
+        resend_at = now + self.settings.outbox_grace_seconds
+        for step in effects.sends:
+            entry = TimerEntry(job, step, run.steps[step].attempt, TimerKind.SEND)
+            due[entry.member()] = resend_at
+        if due:
+            pipeline.zadd(timers, due)
+        if ended:
+            pipeline.srem(self.active_key(scope), job)
