@@ -13,13 +13,13 @@ from typing import Any
 
 import anyio
 import pytest
-from redis.asyncio import Redis
 
 from gateway.app import Gateway
 from gateway.equipment import EquipmentCommand
 from gateway.testing import running, wait_until
 from gateway.testing.equipment import NoAnswer, TestEquipment
 from gateway.testing.mqtt import connect_test_client
+from gateway.testing.redis_ha import redis_client
 from gateway_jobs.testing import JobsMes, final_response, job_order, work_master
 from gateway_jobs.testing import state_texts as state_of
 from gateway_sfc.model import DATASCHEMA
@@ -124,7 +124,7 @@ async def test_a_command_whose_deadline_passed_while_its_equipment_was_away_is_n
 async def engine_settled(redis_url: str, name: str) -> None:
     """Until the engine has handled every entry of the scope's work stream."""
     stream = f"{name}:{{cell1}}:sfc:work"
-    async with Redis.from_url(redis_url, decode_responses=True) as redis:
+    async with redis_client(redis_url) as redis:
 
         async def settled() -> bool:
             last = (await redis.xinfo_stream(stream))["last-generated-id"]
