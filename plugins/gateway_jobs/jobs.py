@@ -10,7 +10,6 @@ because the state the MES asked for is what the station now holds.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
@@ -97,7 +96,7 @@ class JobManager:
             return Outcome(ReturnStatus.UNABLE_TO_ACCEPT_JOB_ORDER, verdict.message)
 
         def replace_order(job: StoredJob) -> StoredJob:
-            return dataclasses.replace(job, job_order=order, work_master=work_master)
+            return job.with_work_master(order, work_master)
 
         result = await self.repository.transition(
             scope, order.job_order_id, "Update", replace_order
