@@ -12,6 +12,7 @@ holds.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
