@@ -145,7 +145,11 @@ class Coordinator:
             await self.steps.reply(scope, job, action, attempt, reply.data, reply.error)
 
     async def runs_job(self, job_order_id: str, scope: str | None) -> bool:
-        """``gateway.equipment.JobOwner``: whether the job is a chart of this engine."""
+        """``gateway.equipment.JobOwner``: whether the job is a chart of this engine (a job
+        whose snapshot this instance holds is, with no store lookup: the common case of a reply
+        to a command this instance sent)."""
+        if scope is not None and self.recipes.holds(scope, job_order_id):
+            return True
         known = await self.scopes.job_scope(job_order_id)
         return known is not None and (scope is None or known == scope)
 
