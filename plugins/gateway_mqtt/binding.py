@@ -153,17 +153,23 @@ class MqttBinding:
             for subscription in processor.subscriptions
         }
         async with anyio.create_task_group() as lanes:
+            # Every lane subscribed before the gateway counts as started: a command sent to a
+            # lane not subscribed yet would reach no session of a new share group.
             for name in sorted(names - {""}):
-                lanes.start_soon(self._run_lane, gateway, self._lane(name), None)
-            await self._run_lane(gateway, self._lane(""), task_status)
+                await lanes.start(self._run_lane, gateway, self._lane(name))
+            await self._run_lane(gateway, self._lane(""), task_status=task_status)
         self._closed = True
         log.info("MQTT binding stopped; session %s kept by the broker", self.client_id)
 
     async def _run_lane(
-        self, gateway: Gateway, lane: Lane, task_status: TaskStatus[None] | None
+        self,
+        gateway: Gateway,
+        lane: Lane,
+        *,
+        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         """Connect and serve ``lane`` until the gateway stops, reconnecting when the connection
-        drops; the main lane (``task_status``) tells the gateway once it first connected."""
+        drops; ``task_status`` hears once it first connected and subscribed."""
         reconnects = gateway.metrics.counter(
             "transport_reconnects_total", "Connections lost or refused, then retried", ["binding"]
         ).labels(self.name)
@@ -197,8 +203,7 @@ class MqttBinding:
                         )
                     if not started:
                         started = True
-                        if task_status is not None:
-                            task_status.started()
+                        task_status.started()
                     delay = self.settings.reconnect_min_seconds
                     await self._serve(client, gateway, lane)
             except ConnectionLost as error:
@@ -226,6 +231,8 @@ class MqttBinding:
                 if lane.main:
                     self._disconnected()
         outage.close()
+        if not started and not lane.main:
+            task_status.started()  # stopped before it ever connected: the main lane says so
 
     def _disconnected(self) -> None:
         self._client = None
