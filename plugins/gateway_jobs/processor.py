@@ -77,7 +77,7 @@ class JobsProcessor:
             )
             return [self._reply(event, result.output, result.message)]
         kind = CONFIG_TYPES[event.type]
-        outcome = await self.manager.config.apply(scope, kind, event.method or PUT, event.data)
+        outcome = await self.manager.configure(scope, kind, event.method or PUT, event.data)
         self.count(f"config.{kind}", outcome.status.name)
         return [self._reply(event, MethodReply(outcome.status), outcome.message)]
 

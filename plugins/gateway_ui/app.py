@@ -99,6 +99,7 @@ class UiApplications:
                 ),
                 Route("/{scope:path}/jobs/{job}", _guarded(self.api_job)),
                 Route("/{scope:path}/jobs", _guarded(self.api_jobs)),
+                Route("/{scope:path}/queue", _guarded(self.api_queue)),
                 Route("/{scope:path}/events", _guarded(self.scope_events)),
             ]
         )
@@ -115,7 +116,8 @@ class UiApplications:
         scope = request.path_params["scope"]
         stream = ScopeStream(self.data.store, scope, self.gateway.stopping, self.gateway.resilience)
         cursor = await stream.cursor_now()  # before the read: nothing falls between the two
-        return HTMLResponse(scope_page(scope, await self.data.jobs(scope), cursor))
+        jobs = await self.data.jobs(scope)
+        return HTMLResponse(scope_page(scope, jobs, cursor, await self.data.queue(scope)))
 
     async def job_page(self, request: Request) -> Response:
         scope, job = request.path_params["scope"], request.path_params["job"]
@@ -141,6 +143,9 @@ class UiApplications:
 
     async def api_jobs(self, request: Request) -> Response:
         return JSONResponse(await self.data.jobs(request.path_params["scope"]))
+
+    async def api_queue(self, request: Request) -> Response:
+        return JSONResponse(await self.data.queue(request.path_params["scope"]))
 
     async def api_job(self, request: Request) -> Response:
         view = await self.data.job(request.path_params["scope"], request.path_params["job"])

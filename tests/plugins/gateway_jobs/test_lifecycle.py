@@ -135,7 +135,7 @@ async def test_metadata_is_retained_for_late_subscribers(station: Station) -> No
     attributes = dict(from_mqtt(message).data["additionalAttributes"])
     assert "StoreAndStart" in attributes["supported_commands"]
     assert "RequestJobResponseByJobOrderState" in attributes["supported_commands"]
-    assert len(attributes["configuration_types"]) == 7
+    assert len(attributes["configuration_types"]) == 8
     assert attributes["topics"]["commands"] == f"{station.topic_prefix}/{{scope}}/commands"
 
 

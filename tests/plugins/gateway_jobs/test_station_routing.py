@@ -140,7 +140,8 @@ async def test_a_pull_event_whose_type_nobody_declares_is_taken_from_any_equipme
 
 
 async def test_a_job_order_without_work_master_runs_the_scope_default(station: Station) -> None:
-    async with running(station.gateway(default_work_master="wm-setting")), station.mes() as mes:
+    gateway = station.gateway(default_work_master="wm-setting", max_running_job_orders="0")
+    async with running(gateway), station.mes() as mes:  # all three run at once
         for name in ("wm-setting", "wm-scope"):
             assert return_status(await mes.configure("workmaster", work_master(name))) == OK
         by_setting = await mes.store(job_order("j1", work_masters=[]), method="StoreAndStart")
@@ -175,7 +176,8 @@ async def test_of_several_work_masters_the_first_available_runs(routed: Station)
     def pressing_on(equipment: str) -> dict[str, Any]:
         return recipe({**PRESSING, "equipment": equipment}, run=True)
 
-    async with running(routed.gateway()) as gateway, routed.mes() as mes:
+    # Both jobs run at once (on different equipment): no queue in the way.
+    async with running(routed.gateway(max_running_job_orders="0")) as gateway, routed.mes() as mes:
         await mes.configure("equipment", declaring("p-typed", GAUGE))
         for wm in (
             work_master("unroutable", recipe({"action": "gauge_it", "type_id": GAUGE})),
