@@ -308,7 +308,9 @@ def recipe(steps: int, timeout: float, equipment: str = "bench") -> dict[str, An
 
 
 @contextmanager
-def gateway_process(mqtt: ServerProcess, redis: ServerProcess, log: Path) -> Iterator[int]:
+def gateway_process(
+    mqtt: ServerProcess, redis: ServerProcess, log: Path, block: str = ""
+) -> Iterator[int]:
     environ = {
         **{k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")},
         "GATEWAY_MQTT_URL": f"mqtt://127.0.0.1:{mqtt.port}",
@@ -318,6 +320,7 @@ def gateway_process(mqtt: ServerProcess, redis: ServerProcess, log: Path) -> Ite
         "GATEWAY_MQTT_EQUIPMENT_TOPIC_PREFIX": EQUIPMENT_PREFIX,
         "GATEWAY_MQTT_EQUIPMENT_HEARTBEAT_TIMEOUT_SECONDS": "0",
         "GATEWAY_GATEWAY_LOG_LEVEL": "WARNING",
+        "GATEWAY_PLUGINS_BLOCK": block,
         # The step path, not the scheduling: every job may run at once (each on its own
         # equipment, see ``work_masters``).
         "GATEWAY_JOBS_MAX_RUNNING_JOB_ORDERS": "0",
@@ -630,6 +633,9 @@ def main() -> None:
     parser.add_argument(
         "--py-spy", type=Path, help="profile the gateway in each window (py-spy raw output)"
     )
+    parser.add_argument(
+        "--block", default="", help="plugins the gateway leaves out (GATEWAY_PLUGINS_BLOCK)"
+    )
     args = parser.parse_args()
     levels = [int(level) for level in args.levels.split(",")]
 
@@ -651,7 +657,7 @@ def main() -> None:
         if not ready.wait(20):
             raise RuntimeError("the equipment process did not subscribe")
         log = work / "gateway.log"
-        with gateway_process(mqtt, redis_process, log) as pid:
+        with gateway_process(mqtt, redis_process, log, args.block) as pid:
             url = f"mqtt://127.0.0.1:{mqtt.port}"
             anyio.run(configure, url, args.steps, args.timeout, max(levels))
             print(
