@@ -121,7 +121,7 @@ class JobManager:
             return Outcome(ReturnStatus.UNABLE_TO_ACCEPT_JOB_ORDER, verdict.message)
 
         def replace_order(job: StoredJob) -> StoredJob:
-            return dataclasses.replace(job, job_order=order, work_master=work_master)
+            return job.with_work_master(order, work_master)
 
         equipment = await self.equipment(scope, replace_order(current))
         result = await self.repository.transition(
@@ -160,6 +160,14 @@ class JobManager:
             for response in await self.repository.responses_in_state(scope, top)
             if matches(job_state(response.job_state or []), wanted)
         ]
+        if top is TopState.ALLOWED_TO_START and responses:  # queued ones: where they stand
+            view = await self.dispatcher.queue(scope)
+            responses = [
+                response
+                if (position := view.position(response.job_order_id or "")) is None
+                else _with_position(response, position)
+                for response in responses
+            ]
         return JobResponsesReply(ReturnStatus.NO_ERROR, responses)
 
     def method_called(

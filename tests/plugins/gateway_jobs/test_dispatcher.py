@@ -141,7 +141,8 @@ async def _running_are(mes: JobsMes, jobs: list[str], expected: set[str]) -> boo
 
 
 async def test_offline_stops_new_starts_and_online_resumes(station: Station) -> None:
-    async with running(station.gateway(max_running_job_orders="0")), station.mes() as mes:
+    gateway = station.gateway(max_running_job_orders="0")
+    async with running(gateway), station.mes() as mes:
         await prepare(mes)
         await ok(mes.store(job_order("first"), "StoreAndStart"))
         await until(lambda: _is(mes, "first", "Running"))
@@ -151,6 +152,15 @@ async def test_offline_stops_new_starts_and_online_resumes(station: Station) -> 
         await until(lambda: _is(mes, "first", "Ended"))
         assert await state(mes, "second") == ["AllowedToStart", "Ready"]
         assert interpreter(station).started == ["first"]
+        metrics = (await gateway.metrics.render()).decode()
+        for line in (
+            'gateway_scope_online{scope="cell1"} 0.0',
+            'gateway_job_queue_waiting{scope="cell1"} 1.0',
+            'gateway_job_queue_admitted{scope="cell1"} 0.0',
+            'gateway_job_queue_capacity{scope="cell1"} 0.0',
+            'gateway_job_queue_position{job="second",scope="cell1"} 1.0',
+        ):
+            assert line in metrics, line
         await ok(mes.configure("online", {"Online": True}))
         await until(lambda: _is(mes, "second", "Running"))
 

@@ -75,6 +75,14 @@ async def test_queue_position_is_in_the_job_response(jobs: LocalJobs) -> None:
         data = {entry.id: entry.value for entry in reply.job_response.job_response_data or []}
         positions[job] = data.get("QueuePosition")
     assert positions == {"first": None, "high": 1, "low": 2}
+    listed = await jobs.manager.job_responses(SCOPE, TopState.ALLOWED_TO_START)
+    by_state = {
+        response.job_order_id: {e.id: e.value for e in response.job_response_data or []}.get(
+            "QueuePosition"
+        )
+        for response in listed.job_responses or []
+    }
+    assert by_state == {"high": 1, "low": 2}
 
 
 async def test_a_job_does_not_start_before_its_start_time(jobs: LocalJobs) -> None:
