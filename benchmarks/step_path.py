@@ -28,7 +28,6 @@ import multiprocessing.connection
 import os
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -50,6 +49,7 @@ from redis import Redis
 from gateway.cloudevents import CloudEvent
 from gateway.codecs.mqtt import from_mqtt
 from gateway.testing.mqtt import MqttTestClient, connect_test_client
+from gateway.testing.processes import GatewayProcess
 from gateway.testing.services import ServerProcess, mosquitto, redis_server
 
 EQUIPMENT_PREFIX = "bench-eq"
@@ -325,20 +325,14 @@ def gateway_process(
         # equipment, see ``work_masters``).
         "GATEWAY_JOBS_MAX_RUNNING_JOB_ORDERS": "0",
     }
-    gateway = Path(sys.executable).with_name("gateway")
-    with log.open("ab") as output:
-        process = subprocess.Popen(
-            [str(gateway), "run"], env=environ, stdout=output, stderr=subprocess.STDOUT
-        )
+    # At log level WARNING it writes no "started" line: ``configure`` waits until it serves.
+    gateway = GatewayProcess(None, environ, log, ready_line="", arguments=("run",))
+    gateway.start()
     try:
-        yield process.pid
+        assert gateway.process is not None
+        yield gateway.process.pid
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        gateway.stop(timeout=20)
 
 
 @dataclass

@@ -119,7 +119,7 @@ class JobManager:
             return Outcome(ReturnStatus.UNABLE_TO_ACCEPT_JOB_ORDER, verdict.message)
 
         def replace_order(job: StoredJob) -> StoredJob:
-            return dataclasses.replace(job, job_order=order, work_master=work_master)
+            return job.with_work_master(order, work_master)
 
         equipment = await self.equipment(scope, replace_order(current))
         result = await self.repository.transition(
