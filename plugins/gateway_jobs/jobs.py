@@ -12,7 +12,6 @@ holds.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
