@@ -22,7 +22,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from gateway.jobstates import TopState
 from gateway.store import Store
-from gateway_jobs.queue import DISPATCH, QueueKeys, QueueView, read_queue
+from gateway_jobs.queue import DISPATCH, ENQUEUE, QueueKeys, QueueView, read_queue
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
@@ -51,6 +51,9 @@ class Dispatcher:
         self.start = start  # hands an admitted job to its interpreter
         self.clock = clock
         self.feed: Feed | None = None  # told the queue after each pass (``queuefeed``)
+        # Called by the periodic pass before dispatching a scope: queues jobs in AllowedToStart
+        # that are neither queued nor admitted (stored by a version without the queue).
+        self.adopt: Callable[[str], Awaitable[None]] | None = None
         self._tasks: TaskGroup | None = None  # set while the service runs: StartTime wake-ups
         self._wake_at: dict[str, float] = {}
 
@@ -102,7 +105,27 @@ class Dispatcher:
     async def sweep(self) -> None:
         """Dispatch every scope the store knows (the service's periodic pass)."""
         for scope in sorted(await self.store.known_scopes()):
+            if self.adopt is not None:
+                await self.adopt(scope)
             await self.dispatch(scope, verify=True)
+
+    async def unqueued(self, scope: str) -> list[str]:
+        """Jobs in AllowedToStart that are neither waiting nor admitted."""
+        pipeline = self.store.client.pipeline(transaction=True)
+        pipeline.smembers(self.keys.state(scope, TopState.ALLOWED_TO_START))
+        pipeline.hkeys(self.keys.waiting(scope))
+        pipeline.hkeys(self.keys.admitted(scope))
+        allowed, waiting, admitted = await pipeline.execute()
+        return sorted(set(allowed) - set(waiting) - set(admitted))
+
+    async def enqueue(self, scope: str, job_order_id: str, entry: str) -> None:
+        """Queue a job outside a state change (``adopt``); never one already let start."""
+        keys = self.keys
+        script = self.store.client.register_script(ENQUEUE)
+        await script(
+            keys=[keys.waiting(scope), keys.arrival(scope), keys.admitted(scope), keys.seq(scope)],
+            args=[job_order_id, entry],
+        )
 
     def _wake(self, scope: str, due: float) -> None:
         """Dispatch ``scope`` again when ``due`` (a queued job's StartTime) comes."""

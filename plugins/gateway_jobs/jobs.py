@@ -12,7 +12,6 @@ holds.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
@@ -30,14 +29,12 @@ from gateway_jobs.model import (
     JobOrder,
     JobOrderCall,
     JobOrderIDCall,
-    JobResponse,
     JobResponseReply,
     JobResponsesReply,
     Outcome,
-    Parameter,
     ReturnStatus,
 )
-from gateway_jobs.queue import HOLDING
+from gateway_jobs.queue import HOLDING, entry_json, with_position
 from gateway_jobs.repository import (
     Change,
     Edit,
@@ -54,7 +51,6 @@ log = logging.getLogger(__name__)
 
 Observer = Callable[..., Any]  # gateway_job_state_changed(scope, job_order_id, method, ...)
 _COMMANDS = {command.value: command for command in JobCommand}
-QUEUE_POSITION_ID = "QueuePosition"  # Job Response entry of a queued job: 1 starts next
 
 
 class JobManager:
@@ -77,6 +73,7 @@ class JobManager:
         self.config = StationConfig(store, interpreters, equipment)
         self.hub = equipment
         self.dispatcher = Dispatcher(store, capacity=self.capacity, start=self._start_admitted)
+        self.dispatcher.adopt = self.adopt
         self.interpreters = interpreters
         self.settings = settings
         self.source = source
@@ -121,7 +118,7 @@ class JobManager:
             return Outcome(ReturnStatus.UNABLE_TO_ACCEPT_JOB_ORDER, verdict.message)
 
         def replace_order(job: StoredJob) -> StoredJob:
-            return dataclasses.replace(job, job_order=order, work_master=work_master)
+            return job.with_work_master(order, work_master)
 
         equipment = await self.equipment(scope, replace_order(current))
         result = await self.repository.transition(
@@ -149,7 +146,7 @@ class JobManager:
         if job.state.top is TopState.ALLOWED_TO_START:
             position = (await self.dispatcher.queue(scope)).position(job_order_id)
             if position is not None:  # read now, never stored: it changes as others move
-                response = _with_position(response, position)
+                response = with_position(response, position)
         return JobResponseReply(ReturnStatus.NO_ERROR, response)
 
     async def job_responses(self, scope: str, wanted: StateFilter) -> JobResponsesReply:
@@ -165,7 +162,7 @@ class JobManager:
             responses = [
                 response
                 if (position := view.position(response.job_order_id or "")) is None
-                else _with_position(response, position)
+                else with_position(response, position)
                 for response in responses
             ]
         return JobResponsesReply(ReturnStatus.NO_ERROR, responses)
@@ -314,6 +311,24 @@ class JobManager:
             await self.dispatch(scope)
         return outcome
 
+    async def adopt(self, scope: str) -> None:
+        """Queue the scope's jobs in AllowedToStart that have no queue entry: stored by a version
+        of the gateway without the queue. A job that moved on meanwhile leaves an entry the
+        dispatch pass that follows drops (it checks entries against the states)."""
+        for job_order_id in await self.dispatcher.unqueued(scope):
+            job = await self.repository.load(scope, job_order_id)
+            if job is None or job.state.top is not TopState.ALLOWED_TO_START:
+                continue
+            log.info(
+                "job %s/%s: in AllowedToStart without a place in the queue; queued",
+                scope,
+                job_order_id,
+            )
+            entry = entry_json(
+                job.priority, job.job_order.start_time, await self.equipment(scope, job)
+            )
+            await self.dispatcher.enqueue(scope, job_order_id, entry)
+
     async def capacity(self, scope: str) -> int:
         """Jobs the scope runs at once (MES override, else the setting); 0: no limit."""
         override = await self.config.max_running_job_orders(scope)
@@ -368,12 +383,6 @@ class JobManager:
             ReturnStatus.UNABLE_TO_ACCEPT_JOB_ORDER,
             f"max_job_orders: scope {scope!r} holds its maximum of {refusal.limit} job orders",
         )
-
-
-def _with_position(response: JobResponse, position: int) -> JobResponse:
-    entry = Parameter(id=QUEUE_POSITION_ID, value=position)
-    data = [item for item in response.job_response_data or [] if item.id != QUEUE_POSITION_ID]
-    return dataclasses.replace(response, job_response_data=[*data, entry])
 
 
 def _interpreter_call(change: Change) -> JobCommand | None:

@@ -29,6 +29,7 @@ never starved by lower ones; jobs after it on other equipment start when capacit
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ from gateway.cloudevents import format_time
 from gateway.jobstates import JobState, TopState
 from gateway.recipes import QueuedJob, ScopeQueue
 from gateway.store import Store
+from gateway_jobs.model import JobResponse, Parameter
 
 # States in which a job may hold a slot and its equipment (admitted: from being let start until
 # it ends; paused and held jobs keep theirs, their part is still on the equipment).
@@ -308,3 +310,14 @@ def _offline(document: str | None) -> str | None:
         reason = data.get("Reason")
         return reason if isinstance(reason, str) else ""
     return None
+
+
+QUEUE_POSITION_ID = "QueuePosition"  # Job Response entry of a queued job: 1 starts next
+
+
+def with_position(response: JobResponse, position: int) -> JobResponse:
+    """``response`` with its ``QueuePosition`` (read when asked for, never stored: it changes
+    as other jobs move)."""
+    entry = Parameter(id=QUEUE_POSITION_ID, value=position)
+    data = [item for item in response.job_response_data or [] if item.id != QUEUE_POSITION_ID]
+    return dataclasses.replace(response, job_response_data=[*data, entry])

@@ -102,6 +102,21 @@ class StoredJob:
             response.end_time = now
         return dataclasses.replace(self, state=state, response=response)
 
+    def with_work_master(self, order: JobOrder, work_master: WorkMaster) -> StoredJob:
+        """The job with a new order (Update) and the Work Master chosen for it, its Job
+        Response naming that Work Master and recipe version."""
+        kept = [
+            entry
+            for entry in self.response.job_response_data or []
+            if entry.id not in (RECIPE_VERSION_ID, WORK_MASTER_ID)
+        ]
+        response = dataclasses.replace(
+            self.response, job_response_data=[*work_master_entries(work_master), *kept]
+        )
+        return dataclasses.replace(
+            self, job_order=order, work_master=work_master, response=response
+        )
+
     def recipe_job(self, scope: str) -> RecipeJob:
         return RecipeJob(
             scope=scope,
@@ -111,17 +126,28 @@ class StoredJob:
         )
 
 
+WORK_MASTER_ID = "WorkMasterID"
+"""``ID`` of the Job Response entry naming the Work Master the job runs (the station chooses it
+when the job order names none or several)."""
+
+
+def work_master_entries(work_master: WorkMaster) -> list[Parameter]:
+    """``RecipeVersion`` (the content hash of the recipe as it is now: the job runs this
+    snapshot, whatever changes later; none without a recipe) and ``WorkMasterID``."""
+    entries = [Parameter(id=WORK_MASTER_ID, value=work_master.id)]
+    if work_master.data is not None:
+        entries.insert(0, Parameter(id=RECIPE_VERSION_ID, value=recipe_version(work_master.data)))
+    return entries
+
+
 def new_job(order: JobOrder, state: JobState, work_master: WorkMaster) -> StoredJob:
     """A job entering the station, with the Job Response it will fill.
 
-    The response starts with one entry, ``RecipeVersion``: the content hash of the Work
-    Master's recipe as it is now (the job runs this snapshot, whatever changes later).
+    The response starts with ``work_master_entries``: which recipe, of which Work Master.
     """
     # One response per job, named like it.
     response = JobResponse(job_response_id=order.job_order_id, job_order_id=order.job_order_id)
-    if work_master.data is not None:
-        version = Parameter(id=RECIPE_VERSION_ID, value=recipe_version(work_master.data))
-        response.job_response_data = [version]
+    response.job_response_data = work_master_entries(work_master)
     stored = StoredJob(order, JobState.INITIAL, work_master, response, format_time(utc_now()))
     return stored.moved_to(state)
 

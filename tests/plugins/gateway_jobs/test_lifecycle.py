@@ -100,6 +100,7 @@ async def test_completed_job_carries_its_results_in_the_event_and_the_response(
     data = response.data["JobResponse"]["JobResponseData"]
     values = {entry["ID"]: entry["Value"] for entry in data}
     assert values.pop("RecipeVersion").startswith("sha256:")  # which recipe made the results
+    assert values.pop("WorkMasterID") == "wm"  # of which Work Master
     assert values == {"torque": 41.5, "serial": "SN-7"}
     assert return_status(by_state) == OK
     assert [item["JobOrderID"] for item in by_state.data["JobResponses"]] == ["j2"]

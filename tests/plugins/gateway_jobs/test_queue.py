@@ -181,3 +181,21 @@ async def test_unlimited_capacity_setting(store: Store) -> None:
     for job in ("a", "b", "c"):
         await submit(jobs, job)
     assert jobs.interpreter.started == ["a", "b", "c"]
+
+
+async def test_jobs_allowed_to_start_without_a_queue_entry_are_adopted(jobs: LocalJobs) -> None:
+    """A job stored by a gateway without the queue still gets its turn."""
+    await configured(jobs)
+    await jobs.manager.configure(SCOPE, "online", "PUT", {"Online": False})
+    await submit(jobs, "old", priority=3)
+    await submit(jobs, "older", priority=7)
+    keys = jobs.manager.dispatcher.keys
+    store = jobs.manager.repository.store
+    await store.client.delete(keys.waiting(SCOPE), keys.arrival(SCOPE))  # as before the queue
+    assert (await jobs.manager.dispatcher.queue(SCOPE)).waiting == []
+    await jobs.manager.configure(SCOPE, "online", "DELETE", None)
+    assert jobs.interpreter.started == []
+    await jobs.manager.dispatcher.sweep()
+    assert jobs.interpreter.started == ["older"]
+    view = await jobs.manager.dispatcher.queue(SCOPE)
+    assert [entry.job_order_id for entry in view.waiting] == ["old"]

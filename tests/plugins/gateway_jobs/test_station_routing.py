@@ -12,10 +12,11 @@ from typing import Any
 import anyio
 import pytest
 
+from gateway.recipes import recipe_version
 from gateway.testing import running
 from gateway.testing.equipment import TestEquipment
 from gateway_jobs.model import ReturnStatus
-from gateway_jobs.testing import Station, job_order, return_status, work_master
+from gateway_jobs.testing import Station, job_order, response_data, return_status, work_master
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
@@ -199,7 +200,19 @@ async def test_of_several_work_masters_the_first_available_runs(routed: Station)
             await store("j2", "on-offline", "missing"),
             await store("j3", "missing", "unroutable"),
         ]
+        # The Job Response names the chosen one; an Update chooses again.
+        chosen = await mes.job_response("j1")
+        assert return_status(await mes.store(job_order("j4", work_masters=["on-offline"]))) == OK
+        updated = await mes.store(job_order("j4", work_masters=["on-online"]), "Update")
+        after_update = await mes.job_response("j4")
     assert [return_status(reply) for reply in replies] == [OK, OK, REFUSED]
+    assert response_data(chosen.data["JobResponse"])["WorkMasterID"] == "on-online"
+    assert return_status(updated) == OK, updated.errormessage
+    data = response_data(after_update.data["JobResponse"])
+    assert (data["WorkMasterID"], data["RecipeVersion"]) == (
+        "on-online",
+        recipe_version(pressing_on("p-online")),
+    )
     ran = routed.plugin.interpreters[0].work_masters
     assert ran == {"j1": "on-online", "j2": "on-offline"}
     assert replies[2].errormessage == (
