@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskStatus
 
-from gateway.core import CoreSettings
+from gateway.core import ALL_ROLES, CoreSettings
 from gateway.equipment import EquipmentHub
 from gateway.errors import GatewayError, PluginError, SettingsError
 from gateway.instances import InstanceRegistry
@@ -220,7 +220,7 @@ class Gateway:
         declared = {role for service in self.services for role in service.roles}
         declared |= {role for processor in self.processors for role in processor.roles}
         declared.discard("*")
-        return ["all", *sorted(declared | {"gateway"})]
+        return [ALL_ROLES, *sorted(declared | {"gateway"})]
 
     def _check_role(self) -> None:
         """An unknown role would start an instance that does nothing: refuse it."""
@@ -237,7 +237,7 @@ class Gateway:
 
     def runs(self, roles: frozenset[str]) -> bool:
         """Whether something declared for ``roles`` runs in this instance's role."""
-        return self.role == "all" or self.role in roles or "*" in roles
+        return self.role == ALL_ROLES or self.role in roles or "*" in roles
 
     # -- lifecycle --------------------------------------------------------------------------
 

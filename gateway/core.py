@@ -18,6 +18,10 @@ def default_data_dir() -> Path:
     return Path(base) / "station-gateway"
 
 
+# The role of an instance that runs everything (the default).
+ALL_ROLES = "all"
+
+
 @dataclass(frozen=True)
 class CoreSettings:
     instance_id: str = setting(
@@ -29,7 +33,7 @@ class CoreSettings:
         "", "CloudEvent source of the events this instance sends; empty: urn:station-gateway:<id>"
     )
     role: str = setting(
-        "all", "Services to run: 'all', or one role such as 'gateway' or 'publisher'"
+        ALL_ROLES, "Services to run: 'all', or one role such as 'gateway' or 'publisher'"
     )
     data_dir: Path = setting(default_data_dir(), "Where embedded services keep their data")
     log_level: str = setting(

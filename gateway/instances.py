@@ -53,6 +53,25 @@ class InstanceRegistry:
     async def others_alive(self) -> bool:
         return bool(await self.alive() - {self.instance_id})
 
+    async def gone(self) -> dict[str, float]:
+        """Other instances that stopped refreshing their entry without removing it (killed, or
+        frozen for longer than ``ALIVE_WITHIN_SECONDS``): instance id -> when last seen."""
+        horizon = self.clock() - ALIVE_WITHIN_SECONDS
+        return {
+            name: seen
+            for name, seen in (await self.store.instances.seen()).items()
+            if seen < horizon and name != self.instance_id
+        }
+
+    async def claim(self, instance_id: str) -> bool:
+        """Remove a gone instance's entry to take over what it left: ``True`` for the one
+        instance that removed it (the store removes an entry once)."""
+        return await self.store.instances.leave(instance_id)
+
+    async def restore(self, instance_id: str, last_seen: float) -> None:
+        """Put back a claimed entry whose take-over failed, to be tried again."""
+        await self.store.instances.beat(instance_id, last_seen)
+
     async def run(self, stopping: anyio.Event, resilience: Resilience | None = None) -> None:
         """Refresh the entry until ``stopping`` is set (the entry is removed by ``leave``).
 

@@ -125,8 +125,9 @@ class InstanceTable(Protocol):
         """Record that ``instance_id`` runs, at Unix time ``at``."""
         ...
 
-    async def leave(self, instance_id: str) -> None:
-        """Remove ``instance_id`` (it stopped)."""
+    async def leave(self, instance_id: str) -> bool:
+        """Remove ``instance_id`` (it stopped, or another instance adopted what it left);
+        ``False`` when it was not there, so of two that remove it at once one learns it lost."""
         ...
 
     async def seen(self) -> dict[str, float]:

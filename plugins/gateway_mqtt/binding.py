@@ -40,9 +40,11 @@ from anyio.streams.memory import MemoryObjectSendStream
 
 from gateway.cloudevents import CloudEvent
 from gateway.codecs.mqtt import MqttMessage, correlation_of, from_mqtt, to_mqtt
+from gateway.core import ALL_ROLES
 from gateway.errors import CloudEventError, GatewayError
 from gateway.resilience import TransientError, is_transient
 from gateway.transport import INVALID_REQUEST, MQTT_BINDING, error_event
+from gateway_mqtt.adoption import SessionAdopter, wait_quiet
 from gateway_mqtt.client import ConnectionLost, Connector, MqttClient, Received, connector_for
 from gateway_mqtt.settings import MqttSettings
 
@@ -129,11 +131,12 @@ class MqttBinding:
         # anyio primitives belong to the event loop, which does not exist yet in __init__.
         self._connected = anyio.Event()
 
-    def _lane(self, name: str) -> Lane:
-        if not name:
+    def _lane(self, name: str, client_id: str | None = None) -> Lane:
+        """This instance's lane ``name``; with ``client_id``: a gone instance's, to adopt."""
+        if client_id is None and not name:
             client_id, connector = self.client_id, self.connector
         else:
-            client_id = f"{self.client_id}-{name}"
+            client_id = client_id or f"{self.client_id}-{name}"
             connector = connector_for(self.settings, client_id)
         slots = anyio.Semaphore(self.settings.max_concurrent_handlers)
         return Lane(name, client_id, connector, slots)
@@ -157,6 +160,8 @@ class MqttBinding:
             # lane not subscribed yet would reach no session of a new share group.
             for name in sorted(names - {""}):
                 await lanes.start(self._run_lane, gateway, self._lane(name))
+            if self.adopts(gateway) and gateway.instances is not None:
+                lanes.start_soon(SessionAdopter(self, gateway.instances).run, gateway)
             await self._run_lane(gateway, self._lane(""), task_status=task_status)
         self._closed = True
         log.info("MQTT binding stopped; session %s kept by the broker", self.client_id)
@@ -308,11 +313,41 @@ class MqttBinding:
         log.info(
             "left the share group %s: other instances take the commands", self.settings.share_group
         )
-        quiet = 0.0
-        while quiet < DRAIN_QUIET_SECONDS:  # until nothing arrives for a moment
-            received = self.received
-            await anyio.sleep(0.05)
-            quiet = quiet + 0.05 if self.received == received else 0.0
+        await wait_quiet(lambda: self.received, DRAIN_QUIET_SECONDS)
+
+    def adopts(self, gateway: Gateway) -> bool:
+        """Whether this instance takes over the sessions of gone ones (``gateway_mqtt.adoption``):
+        another instance's client ids are known only when they follow the default pattern, and
+        an instance of one role (a simulator, a publisher) does not serve every topic."""
+        return (
+            self.settings.adopt_gone_instances
+            and not self.settings.client_id
+            and gateway.role == ALL_ROLES
+        )
+
+    def served_filters(self, gateway: Gateway) -> set[tuple[str, str]]:
+        """(lane, topic filter) of every subscription this instance's processors have."""
+        return {
+            (
+                subscription.lane,
+                f"$share/{self.settings.share_group}/{subscription.topic}"
+                if subscription.shared
+                else subscription.topic,
+            )
+            for processor in gateway.dispatcher.processors_for(self.name)
+            for subscription in processor.subscriptions
+        }
+
+    def other_lane(self, name: str, client_id: str) -> Lane:
+        """Lane ``name`` of another instance's session ``client_id`` (to adopt it)."""
+        return self._lane(name, client_id)
+
+    async def handle(
+        self, client: MqttClient, gateway: Gateway, received: Received, lane: Lane
+    ) -> None:
+        """Handle one message taken on ``lane`` (holding one of its slots), as served ones are:
+        acknowledged once handled, or left for redelivery."""
+        await self._handle(client, gateway, received, lane)
 
     async def _read(
         self, client: MqttClient, gateway: Gateway, handlers: TaskGroup, lane: Lane

@@ -30,6 +30,11 @@ class MqttSettings:
     session_expiry_seconds: int = setting(
         3600, "How long the broker keeps this instance's session (and queued commands)", minimum=0
     )
+    adopt_gone_instances: bool = setting(
+        True,
+        "Take over the sessions of instances that died without leaving their share groups "
+        "(needs the default client ids and a store)",
+    )
     keepalive_seconds: int = setting(30, "MQTT keep-alive interval", minimum=5)
     reconnect_min_seconds: float = setting(0.2, "First reconnect delay", minimum=0)
     reconnect_max_seconds: float = setting(30.0, "Longest reconnect delay (exponential backoff)")

@@ -35,8 +35,8 @@ class RedisInstanceTable:
     async def beat(self, instance_id: str, at: float) -> None:
         await self._client().hset(self._key, instance_id, repr(at))
 
-    async def leave(self, instance_id: str) -> None:
-        await self._client().hdel(self._key, instance_id)
+    async def leave(self, instance_id: str) -> bool:
+        return bool(await self._client().hdel(self._key, instance_id))
 
     async def seen(self) -> dict[str, float]:
         entries = await self._client().hgetall(self._key)

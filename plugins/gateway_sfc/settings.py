@@ -46,8 +46,10 @@ class SfcSettings:
     ended_ttl_seconds: int = setting(
         86400, "How long an ended job's execution state stays for inspection", minimum=1
     )
+    # An event may overtake the reply that moves its job to the waiting step by as long as that
+    # reply waits in a dead instance's MQTT session before another instance adopts it (~25 s).
     unclaimed_event_seconds: float = setting(
-        10.0, "How long an equipment event may wait for the job step that expects it", minimum=0
+        60.0, "How long an equipment event may wait for the job step that expects it", minimum=0
     )
     unclaimed_events_kept: int = setting(100, "Events kept per scope for late waiters", minimum=1)
     chart_cache_size: int = setting(1000, "Compiled charts kept in memory", minimum=1)
