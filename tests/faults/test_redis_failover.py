@@ -68,7 +68,7 @@ class FailoverStation(FaultStation):
         return self.deployment.kill_master(f"{self.name}:{{{SCOPE}}}:sfc:work")
 
 
-@pytest.fixture(params=["sentinel"])
+@pytest.fixture(params=["sentinel", "cluster"])
 def failover_station(request: pytest.FixtureRequest, unique: str) -> Iterator[FailoverStation]:
     directory = Path(tempfile.mkdtemp(prefix="gw-failover-"))
     (directory / "mosquitto").mkdir()
