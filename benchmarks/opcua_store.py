@@ -21,7 +21,6 @@ import os
 import re
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -32,6 +31,7 @@ import anyio
 
 from gateway.jobmethods import JobMethod
 from gateway.testing.mqtt import connect_test_client
+from gateway.testing.processes import GatewayProcess
 from gateway.testing.services import free_port, mosquitto, redis_server
 from gateway_jobs.testing import JobsMes, job_order, return_status, work_master
 from gateway_opcua.testing import JobsClient, client_certificate, connect
@@ -41,7 +41,7 @@ SCOPE = "cell1"
 PREFIX = "bench"
 USER, PASSWORD = "mes", "benchmark-password"
 RECIPE = json.loads((Path(__file__).parents[1] / "examples/recipes/rear_axle.json").read_text())
-READY = re.compile(r"gateway \S+ started")
+READY = " started (role all)"  # what ``gateway run`` logs once it is up
 
 
 @contextmanager
@@ -72,33 +72,15 @@ def gateway_process(
             "GATEWAY_OPCUA_SCOPES": SCOPE,
         }
     log = directory / f"gateway-{opcua_port or 'mqtt'}.log"
+    gateway = GatewayProcess(None, environ, log, READY, arguments=("run",))
     started = time.perf_counter()
-    with log.open("wb") as output:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                "import sys; from gateway.cli import main; sys.exit(main())",
-                "run",
-            ],
-            env=environ,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-        )
+    gateway.start()
     try:
-        deadline = started + 120
-        while not READY.search(log.read_text(errors="replace")):
-            if process.poll() is not None or time.perf_counter() > deadline:
-                raise RuntimeError(f"the gateway did not start:\n{log.read_text()[-3000:]}")
-            time.sleep(0.05)
-        yield process, time.perf_counter() - started
+        gateway.wait_ready()
+        assert gateway.process is not None
+        yield gateway.process, time.perf_counter() - started
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        gateway.stop(timeout=20)
 
 
 def resident_mb(process: subprocess.Popen[bytes]) -> float:

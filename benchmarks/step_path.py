@@ -28,7 +28,6 @@ import multiprocessing.connection
 import os
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -50,6 +49,7 @@ from redis import Redis
 from gateway.cloudevents import CloudEvent
 from gateway.codecs.mqtt import from_mqtt
 from gateway.testing.mqtt import MqttTestClient, connect_test_client
+from gateway.testing.processes import GatewayProcess
 from gateway.testing.services import ServerProcess, mosquitto, redis_server
 
 EQUIPMENT_PREFIX = "bench-eq"
@@ -282,7 +282,7 @@ class BrokerCounters:
 # -- the gateway and the MES -------------------------------------------------------------------
 
 
-def recipe(steps: int, timeout: float) -> dict[str, Any]:
+def recipe(steps: int, timeout: float, equipment: str = "bench") -> dict[str, Any]:
     names = [f"S{index}" for index in range(steps)]
     return {
         "steps": [
@@ -299,7 +299,7 @@ def recipe(steps: int, timeout: float) -> dict[str, Any]:
                 "step": name,
                 "interaction": "push_command",
                 "type_id": "com.example.bench.step.v1",
-                "equipment": "bench",
+                "equipment": equipment,
                 "timeout_seconds": timeout,
             }
             for index, name in enumerate(names)
@@ -308,7 +308,9 @@ def recipe(steps: int, timeout: float) -> dict[str, Any]:
 
 
 @contextmanager
-def gateway_process(mqtt: ServerProcess, redis: ServerProcess, log: Path) -> Iterator[int]:
+def gateway_process(
+    mqtt: ServerProcess, redis: ServerProcess, log: Path, block: str = ""
+) -> Iterator[int]:
     environ = {
         **{k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")},
         "GATEWAY_MQTT_URL": f"mqtt://127.0.0.1:{mqtt.port}",
@@ -318,21 +320,19 @@ def gateway_process(mqtt: ServerProcess, redis: ServerProcess, log: Path) -> Ite
         "GATEWAY_MQTT_EQUIPMENT_TOPIC_PREFIX": EQUIPMENT_PREFIX,
         "GATEWAY_MQTT_EQUIPMENT_HEARTBEAT_TIMEOUT_SECONDS": "0",
         "GATEWAY_GATEWAY_LOG_LEVEL": "WARNING",
+        "GATEWAY_PLUGINS_BLOCK": block,
+        # The step path, not the scheduling: every job may run at once (each on its own
+        # equipment, see ``work_masters``).
+        "GATEWAY_JOBS_MAX_RUNNING_JOB_ORDERS": "0",
     }
-    gateway = Path(sys.executable).with_name("gateway")
-    with log.open("ab") as output:
-        process = subprocess.Popen(
-            [str(gateway), "run"], env=environ, stdout=output, stderr=subprocess.STDOUT
-        )
+    # At log level WARNING it writes no "started" line: ``configure`` waits until it serves.
+    gateway = GatewayProcess(None, environ, log, ready_line="", arguments=("run",))
+    gateway.start()
     try:
-        yield process.pid
+        assert gateway.process is not None
+        yield gateway.process.pid
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        gateway.stop(timeout=20)
 
 
 @dataclass
@@ -360,15 +360,31 @@ async def _request(
     return await client.request(f"{JOBS_PREFIX}/{SCOPE}/commands", event, timeout=timeout)
 
 
-async def configure(url: str, steps: int, timeout: float) -> None:
+def work_master_id(slot: int) -> str:
+    return f"WM-bench-{slot}"
+
+
+def work_masters(steps: int, timeout: float, slots: int) -> list[dict[str, Any]]:
+    """One Work Master per concurrent job, each on equipment of its own (``bench-<slot>``):
+    jobs on the same equipment would wait for each other (the dispatcher allocates it)."""
+    return [
+        {
+            "ID": work_master_id(slot),
+            "Data": recipe(steps, timeout, f"bench-{slot}"),
+            "DataSchema": DATASCHEMA,
+        }
+        for slot in range(slots)
+    ]
+
+
+async def configure(url: str, steps: int, timeout: float, slots: int) -> None:
     async with connect_test_client(url) as client:
         with anyio.fail_after(60):
             while True:  # until the gateway serves
                 try:
-                    document = {"ID": "WM-bench", "Data": recipe(steps, timeout)}
-                    document["DataSchema"] = DATASCHEMA
+                    document = work_masters(steps, timeout, slots)
                     reply = await _request(
-                        client, CONFIG_WORKMASTER, document, timeout=2, method="PUT"
+                        client, CONFIG_WORKMASTER, document, timeout=10, method="PUT"
                     )
                     if reply.errorcode is None:
                         return
@@ -408,7 +424,7 @@ async def mes_level(
                 sequence += 1
                 job = f"B{prefix}-{slot}-{sequence}"
                 run.ended[job] = anyio.Event()
-                order = {"JobOrderID": job, "WorkMasterID": [{"ID": "WM-bench"}]}
+                order = {"JobOrderID": job, "WorkMasterID": [{"ID": work_master_id(slot)}]}
                 started = time.perf_counter()
                 reply = await _request(client, STORE_AND_START, {"JobOrder": order})
                 if measuring:
@@ -617,6 +633,9 @@ def main() -> None:
     parser.add_argument(
         "--py-spy", type=Path, help="profile the gateway in each window (py-spy raw output)"
     )
+    parser.add_argument(
+        "--block", default="", help="plugins the gateway leaves out (GATEWAY_PLUGINS_BLOCK)"
+    )
     args = parser.parse_args()
     levels = [int(level) for level in args.levels.split(",")]
 
@@ -638,8 +657,9 @@ def main() -> None:
         if not ready.wait(20):
             raise RuntimeError("the equipment process did not subscribe")
         log = work / "gateway.log"
-        with gateway_process(mqtt, redis_process, log) as pid:
-            anyio.run(configure, f"mqtt://127.0.0.1:{mqtt.port}", args.steps, args.timeout)
+        with gateway_process(mqtt, redis_process, log, args.block) as pid:
+            url = f"mqtt://127.0.0.1:{mqtt.port}"
+            anyio.run(configure, url, args.steps, args.timeout, max(levels))
             print(
                 f"gateway pid {pid} (log {log}); {args.steps} push_command steps per job, "
                 f"{args.timeout:g} s action timeouts, {args.seconds:g} s per level"

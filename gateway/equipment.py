@@ -248,6 +248,19 @@ class EquipmentDriver(Protocol):
 
 
 @runtime_checkable
+class ReplierCheck(Protocol):
+    """A sink that checks who may answer its commands itself (optional member of
+    ``EquipmentSink``): the recipe engine knows from its own state which equipment each try went
+    to and whether it still waits, so the hub keeps no record of the commands it sends with
+    ``recorded=True`` (no store command per command and per reply) and hands their replies to
+    ``checked_reply``, which raises ``NotPermitted`` as ``EquipmentHub.check_replier`` would."""
+
+    async def checked_reply(self, reply: EquipmentReply) -> None:
+        """``reply``, after checking its sender (``reply.equipment``, when the driver knows it)."""
+        ...
+
+
+@runtime_checkable
 class JobOwner(Protocol):
     """A sink that can say whether a job is its interpreter's (optional member of
     ``EquipmentSink``, needed once several interpreters share the hub)."""
@@ -395,13 +408,17 @@ class EquipmentHub:
             f"{command.equipment!r} (drivers: {names})"
         )
 
-    async def send(self, command: EquipmentCommand) -> None:
+    async def send(self, command: EquipmentCommand, *, recorded: bool = False) -> None:
         """Hand ``command`` to its driver, after recording which equipment it goes to (in the
-        store, so a reply is checked against it on whichever instance it arrives)."""
+        store, so a reply is checked against it on whichever instance it arrives).
+
+        ``recorded``: the sender's own state names the equipment (a ``ReplierCheck`` sink,
+        which checks the reply itself), so the hub writes no record.
+        """
         try:
             command = await self.routed(command)
             driver = self.driver_for(command)
-            if command.equipment is not None:
+            if command.equipment is not None and not recorded:
                 seconds = max(SENT_RECORD_SECONDS, command.timeout_seconds or 0)
                 await self._ledger().sent(command.correlation_id, command.equipment, seconds)
             await driver.send(command)
@@ -419,22 +436,33 @@ class EquipmentHub:
 
         A reply naming its sender (``reply.equipment``) is accepted only if the command with its
         correlation id went to that equipment and is still unanswered; ``NotPermitted``
-        otherwise, and nothing reaches the engine.
+        otherwise, and nothing reaches the engine. A ``ReplierCheck`` sink checks that itself.
         """
-        if reply.equipment is not None:
-            addressee = await self._ledger().addressee(reply.correlation_id)
-            if addressee != reply.equipment:
-                sent = f"it went to {addressee}" if addressee else "none is waiting for a reply"
-                raise NotPermitted(
-                    f"equipment {reply.equipment} may not answer command "
-                    f"{reply.correlation_id}: {sent}"
-                )
         job = reply.correlation_id.rsplit(":", 2)[0]
         sink = await self._sink_for(job, reply.scope, f"reply {reply.correlation_id}")
-        await sink.reply(reply)
-        # The engine has the reply (durably): a second one finds no command waiting.
-        await self._ledger().answered(reply.correlation_id)
+        if isinstance(sink, ReplierCheck):
+            await sink.checked_reply(reply)
+        else:
+            await self.check_replier(reply)
+            await sink.reply(reply)
+            await self.forget_command(reply.correlation_id)
         self._observe("gateway_equipment_replied", reply=reply)
+
+    async def check_replier(self, reply: EquipmentReply) -> None:
+        """``NotPermitted`` unless the command ``reply`` answers went, by the hub's record, to
+        the equipment the reply names (a reply naming none is not checked)."""
+        if reply.equipment is None:
+            return
+        addressee = await self._ledger().addressee(reply.correlation_id)
+        if addressee != reply.equipment:
+            sent = f"it went to {addressee}" if addressee else "none is waiting for a reply"
+            raise NotPermitted(
+                f"equipment {reply.equipment} may not answer command {reply.correlation_id}: {sent}"
+            )
+
+    async def forget_command(self, correlation_id: str) -> None:
+        """The reply is stored (durably): a second one finds no command waiting."""
+        await self._ledger().answered(correlation_id)
 
     def _observe(self, hook: str, **arguments: Any) -> None:
         if self._observers is None:

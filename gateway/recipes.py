@@ -18,7 +18,8 @@ Other plugins (the web UI) read jobs through ``JobControl`` too (``jobs``, ``res
 for the MES's Pause, Resume and Abort on an operator's behalf (``request``). An interpreter that
 can draw its recipes and say how far a job got implements ``RecipeViewer`` as well; one that can
 list what its recipes ask of equipment implements ``EquipmentUser``, so job management checks
-the routing of a recipe (``gateway.routing``) before a job runs it.
+the routing of a recipe (``gateway.routing``) before a job runs it, and the dispatcher allocates
+that equipment to the job while it runs.
 """
 
 from __future__ import annotations
@@ -159,6 +160,28 @@ class RequestOutcome:
     message: str | None = None  # why not, when not accepted
 
 
+@dataclass(frozen=True)
+class QueuedJob:
+    """A job waiting in its scope's queue (AllowedToStart, not let start yet)."""
+
+    job_order_id: str
+    position: int  # 1: starts next (when capacity, equipment and its StartTime allow)
+    priority: int
+    start_time: str | None  # RFC 3339; it does not start before
+    equipment: Sequence[str]  # what it will hold while it runs
+
+
+@dataclass(frozen=True)
+class ScopeQueue:
+    """A scope's dispatching state: online, capacity, who holds a slot, who waits in order."""
+
+    online: bool
+    reason: str | None  # why offline
+    capacity: int  # jobs it runs at once; 0: no limit
+    running: Mapping[str, Sequence[str]]  # jobs let start and not ended -> equipment they hold
+    waiting: Sequence[QueuedJob]
+
+
 class JobControl(Protocol):
     """What an interpreter may do to its job (implemented by the job management plugin)."""
 
@@ -171,11 +194,16 @@ class JobControl(Protocol):
         ...
 
     async def startable(self, scope: str) -> Sequence[str]:
-        """The jobs of ``scope`` in AllowedToStart, i.e. waiting for their interpreter.
+        """The jobs of ``scope`` the dispatcher let start that are not running yet, i.e.
+        waiting for their interpreter (queued jobs are not listed: their turn has not come).
 
         Interpreters reconcile with it: a job whose hand-off was lost (a crash between the
-        state change and ``start``) is started all the same.
+        dispatch and ``start``) is started all the same.
         """
+        ...
+
+    async def queue(self, scope: str) -> ScopeQueue:
+        """The scope's queue as it is now (for displays)."""
         ...
 
     async def run(self, scope: str, job_order_id: str) -> bool:

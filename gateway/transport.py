@@ -93,11 +93,20 @@ def error_event(
 
 @dataclass(frozen=True)
 class Subscription:
-    """A topic filter a processor listens on; ``shared`` spreads it over all instances."""
+    """A topic filter a processor listens on; ``shared`` spreads it over all instances.
+
+    ``lane``: a binding that can serve each lane on a connection of its own, with its own
+    budget of messages in flight, so a flood on one lane (equipment replies while the engine is
+    busy) does not hold up another (MES calls, ``MES_LANE``). ``""``: the binding's main lane.
+    """
 
     topic: str
     shared: bool = True
     qos: int = 1
+    lane: str = ""
+
+
+MES_LANE = "mes"  # job management's calls from the MES: answered while equipment floods in
 
 
 @dataclass(frozen=True)

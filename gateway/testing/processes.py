@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,6 +58,16 @@ class GatewayProcess:
 
     def ready(self) -> bool:
         return self.log.read_text(errors="replace").count(self.ready_line) >= self.starts
+
+    def wait_ready(self, timeout: float = 120) -> None:
+        """Block until ``ready()``, for scripts without an event loop (the benchmarks);
+        ``RuntimeError`` with the log's tail when the process ends or ``timeout`` passes."""
+        deadline = time.monotonic() + timeout
+        while not self.ready():
+            if self.returncode is not None or time.monotonic() > deadline:
+                tail = self.log.read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"the gateway did not start:\n{tail}")
+            time.sleep(0.05)  # another process's log: nothing to wait on but the file
 
     def kill(self) -> None:
         """SIGKILL: no clean-up of any kind, as when a machine loses power."""

@@ -17,6 +17,7 @@ from rich.text import Text
 
 from gateway.app import Gateway
 from gateway.cloudevents import CloudEvent
+from gateway.codecs.mqtt import from_mqtt
 from gateway.hookspecs import hookimpl
 from gateway.jobstates import JobState, TopState
 from gateway.mqttclient import CloudEventClient
@@ -29,6 +30,7 @@ SFC_DATASCHEMA = "https://aschamberger.github.io/schemas/microdcs/sfc-recipe/v1.
 JOBS = "org.opcfoundation.ISA95-JOBCONTROL_V2"
 WORK_MASTER_CONFIG = "com.github.aschamberger.ISA95-JOBCONTROL_V2.config.workmaster.v1"
 NO_ERROR = 1
+PRIORITIES = (2, 1, 3, 1, 5, 2, 1, 3)
 
 
 def rear_axle_recipe() -> Any:
@@ -42,6 +44,7 @@ class Progress:
     states: dict[str, JobState] = field(default_factory=dict)  # job -> its state
     active: dict[str, set[str]] = field(default_factory=dict)  # job -> active steps
     steps_done: int = 0
+    queue: dict[str, Any] = field(default_factory=dict)  # the scope's retained queue document
 
     @hookimpl
     def gateway_job_state_changed(
@@ -67,7 +70,19 @@ class Progress:
     def line(self, elapsed: float, total: int) -> str:
         """One line, for output that is not a terminal (a log, a pipe): what changed."""
         states = ", ".join(f"{name} {count}" for name, count in sorted(self.counts().items()))
-        return f"{elapsed:5.1f} s  jobs {len(self.ended())}/{total} done  [{states or 'none yet'}]"
+        line = f"{elapsed:5.1f} s  jobs {len(self.ended())}/{total} done  [{states or 'none yet'}]"
+        running = ", ".join(entry["JobOrderID"] for entry in self.queue.get("Running") or [])
+        if running:
+            line += f"  running: {running}"
+        waiting = self.waiting()
+        return f"{line}  waiting: {waiting}" if waiting else line
+
+    def waiting(self) -> str:
+        """The queue in the order the jobs will start: ``AXLE-0005 p5, AXLE-0002 p3``."""
+        return ", ".join(
+            f"{entry['JobOrderID']} p{entry['Priority']}"
+            for entry in self.queue.get("Waiting") or []
+        )
 
     def running(self) -> list[tuple[str, str]]:
         """(job, its active steps) of the jobs still running."""
@@ -83,11 +98,20 @@ class Progress:
         Every line is cut to the terminal's width (never wrapped), so each redraw replaces
         the previous one exactly.
         """
-        head = Text(self.line(elapsed, total), no_wrap=True, overflow="ellipsis")
+        states = ", ".join(f"{name} {count}" for name, count in sorted(self.counts().items()))
+        head = Text(
+            f"{elapsed:5.1f} s  jobs {len(self.ended())}/{total} done  [{states or 'none yet'}]",
+            no_wrap=True,
+            overflow="ellipsis",
+        )
         rows = [
-            Text(f"  {job}  {steps}", no_wrap=True, overflow="ellipsis", style="dim")
+            Text(f"  running  {job}  {steps}", no_wrap=True, overflow="ellipsis")
             for job, steps in self.running()[:shown]
         ]
+        if shown and self.queue.get("Waiting"):
+            rows.append(
+                Text(f"  waiting  {self.waiting()}", no_wrap=True, overflow="ellipsis", style="dim")
+            )
         return Group(head, *rows)
 
 
@@ -125,10 +149,29 @@ class DemoMes:
         }
         await self.call(WORK_MASTER_CONFIG, work_master)
 
+    @property
+    def queue_topic(self) -> str:
+        return f"{TOPIC_PREFIX}/{SCOPE}/queue"
+
+    async def watch_queue(self) -> None:
+        """Keep ``progress.queue`` current from the retained queue topic, as an MES would."""
+        async with self.client.watch(self.queue_topic) as stream:
+            async for message in stream:
+                event = from_mqtt(message)
+                if isinstance(event.data, dict):
+                    self.progress.queue = event.data
+
     async def start_jobs(self) -> list[str]:
+        """StoreAndStart every job; the station runs one at a time (its capacity), so they
+        queue, the highest priority first (the priorities vary to show it)."""
         names = [f"AXLE-{number:04d}" for number in range(1, self.jobs + 1)]
-        for name in names:
-            order = {"JobOrderID": name, "WorkMasterID": [{"ID": WORK_MASTER}], "Priority": 1}
+        for number, name in enumerate(names):
+            priority = PRIORITIES[number % len(PRIORITIES)]
+            order = {
+                "JobOrderID": name,
+                "WorkMasterID": [{"ID": WORK_MASTER}],
+                "Priority": priority,
+            }
             await self.call(f"{JOBS}.StoreAndStart.v2", {"JobOrder": order})
             await anyio.sleep(self.interval)
         return names
@@ -228,9 +271,12 @@ def _describe(data: dict[str, Any]) -> str:
 async def run_demo(gateway: Gateway, mes: DemoMes, started: float) -> int:
     """Everything after start-up; the exit status (0: every job completed)."""
     await mes.configure()
-    async with anyio.create_task_group() as tasks:
-        tasks.start_soon(mes.follow, started)
-        await mes.start_jobs()
+    async with anyio.create_task_group() as watching:
+        watching.start_soon(mes.watch_queue)
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(mes.follow, started)
+            await mes.start_jobs()
+        watching.cancel_scope.cancel()
     results = await mes.collect()
     mes.out.print(summary(results, mes.progress, time.monotonic() - started))
     completed = all(

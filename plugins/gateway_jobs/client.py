@@ -24,6 +24,7 @@ from gateway.mqttclient import CloudEventClient
 from gateway_jobs.config import CONFIG_KINDS, config_type
 from gateway_jobs.events import STATUS_EVENT_TYPE, method_type
 from gateway_jobs.model import ReturnStatus
+from gateway_jobs.queuefeed import QUEUE_EVENT_TYPE, queue_topic
 
 # States a job can be found in (InitialState and EndState are never stored).
 LISTED_STATES = tuple(
@@ -160,6 +161,23 @@ class JobsClient:
         if kind not in CONFIG_KINDS:
             raise GatewayError(f"unknown configuration kind {kind!r} (one of: {config_kinds()})")
         await self.request(config_type(kind), data, method="DELETE" if delete else "PUT")
+
+    async def queue(self) -> dict[str, Any]:
+        """The scope's queue as retained on ``{prefix}/{scope}/queue`` (``queuefeed``)."""
+        topic = queue_topic(self.topic_prefix, self.scope)
+        try:
+            with anyio.fail_after(self.timeout):
+                async with self.client.watch(topic) as stream:
+                    async for message in stream:
+                        event = from_mqtt(message)
+                        if event.type == QUEUE_EVENT_TYPE and isinstance(event.data, dict):
+                            return event.data
+        except TimeoutError:
+            pass
+        raise NoReply(
+            f"nothing retained on {topic} within {self.timeout:g} s: has a gateway with "
+            f"jobs.topic_prefix = {self.topic_prefix!r} dispatched this scope yet?"
+        )
 
     @asynccontextmanager
     async def status_events(self) -> AsyncIterator[AsyncIterator[CloudEvent]]:

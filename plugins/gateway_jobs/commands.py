@@ -29,7 +29,7 @@ from gateway.errors import GatewayError
 from gateway.mqttclient import connect_client
 from gateway.plugins import GatewayPluginManager
 from gateway_jobs.client import LISTED_STATES, JobsClient, config_kinds, job_order_payload
-from gateway_jobs.config import CONFIG_KINDS
+from gateway_jobs.config import CONFIG_KINDS, ONLINE
 
 DEFAULT_MQTT_URL = "mqtt://localhost:1883"
 # Methods that take a JobOrderID: action name -> OPC 40001-3 method.
@@ -98,6 +98,21 @@ def _configure_jobs(parser: argparse.ArgumentParser) -> None:
     watch = action("watch", "print the scope's status events as they arrive (Ctrl-C ends)")
     watch.add_argument("--count", type=int, default=None, help="end after this many events")
     watch.set_defaults(run=_watch)
+
+
+def _configure_scope(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    offline = actions.add_parser(
+        "offline", help="no queued job starts; running ones finish (config.online)"
+    )
+    offline.add_argument("--reason", default=None, help="why, for the MES and other operators")
+    offline.set_defaults(run=_offline)
+    online = actions.add_parser("online", help="queued jobs start again")
+    online.set_defaults(run=_online)
+    queue = actions.add_parser("queue", help="the jobs running and waiting, in order")
+    queue.set_defaults(run=_queue)
+    for sub in (offline, online, queue):
+        _add_connection_options(sub)
 
 
 def _configure_push(parser: argparse.ArgumentParser) -> None:
@@ -251,6 +266,50 @@ async def _push(args: argparse.Namespace, jobs: JobsClient, out: Console) -> Non
         out.print(f"{verb} {args.kind} {name}: done".replace("  ", " "), markup=False)
 
 
+async def _offline(args: argparse.Namespace, jobs: JobsClient, out: Console) -> None:
+    document: dict[str, Any] = {"Online": False}
+    if args.reason:
+        document["Reason"] = args.reason
+    await jobs.configure(ONLINE, document)
+    _said(args, out, f"scope {jobs.scope} is offline: queued jobs wait", document)
+
+
+async def _online(args: argparse.Namespace, jobs: JobsClient, out: Console) -> None:
+    await jobs.configure(ONLINE, None, delete=True)
+    _said(args, out, f"scope {jobs.scope} is online", {"Online": True})
+
+
+def _said(args: argparse.Namespace, out: Console, text: str, document: dict[str, Any]) -> None:
+    if args.json:
+        _print_json(out, {"Scope": args.scope, **document, "ReturnStatus": 1})
+    else:
+        out.print(text, markup=False)
+
+
+async def _queue(args: argparse.Namespace, jobs: JobsClient, out: Console) -> None:
+    queue = await jobs.queue()
+    if args.json:
+        _print_json(out, queue)
+        return
+    online = "online" if queue.get("Online") else f"OFFLINE ({queue.get('Reason') or 'no reason'})"
+    capacity = queue.get("MaxRunningJobOrders") or "unlimited"
+    out.print(f"scope {jobs.scope}: {online}, runs {capacity} at once", markup=False)
+    table = Table(title_justify="left", expand=False)
+    for column in ("#", "job", "priority", "start time", "equipment"):
+        table.add_column(column, overflow="fold")
+    for entry in queue.get("Running") or []:
+        table.add_row("running", entry["JobOrderID"], "", "", ", ".join(entry["Equipment"]))
+    for entry in queue.get("Waiting") or []:
+        table.add_row(
+            str(entry["Position"]),
+            entry["JobOrderID"],
+            str(entry["Priority"]),
+            _time(entry.get("StartTime")),
+            ", ".join(entry["Equipment"]),
+        )
+    out.print(table)
+
+
 # -- formatting -------------------------------------------------------------------------------
 
 
@@ -284,6 +343,15 @@ def jobs_command() -> Command:
         "list, show, store, start, pause, resume, stop, abort, cancel, clear and watch jobs over "
         "MQTT, as an MES does",
         _configure_jobs,
+        _run,
+    )
+
+
+def scope_command() -> Command:
+    return Command(
+        "scope",
+        "take a scope offline or online, or show its queue, over MQTT",
+        _configure_scope,
         _run,
     )
 

@@ -13,14 +13,19 @@ DELETE (remove). The payload is one resource or a list of them:
     physicalasset       ISA95PhysicalAssetDataType   ID                     set of allowed IDs
     workmaster          Work Master with Data        ID                     document + ID set
     jobacceptance       {MaxDownloadableJobOrders,   (the scope)            document
-                         DefaultWorkMasterID}
+                         DefaultWorkMasterID,
+                         MaxRunningJobOrders}
+    online              {Online, Reason}             (the scope)            document
 
-Keys: ``{p}:{scope}:config:<kind>`` (sets and the job acceptance document) and
+Keys: ``{p}:{scope}:config:<kind>`` (sets and the two documents) and
 ``{p}:{scope}:workmaster:<id>``. A Work Master whose ``DataSchema`` no recipe interpreter here
 reads, whose recipe its interpreter finds invalid, or with an action no equipment or driver
 serves (``gateway.routing``), is refused with the reasons; a list is stored all or nothing.
 Equipment may declare the command and event types it serves (``TypeIds``, see ``routing``):
 actions naming no equipment are routed by them.
+``jobacceptance`` takes its keys in PascalCase or snake_case. ``online`` with ``Online: false``
+takes the scope offline (no queued job starts, see ``queue``); DELETE or ``Online: true`` brings
+it back.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from gateway_jobs.model import (
     Equipment,
     JobAcceptance,
     Material,
+    Online,
     Outcome,
     Personnel,
     PhysicalAsset,
@@ -91,7 +97,13 @@ RESOURCE_KINDS: Mapping[str, ResourceKind] = {
 }
 WORK_MASTER = "workmaster"
 JOB_ACCEPTANCE = "jobacceptance"
-CONFIG_KINDS = (*RESOURCE_KINDS, WORK_MASTER, JOB_ACCEPTANCE)
+ONLINE = "online"
+CONFIG_KINDS = (*RESOURCE_KINDS, WORK_MASTER, JOB_ACCEPTANCE, ONLINE)
+_ACCEPTANCE_NAMES = {
+    "max_downloadable_job_orders": "MaxDownloadableJobOrders",
+    "max_running_job_orders": "MaxRunningJobOrders",
+    "default_work_master_id": "DefaultWorkMasterID",
+}
 
 
 def config_type(kind: str) -> str:
@@ -164,6 +176,10 @@ class StationConfig:
         """The scope's MaxDownloadableJobOrders override, if the MES set one."""
         return (await self.job_acceptance(scope)).max_downloadable_job_orders
 
+    async def max_running_job_orders(self, scope: str) -> int | None:
+        """The scope's MaxRunningJobOrders override, if the MES set one."""
+        return (await self.job_acceptance(scope)).max_running_job_orders
+
     async def routing_problems(self, scope: str, work_master: WorkMaster) -> list[str]:
         """The actions of ``work_master``'s recipe that no equipment or driver serves."""
         interpreter = self.interpreters.get(work_master.data_schema or "")
@@ -183,6 +199,8 @@ class StationConfig:
             raise ValidationError("method", f"must be {PUT} or {DELETE}, got {method!r}")
         if kind == JOB_ACCEPTANCE:
             return await self._job_acceptance(scope, method, data)
+        if kind == ONLINE:
+            return await self._online(scope, method, data)
         if kind == WORK_MASTER:
             return await self._work_masters(scope, method, _items(data, WorkMaster))
         if kind == "equipment":
@@ -255,7 +273,17 @@ class StationConfig:
         if method == DELETE:  # back to the [jobs] max_job_orders setting
             await self.store.client.delete(key)
         else:
+            if isinstance(data, dict):
+                data = {_ACCEPTANCE_NAMES.get(name, name): value for name, value in data.items()}
             await self.store.set_json(key, to_json(from_json(data, JobAcceptance)))
+        return Outcome(ReturnStatus.NO_ERROR)
+
+    async def _online(self, scope: str, method: str, data: Any) -> Outcome:
+        key = self.allowed_key(scope, ONLINE)
+        if method == DELETE:
+            await self.store.client.delete(key)
+        else:
+            await self.store.set_json(key, to_json(from_json(data, Online)))
         return Outcome(ReturnStatus.NO_ERROR)
 
 

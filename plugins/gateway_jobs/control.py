@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gateway.jobstates import JobState, TopState
+from gateway.jobstates import JobState
 from gateway.logs import log_context
 from gateway.recipes import (
     RECIPE_VERSION_ID,
@@ -27,6 +27,7 @@ from gateway.recipes import (
     ProcessValue,
     RecipeJob,
     RequestOutcome,
+    ScopeQueue,
 )
 from gateway_jobs.events import Cause
 from gateway_jobs.jobs import JobManager
@@ -54,7 +55,11 @@ class JobsControl:
         return None if job is None else job.state
 
     async def startable(self, scope: str) -> Sequence[str]:
-        return await self.manager.repository.in_state(scope, TopState.ALLOWED_TO_START)
+        # Only the jobs the dispatcher let start: the others wait in the queue for their turn.
+        return await self.manager.dispatcher.admitted_waiting(scope)
+
+    async def queue(self, scope: str) -> ScopeQueue:
+        return (await self.manager.dispatcher.queue(scope)).public()
 
     async def jobs(self, scope: str) -> Sequence[JobSummary]:
         repository = self.manager.repository

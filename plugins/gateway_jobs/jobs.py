@@ -1,26 +1,29 @@
 """Job management: every OPC 40001-3 method and every recipe report, start to finish.
 
 Each change goes the same way: decide and store it atomically (``repository``), then announce
-it (status event, ``gateway_job_state_changed`` observers) and hand the job to or tell its
-recipe interpreter (``start`` on entering AllowedToStart, ``command`` on Pause, Resume, Stop
-and Abort once the interpreter has the job). What happens after the store cannot undo the
-change: a failing publish or interpreter is logged, and the method still reports success,
-because the state the MES asked for is what the station now holds.
+it (status event, ``gateway_job_state_changed`` observers), let the dispatcher start what may
+start now (a job entering AllowedToStart waits in the scope's queue, see ``queue``; the
+dispatcher hands it to its interpreter's ``start`` when its turn comes), and tell the
+interpreter the MES's Pause, Resume, Stop and Abort once it has the job (``command``). What
+happens after the store cannot undo the change: a failing publish or interpreter is logged, and
+the method still reports success, because the state the MES asked for is what the station now
+holds.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from gateway.equipment import EquipmentHub
 from gateway.jobstates import JobState, StateFilter, TopState, matches
-from gateway.recipes import JobCommand, RecipeInterpreter
+from gateway.recipes import JobCommand, RecipeInterpreter, equipment_uses
+from gateway.routing import recipe_equipment
 from gateway.store import Store
 from gateway_jobs.acceptance import Verdict, check_job_order
-from gateway_jobs.config import StationConfig
+from gateway_jobs.config import JOB_ACCEPTANCE, ONLINE, StationConfig
+from gateway_jobs.dispatcher import Dispatcher
 from gateway_jobs.events import Cause, EventSink, status_event
 from gateway_jobs.model import (
     JobOrder,
@@ -31,7 +34,16 @@ from gateway_jobs.model import (
     Outcome,
     ReturnStatus,
 )
-from gateway_jobs.repository import Change, Edit, JobRepository, Refusal, StoredJob, new_job
+from gateway_jobs.queue import HOLDING, entry_json, with_position
+from gateway_jobs.repository import (
+    Change,
+    Edit,
+    JobRepository,
+    Refusal,
+    StoredJob,
+    new_job,
+    required_equipment,
+)
 from gateway_jobs.settings import NO_LIMIT, JobsSettings
 from gateway_jobs.states import job_state, next_state
 
@@ -59,6 +71,9 @@ class JobManager:
         """``equipment``: the hub recipes are routed against (``None``: routing unchecked)."""
         self.repository = JobRepository(store, retry_limit=settings.retry_limit)
         self.config = StationConfig(store, interpreters, equipment)
+        self.hub = equipment
+        self.dispatcher = Dispatcher(store, capacity=self.capacity, start=self._start_admitted)
+        self.dispatcher.adopt = self.adopt
         self.interpreters = interpreters
         self.settings = settings
         self.source = source
@@ -79,7 +94,13 @@ class JobManager:
         state = next_state(JobState.INITIAL, method)
         assert state is not None, f"{method} creates no job"
         job = new_job(order, state, verdict.work_master)
-        result = await self.repository.create(scope, job, method, limit=await self._limit(scope))
+        result = await self.repository.create(
+            scope,
+            job,
+            method,
+            limit=await self._limit(scope),
+            equipment=await self.equipment(scope, job),
+        )
         return await self._finish(scope, order.job_order_id, method, result, cause)
 
     async def update(self, scope: str, call: JobOrderCall, cause: Cause) -> Outcome:
@@ -97,16 +118,23 @@ class JobManager:
             return Outcome(ReturnStatus.UNABLE_TO_ACCEPT_JOB_ORDER, verdict.message)
 
         def replace_order(job: StoredJob) -> StoredJob:
-            return dataclasses.replace(job, job_order=order, work_master=work_master)
+            return job.with_work_master(order, work_master)
 
+        equipment = await self.equipment(scope, replace_order(current))
         result = await self.repository.transition(
-            scope, order.job_order_id, "Update", replace_order
+            scope, order.job_order_id, "Update", replace_order, equipment=equipment
         )
         return await self._finish(scope, order.job_order_id, "Update", result, cause)
 
     async def act(self, scope: str, method: str, call: JobOrderIDCall, cause: Cause) -> Outcome:
         """Start, RevokeStart, Pause, Resume, Stop, Abort, Cancel or Clear."""
-        result = await self.repository.transition(scope, call.job_order_id, method)
+        equipment = None
+        if method == "Start":  # it enters the queue: what will it hold when it runs?
+            job = await self.repository.load(scope, call.job_order_id)
+            equipment = None if job is None else await self.equipment(scope, job)
+        result = await self.repository.transition(
+            scope, call.job_order_id, method, equipment=equipment
+        )
         return await self._finish(scope, call.job_order_id, method, result, cause)
 
     async def job_response(self, scope: str, job_order_id: str) -> JobResponseReply:
@@ -114,7 +142,12 @@ class JobManager:
         job = await self.repository.load(scope, job_order_id)
         if job is None:
             return JobResponseReply(ReturnStatus.UNKNOWN_JOB_ORDER_ID)
-        return JobResponseReply(ReturnStatus.NO_ERROR, job.response)
+        response = job.response
+        if job.state.top is TopState.ALLOWED_TO_START:
+            position = (await self.dispatcher.queue(scope)).position(job_order_id)
+            if position is not None:  # read now, never stored: it changes as others move
+                response = with_position(response, position)
+        return JobResponseReply(ReturnStatus.NO_ERROR, response)
 
     async def job_responses(self, scope: str, wanted: StateFilter) -> JobResponsesReply:
         """RequestJobResponseByJobOrderState: a top-level state matches all its substates."""
@@ -124,6 +157,14 @@ class JobManager:
             for response in await self.repository.responses_in_state(scope, top)
             if matches(job_state(response.job_state or []), wanted)
         ]
+        if top is TopState.ALLOWED_TO_START and responses:  # queued ones: where they stand
+            view = await self.dispatcher.queue(scope)
+            responses = [
+                response
+                if (position := view.position(response.job_order_id or "")) is None
+                else with_position(response, position)
+                for response in responses
+            ]
         return JobResponsesReply(ReturnStatus.NO_ERROR, responses)
 
     def method_called(
@@ -169,6 +210,7 @@ class JobManager:
             return False
         if trigger != "ResultUpdate":
             await self._announce(scope, result, None)
+            await self._dispatch_after(scope, result)
         return True
 
     # -- after a change ---------------------------------------------------------------------
@@ -185,6 +227,7 @@ class JobManager:
             return self._refused(result, scope, job_order_id, method)
         await self._announce(scope, result, cause)
         await self._hand_off(scope, result)
+        await self._dispatch_after(scope, result)
         return Outcome(ReturnStatus.NO_ERROR)
 
     async def _announce(self, scope: str, change: Change, cause: Cause | None) -> None:
@@ -213,11 +256,20 @@ class JobManager:
             log.exception("a gateway_job_state_changed observer failed")
 
     async def _hand_off(self, scope: str, change: Change) -> None:
-        """Start the recipe, or pass the MES's command on to the interpreter running it."""
-        call = _interpreter_call(change)
-        if call is None:
-            return
-        job = change.after
+        """Pass the MES's command on to the interpreter running the job."""
+        command = _interpreter_call(change)
+        if command is not None:
+            await self._tell(scope, change.after, command, change.trigger)
+
+    async def _start_admitted(self, scope: str, job_order_id: str) -> None:
+        """The dispatcher let the job start: hand it to its interpreter."""
+        job = await self.repository.load(scope, job_order_id)
+        if job is not None and TopState.of(job.state) is TopState.ALLOWED_TO_START:
+            await self._tell(scope, job, "start", "dispatch")
+
+    async def _tell(
+        self, scope: str, job: StoredJob, call: JobCommand | Literal["start"], why: str
+    ) -> None:
         interpreter = self.interpreters.get(job.work_master.data_schema or "")
         if interpreter is None:
             log.error(
@@ -234,11 +286,67 @@ class JobManager:
                 await interpreter.command(job.recipe_job(scope), call)
         except Exception:
             log.exception(
-                "job %s/%s: recipe interpreter failed on %s",
-                scope,
-                job.job_order_id,
-                change.trigger,
+                "job %s/%s: recipe interpreter failed on %s", scope, job.job_order_id, why
             )
+
+    async def _dispatch_after(self, scope: str, change: Change) -> None:
+        """Let queued jobs start when ``change`` may allow it (the job entered or left the
+        queue, or freed its slot and equipment)."""
+        before = change.previous_state.top
+        after = change.after.state.top
+        queue = TopState.ALLOWED_TO_START
+        if queue in (before, after) or (before in HOLDING and after not in HOLDING):
+            await self.dispatch(scope)
+
+    async def dispatch(self, scope: str) -> None:
+        try:
+            await self.dispatcher.dispatch(scope)
+        except Exception as error:  # the change stands; the periodic pass dispatches later
+            log.warning("dispatching scope %s failed: %s", scope, error)
+
+    async def configure(self, scope: str, kind: str, method: str, data: Any) -> Outcome:
+        """Apply a configuration event; a new capacity or online state may let jobs start."""
+        outcome = await self.config.apply(scope, kind, method, data)
+        if outcome.ok and kind in (JOB_ACCEPTANCE, ONLINE):
+            await self.dispatch(scope)
+        return outcome
+
+    async def adopt(self, scope: str) -> None:
+        """Queue the scope's jobs in AllowedToStart that have no queue entry: stored by a version
+        of the gateway without the queue. A job that moved on meanwhile leaves an entry the
+        dispatch pass that follows drops (it checks entries against the states)."""
+        for job_order_id in await self.dispatcher.unqueued(scope):
+            job = await self.repository.load(scope, job_order_id)
+            if job is None or job.state.top is not TopState.ALLOWED_TO_START:
+                continue
+            log.info(
+                "job %s/%s: in AllowedToStart without a place in the queue; queued",
+                scope,
+                job_order_id,
+            )
+            entry = entry_json(
+                job.priority, job.job_order.start_time, await self.equipment(scope, job)
+            )
+            await self.dispatcher.enqueue(scope, job_order_id, entry)
+
+    async def capacity(self, scope: str) -> int:
+        """Jobs the scope runs at once (MES override, else the setting); 0: no limit."""
+        override = await self.config.max_running_job_orders(scope)
+        return self.settings.max_running_job_orders if override is None else override
+
+    async def equipment(self, scope: str, job: StoredJob) -> list[str]:
+        """What the job holds while it runs: its EquipmentRequirements and the equipment its
+        recipe talks to, actions routed by type included (``gateway.routing``)."""
+        if not self.settings.equipment_allocation:
+            return []
+        needed = set(required_equipment(job))
+        interpreter = self.interpreters.get(job.work_master.data_schema or "")
+        uses = equipment_uses(interpreter, job.work_master.data)
+        if self.hub is None:
+            needed.update(use.equipment for use in uses if use.equipment)
+        else:
+            needed.update(await recipe_equipment(self.hub, scope, uses))
+        return sorted(needed)
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -277,10 +385,8 @@ class JobManager:
         )
 
 
-def _interpreter_call(change: Change) -> JobCommand | Literal["start"] | None:
-    """What the interpreter must hear of ``change``: start the job, a command, or nothing."""
-    if change.trigger in ("Start", "StoreAndStart"):
-        return "start"
+def _interpreter_call(change: Change) -> JobCommand | None:
+    """The command the interpreter must hear of ``change`` (starting is the dispatcher's)."""
     command = _COMMANDS.get(change.trigger)
     before = change.before
     # The interpreter has the job from AllowedToStart on: an Abort before concerns only us.

@@ -320,19 +320,35 @@ class JobResponsesReply:
 
 @dataclass
 class JobAcceptance:
-    """Payload of ``config.jobacceptance``: the scope's limit (65535 means no limit) and the
-    Work Master a job order naming none runs (each left out: the ``[jobs]`` setting)."""
+    """Payload of ``config.jobacceptance``: the scope's limits and the Work Master a job order
+    naming none runs (each left out: the ``[jobs]`` setting). MaxDownloadableJobOrders: jobs it
+    may hold (65535: no limit); MaxRunningJobOrders: jobs it runs at once (0: no limit)."""
 
     max_downloadable_job_orders: int | None = None
     default_work_master_id: str | None = None
+    max_running_job_orders: int | None = None
 
     def __post_init__(self) -> None:
         if self.default_work_master_id == "":
             raise ValueError("DefaultWorkMasterID must not be empty (leave it out instead)")
-        if self.max_downloadable_job_orders is None:
-            return
-        if not 0 <= self.max_downloadable_job_orders <= 0xFFFF:
-            raise ValueError("MaxDownloadableJobOrders must be 0..65535 (a UInt16)")
+        for name, value in (
+            ("MaxDownloadableJobOrders", self.max_downloadable_job_orders),
+            ("MaxRunningJobOrders", self.max_running_job_orders),
+        ):
+            if value is not None and not 0 <= value <= 0xFFFF:
+                raise ValueError(f"{name} must be 0..65535 (a UInt16)")
+
+
+@dataclass
+class Online:
+    """Payload of ``config.online``: whether queued jobs of the scope may start, and why not."""
+
+    online: bool
+    reason: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.reason is not None and len(self.reason) > 1000:
+            raise ValueError("Reason must be at most 1000 characters")
 
 
 # -- checks used by the types above ------------------------------------------------------------

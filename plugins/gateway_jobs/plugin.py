@@ -18,13 +18,15 @@ from gateway.jobmethods import JobMethods
 from gateway.recipes import JobControl
 from gateway.settings import Settings
 from gateway.transport import MQTT_BINDING, Processor, Service
-from gateway_jobs.commands import config_push_command, jobs_command
+from gateway_jobs.commands import config_push_command, jobs_command, scope_command
 from gateway_jobs.control import JobsControl
+from gateway_jobs.dispatcher import DispatchService
 from gateway_jobs.events import BindingEvents, MetadataService
 from gateway_jobs.jobs import JobManager
 from gateway_jobs.methods import JobsMethods
-from gateway_jobs.metrics import count_methods, sample_jobs_by_state
+from gateway_jobs.metrics import count_methods, sample_jobs_by_state, sample_queues
 from gateway_jobs.processor import JobsProcessor
+from gateway_jobs.queuefeed import QueueFeed
 from gateway_jobs.settings import JobsSettings
 
 if TYPE_CHECKING:
@@ -67,6 +69,8 @@ def gateway_make_job_control(gateway: JobControlPhase) -> JobControl | None:
         observe_method=gateway.plugins.hook.gateway_job_method_called,
         equipment=gateway.equipment,
     )
+    if binding is not None:
+        manager.dispatcher.feed = QueueFeed(binding, settings.topic_prefix, gateway.source).publish
     # Commands naming no equipment are routed by the types the MES configured.
     gateway.equipment.set_directory(manager.config.types)
     return JobsControl(gateway.state.add(manager))
@@ -102,6 +106,9 @@ def gateway_register_services(
     if manager is None:
         return
     sample_jobs_by_state(gateway.metrics, manager.repository)
+    sample_queues(gateway.metrics, manager)
+    jobs = settings.get(JobsSettings)
+    register(DispatchService(manager.dispatcher, jobs.dispatch_poll_seconds))
     if BINDING in gateway.bindings:
         register(MetadataService(settings.get(JobsSettings).topic_prefix, BINDING))
 
@@ -110,3 +117,4 @@ def gateway_register_services(
 def gateway_register_commands(register: Callable[[Command], None]) -> None:
     register(jobs_command())
     register(config_push_command())
+    register(scope_command())

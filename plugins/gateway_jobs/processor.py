@@ -18,7 +18,7 @@ from gateway.errors import ValidationError
 from gateway.jobmethods import JobMethod
 from gateway.logs import log_context
 from gateway.store import check_scope
-from gateway.transport import MQTT_BINDING, Processor, Subscription
+from gateway.transport import MES_LANE, MQTT_BINDING, Processor, Subscription
 from gateway_jobs.config import CONFIG_KINDS, PUT, config_type
 from gateway_jobs.events import method_type
 from gateway_jobs.jobs import JobManager
@@ -52,7 +52,7 @@ class JobsProcessor:
     def processor(self, topic_prefix: str) -> Processor:
         return Processor(
             name="jobs",
-            subscriptions=[Subscription(f"{topic_prefix}/+/commands")],
+            subscriptions=[Subscription(f"{topic_prefix}/+/commands", lane=MES_LANE)],
             handle=self.handle,
             event_types=frozenset({*_CALL_TYPES, *CONFIG_TYPES}),
             binding=MQTT_BINDING,
@@ -77,7 +77,7 @@ class JobsProcessor:
             )
             return [self._reply(event, result.output, result.message)]
         kind = CONFIG_TYPES[event.type]
-        outcome = await self.manager.config.apply(scope, kind, event.method or PUT, event.data)
+        outcome = await self.manager.configure(scope, kind, event.method or PUT, event.data)
         self.count(f"config.{kind}", outcome.status.name)
         return [self._reply(event, MethodReply(outcome.status), outcome.message)]
 

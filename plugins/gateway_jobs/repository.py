@@ -7,6 +7,9 @@ Keys, all in the scope's hash slot (``store.keys.scoped``)::
     {p}:{scope}:jobs:by-priority       ZSET    every job the scope holds, score -Priority
     {p}:{scope}:jobs:state:{top}       SET     the jobs in each top-level state
     {p}:{scope}:changes                STREAM  the store's change stream (read by the publisher)
+    {p}:{scope}:queue:...                      the AllowedToStart queue and the equipment
+                                               running jobs hold (``queue``), kept in the same
+                                               transaction as the state
 
 A state change is optimistic: WATCH the job's two documents, read them, decide with the state
 table, then write documents, indexes and one change record in one MULTI/EXEC. If another
@@ -25,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -46,6 +49,7 @@ from gateway_jobs.model import (
     from_json,
     to_json,
 )
+from gateway_jobs.queue import QueueKeys, entry_json, queue_change
 from gateway_jobs.states import job_state, next_state, state_list
 
 
@@ -98,6 +102,21 @@ class StoredJob:
             response.end_time = now
         return dataclasses.replace(self, state=state, response=response)
 
+    def with_work_master(self, order: JobOrder, work_master: WorkMaster) -> StoredJob:
+        """The job with a new order (Update) and the Work Master chosen for it, its Job
+        Response naming that Work Master and recipe version."""
+        kept = [
+            entry
+            for entry in self.response.job_response_data or []
+            if entry.id not in (RECIPE_VERSION_ID, WORK_MASTER_ID)
+        ]
+        response = dataclasses.replace(
+            self.response, job_response_data=[*work_master_entries(work_master), *kept]
+        )
+        return dataclasses.replace(
+            self, job_order=order, work_master=work_master, response=response
+        )
+
     def recipe_job(self, scope: str) -> RecipeJob:
         return RecipeJob(
             scope=scope,
@@ -107,17 +126,28 @@ class StoredJob:
         )
 
 
+WORK_MASTER_ID = "WorkMasterID"
+"""``ID`` of the Job Response entry naming the Work Master the job runs (the station chooses it
+when the job order names none or several)."""
+
+
+def work_master_entries(work_master: WorkMaster) -> list[Parameter]:
+    """``RecipeVersion`` (the content hash of the recipe as it is now: the job runs this
+    snapshot, whatever changes later; none without a recipe) and ``WorkMasterID``."""
+    entries = [Parameter(id=WORK_MASTER_ID, value=work_master.id)]
+    if work_master.data is not None:
+        entries.insert(0, Parameter(id=RECIPE_VERSION_ID, value=recipe_version(work_master.data)))
+    return entries
+
+
 def new_job(order: JobOrder, state: JobState, work_master: WorkMaster) -> StoredJob:
     """A job entering the station, with the Job Response it will fill.
 
-    The response starts with one entry, ``RecipeVersion``: the content hash of the Work
-    Master's recipe as it is now (the job runs this snapshot, whatever changes later).
+    The response starts with ``work_master_entries``: which recipe, of which Work Master.
     """
     # One response per job, named like it.
     response = JobResponse(job_response_id=order.job_order_id, job_order_id=order.job_order_id)
-    if work_master.data is not None:
-        version = Parameter(id=RECIPE_VERSION_ID, value=recipe_version(work_master.data))
-        response.job_response_data = [version]
+    response.job_response_data = work_master_entries(work_master)
     stored = StoredJob(order, JobState.INITIAL, work_master, response, format_time(utc_now()))
     return stored.moved_to(state)
 
@@ -159,12 +189,17 @@ Edit = Callable[[StoredJob], StoredJob]
 """Adjusts a job already moved to its new state (its order, its response's data)."""
 
 
+def required_equipment(job: StoredJob) -> list[str]:
+    return [item.id for item in job.job_order.equipment_requirements or [] if item.id]
+
+
 class JobRepository:
     """Reads and compare-and-swap writes of one store's jobs."""
 
     def __init__(self, store: Store, *, retry_limit: int = 200) -> None:
         self.store = store
         self.retry_limit = retry_limit
+        self.queue_keys = QueueKeys(store)
 
     # -- keys -------------------------------------------------------------------------------
 
@@ -225,9 +260,18 @@ class JobRepository:
     # -- compare-and-swap writes ------------------------------------------------------------
 
     async def create(
-        self, scope: str, job: StoredJob, trigger: str, *, limit: int | None
+        self,
+        scope: str,
+        job: StoredJob,
+        trigger: str,
+        *,
+        limit: int | None,
+        equipment: Collection[str] | None = None,
     ) -> Change | Refusal:
-        """Store a new job unless its id is taken or the scope holds ``limit`` jobs already."""
+        """Store a new job unless its id is taken or the scope holds ``limit`` jobs already.
+
+        ``equipment``: what the job holds once it runs, when it enters the queue (default: its
+        EquipmentRequirements)."""
         job_key = self.job_key(scope, job.job_order_id)
         watch = [job_key, self.response_key(scope, job.job_order_id)]
         if limit is not None:
@@ -240,14 +284,21 @@ class JobRepository:
             # now on makes this transaction fail, and the count is taken again.
             if limit is not None and await self.count(scope) >= limit:
                 raise _Refused(Refusal("full", limit=limit))
-            return self._queue(transaction, Change(trigger, None, job))
+            return self._queue(transaction, Change(trigger, None, job), equipment)
 
         return await self._swap(scope, watch, attempt)
 
     async def transition(
-        self, scope: str, job_order_id: str, trigger: str, edit: Edit | None = None
+        self,
+        scope: str,
+        job_order_id: str,
+        trigger: str,
+        edit: Edit | None = None,
+        *,
+        equipment: Collection[str] | None = None,
     ) -> Change | Refusal:
-        """Move the job by ``trigger`` if its stored state allows it; ``edit`` adjusts the job."""
+        """Move the job by ``trigger`` if its stored state allows it; ``edit`` adjusts the job;
+        ``equipment`` as for ``create``."""
         job_key = self.job_key(scope, job_order_id)
         response_key = self.response_key(scope, job_order_id)
 
@@ -262,7 +313,7 @@ class JobRepository:
             after = before.moved_to(destination)
             if edit is not None:
                 after = edit(after)
-            return self._queue(transaction, Change(trigger, before, after))
+            return self._queue(transaction, Change(trigger, before, after), equipment)
 
         return await self._swap(scope, [job_key, response_key], attempt)
 
@@ -288,7 +339,12 @@ class JobRepository:
             f"jobs of scope {scope!r} kept changing: gave up after {self.retry_limit} attempts"
         )
 
-    def _queue(self, transaction: ScopeTransaction, change: Change) -> Change:
+    def _queue(
+        self,
+        transaction: ScopeTransaction,
+        change: Change,
+        equipment: Collection[str] | None = None,
+    ) -> Change:
         """Queue the documents, index updates and change record of ``change``."""
         scope, after, before = transaction.scope, change.after, change.before
         job_order_id = after.job_order_id
@@ -311,6 +367,19 @@ class JobRepository:
                 )
             if before is None or before.priority != after.priority:
                 pipeline.zadd(self.priority_key(scope), {job_order_id: -after.priority})
+        queue_change(
+            pipeline,
+            self.queue_keys,
+            scope,
+            job_order_id,
+            None if before is None else before.state,
+            after.state,
+            lambda: entry_json(
+                after.priority,
+                after.job_order.start_time,
+                required_equipment(after) if equipment is None else equipment,
+            ),
+        )
         transaction.append_change(change_record(scope, change))
         return change
 

@@ -26,6 +26,24 @@ class JobsSettings:
         "Work Master a job order naming none runs (empty: such a job order is refused); "
         "the MES overrides it per scope with config.jobacceptance DefaultWorkMasterID",
     )
+    max_running_job_orders: int = setting(
+        1,
+        "Jobs a scope runs at once (0: no limit); the others wait in its queue; the MES "
+        "overrides it per scope with MaxRunningJobOrders in config.jobacceptance",
+        minimum=0,
+    )
+    equipment_allocation: bool = setting(
+        True,
+        "A running job holds the equipment its recipe commands and its EquipmentRequirements "
+        "(jobs needing the same equipment never run together); false: only the capacity bounds "
+        "running jobs (load tests, equipment that serves several jobs at once)",
+    )
+    dispatch_poll_seconds: float = setting(
+        1.0,
+        "How often every instance looks for queued jobs that may start (a job ending or "
+        "entering the queue starts the next one at once; this catches what a crash left)",
+        minimum=0.01,
+    )
     retry_limit: int = setting(
         200,
         "Attempts of one state change when other instances keep changing the same job",

@@ -15,6 +15,11 @@ Delivery guarantees, and why the code looks the way it does:
   reply and is acknowledged.
 - Each message is handled in its own task, so a handler awaiting a PUBACK never holds up the
   read loop; a semaphore bounds how many run at once.
+- Each lane (``gateway.transport.Subscription.lane``) has a connection and session of its own
+  (client id ``<client id>-<lane>``) with its own handler budget and Receive Maximum: the MES's
+  calls (``MES_LANE``) are not queued behind a flood of equipment replies the engine works
+  through. The main lane carries everything else, this instance's reply topic and what the
+  gateway publishes.
 - Every socket has TCP_NODELAY: with Nagle's algorithm a QoS 1 round trip costs 40-80 ms.
 
 The broker is reached through ``gateway_mqtt.client``: aiomqtt for ``mqtt://``/``mqtts://``, the
@@ -49,6 +54,21 @@ log = logging.getLogger(__name__)
 
 # Leaving a share group: how long no message must arrive before the connection closes.
 DRAIN_QUIET_SECONDS = 0.2
+
+
+@dataclass
+class Lane:
+    """One connection of the binding: its session, its handler budget, what it subscribed."""
+
+    name: str  # "": the main lane
+    client_id: str
+    connector: Connector
+    slots: anyio.Semaphore
+    subscribed: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def main(self) -> bool:
+        return not self.name
 
 
 @dataclass
@@ -102,14 +122,21 @@ class MqttBinding:
         self._client: MqttClient | None = None
         self._pending: dict[str, MemoryObjectSendStream[CloudEvent]] = {}
         self._closed = False
-        self._subscribed: list[str] = []
         self.received = 0  # messages taken from the broker (for draining and metrics)
         self.reconnects = 0
 
     def _prepare(self) -> None:
         # anyio primitives belong to the event loop, which does not exist yet in __init__.
         self._connected = anyio.Event()
-        self._handler_slots = anyio.Semaphore(self.settings.max_concurrent_handlers)
+
+    def _lane(self, name: str) -> Lane:
+        if not name:
+            client_id, connector = self.client_id, self.connector
+        else:
+            client_id = f"{self.client_id}-{name}"
+            connector = connector_for(self.settings, client_id)
+        slots = anyio.Semaphore(self.settings.max_concurrent_handlers)
+        return Lane(name, client_id, connector, slots)
 
     @property
     def ready(self) -> bool:
@@ -120,15 +147,39 @@ class MqttBinding:
     async def run(self, gateway: Gateway, *, task_status: TaskStatus[None]) -> None:
         self._prepare()
         self._closed = False
+        names = {
+            subscription.lane
+            for processor in gateway.dispatcher.processors_for(self.name)
+            for subscription in processor.subscriptions
+        }
+        async with anyio.create_task_group() as lanes:
+            # Every lane subscribed before the gateway counts as started: a command sent to a
+            # lane not subscribed yet would reach no session of a new share group.
+            for name in sorted(names - {""}):
+                await lanes.start(self._run_lane, gateway, self._lane(name))
+            await self._run_lane(gateway, self._lane(""), task_status=task_status)
+        self._closed = True
+        log.info("MQTT binding stopped; session %s kept by the broker", self.client_id)
+
+    async def _run_lane(
+        self,
+        gateway: Gateway,
+        lane: Lane,
+        *,
+        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Connect and serve ``lane`` until the gateway stops, reconnecting when the connection
+        drops; ``task_status`` hears once it first connected and subscribed."""
         reconnects = gateway.metrics.counter(
             "transport_reconnects_total", "Connections lost or refused, then retried", ["binding"]
         ).labels(self.name)
         delay = self.settings.reconnect_min_seconds
         started = False
         # Logged once per outage (and its end once); /readyz shows "binding mqtt" meanwhile.
-        outage = gateway.resilience.outage("mqtt.connection", logger=log)
+        check = f"mqtt.connection.{lane.name}" if lane.name else "mqtt.connection"
+        outage = gateway.resilience.outage(check, logger=log)
         # ... and said again at an interval while it lasts, for whoever reads the log later.
-        unreachable = BrokerOutage(self.connector.where, self.settings.unreachable_report_seconds)
+        unreachable = BrokerOutage(lane.connector.where, self.settings.unreachable_report_seconds)
 
         def stop_event() -> anyio.Event:
             # Until the first connection, a stop request ends the retrying; after it, the
@@ -137,36 +188,38 @@ class MqttBinding:
 
         while not stop_event().is_set():
             try:
-                async with self.connector.connect() as client:
-                    await self._subscribe(client, gateway)
-                    self._client = client
-                    self._connected.set()
-                    log.info("MQTT connected to %s as %s", self.connector.where, self.client_id)
+                async with lane.connector.connect() as client:
+                    await self._subscribe(client, gateway, lane)
+                    log.info("MQTT connected to %s as %s", lane.connector.where, lane.client_id)
                     outage.succeeded()
                     unreachable.ended()
-                    gateway.plugins.hook.gateway_transport_connected(
-                        binding=self.name,
-                        session_present=client.session_present,
-                        reconnect=started,
-                    )
+                    if lane.main:
+                        self._client = client
+                        self._connected.set()
+                        gateway.plugins.hook.gateway_transport_connected(
+                            binding=self.name,
+                            session_present=client.session_present,
+                            reconnect=started,
+                        )
                     if not started:
                         started = True
                         task_status.started()
                     delay = self.settings.reconnect_min_seconds
-                    await self._serve(client, gateway)
+                    await self._serve(client, gateway, lane)
             except ConnectionLost as error:
-                self._disconnected()
+                if lane.main:
+                    self._disconnected()
                 if not started and error.refused_for_good:
                     raise GatewayError(
-                        f"MQTT broker {self.connector.where} refused "
-                        f"client {self.client_id!r}: {error}"
+                        f"MQTT broker {lane.connector.where} refused "
+                        f"client {lane.client_id!r}: {error}"
                     ) from None
                 self.reconnects += 1
                 reconnects.inc()
                 what = "the gateway starts once it answers" if not started else "no commands flow"
                 outage.failed(
                     TransientError(
-                        f"MQTT broker {self.connector.where} unreachable ({error}): {what}; "
+                        f"MQTT broker {lane.connector.where} unreachable ({error}): {what}; "
                         "check mqtt.url and that the broker runs"
                     )
                 )
@@ -175,30 +228,35 @@ class MqttBinding:
                     await stop_event().wait()
                 delay = min(delay * 2 or 0.1, self.settings.reconnect_max_seconds)
             else:
-                self._disconnected()
+                if lane.main:
+                    self._disconnected()
         outage.close()
-        self._closed = True
-        log.info("MQTT binding stopped; session %s kept by the broker", self.client_id)
+        if not started and not lane.main:
+            task_status.started()  # stopped before it ever connected: the main lane says so
 
     def _disconnected(self) -> None:
         self._client = None
         if self._connected.is_set():
             self._connected = anyio.Event()
 
-    async def _subscribe(self, client: MqttClient, gateway: Gateway) -> None:
-        """(Re)subscribe every processor's topics and this instance's reply topic."""
-        filters = {self.reply_topic: 1}
+    async def _subscribe(self, client: MqttClient, gateway: Gateway, lane: Lane) -> None:
+        """(Re)subscribe the lane's processor topics (the main lane: and this instance's reply
+        topic)."""
+        filters = {self.reply_topic: 1} if lane.main else {}
         for processor in gateway.dispatcher.processors_for(self.name):
             for subscription in processor.subscriptions:
+                if subscription.lane != lane.name:
+                    continue
                 topic = subscription.topic
                 if subscription.shared:
                     topic = f"$share/{self.settings.share_group}/{topic}"
                 filters[topic] = max(filters.get(topic, 0), subscription.qos)
-        await client.subscribe(filters)
-        self._subscribed = list(filters)
+        if filters:
+            await client.subscribe(filters)
+        lane.subscribed = list(filters)
         log.info("MQTT subscribed: %s", ", ".join(filters))
 
-    async def _serve(self, client: MqttClient, gateway: Gateway) -> None:
+    async def _serve(self, client: MqttClient, gateway: Gateway, lane: Lane) -> None:
         """Read messages until the gateway stops or the connection drops."""
         lost: ConnectionLost | None = None
         # Leaving the block cancels the reader first, then waits for handlers in flight.
@@ -207,7 +265,7 @@ class MqttBinding:
             async def read() -> None:
                 nonlocal lost
                 try:
-                    await self._read(client, gateway, handlers)
+                    await self._read(client, gateway, handlers, lane)
                 except ConnectionLost as error:
                     lost = error
                 reading.cancel_scope.cancel()
@@ -215,7 +273,7 @@ class MqttBinding:
             reading.start_soon(read)
             await gateway.closing.wait()
             if lost is None and await self._others_take_over(gateway):
-                await self._leave_share_group(client)
+                await self._leave_share_group(client, lane)
             reading.cancel_scope.cancel()
         if lost is not None:
             raise lost
@@ -230,14 +288,14 @@ class MqttBinding:
             log.warning("cannot tell whether other instances are alive: %s", error)
             return False
 
-    async def _leave_share_group(self, client: MqttClient) -> None:
+    async def _leave_share_group(self, client: MqttClient, lane: Lane) -> None:
         """Unsubscribe the shared topics, then take what the broker had already sent.
 
         The broker hands a shared subscription's messages to every member session in turn,
         even to a disconnected one, which keeps them until it comes back. An instance that
         stops while others run leaves the group, so no command waits for it in vain.
         """
-        shared = [topic for topic in self._subscribed if topic.startswith("$share/")]
+        shared = [topic for topic in lane.subscribed if topic.startswith("$share/")]
         if not shared:
             return
         await client.unsubscribe(shared)
@@ -250,13 +308,17 @@ class MqttBinding:
             await anyio.sleep(0.05)
             quiet = quiet + 0.05 if self.received == received else 0.0
 
-    async def _read(self, client: MqttClient, gateway: Gateway, handlers: TaskGroup) -> None:
+    async def _read(
+        self, client: MqttClient, gateway: Gateway, handlers: TaskGroup, lane: Lane
+    ) -> None:
         async for received in client.messages():
             self.received += 1
-            await self._handler_slots.acquire()
-            handlers.start_soon(self._handle, client, gateway, received)
+            await lane.slots.acquire()
+            handlers.start_soon(self._handle, client, gateway, received, lane)
 
-    async def _handle(self, client: MqttClient, gateway: Gateway, received: Received) -> None:
+    async def _handle(
+        self, client: MqttClient, gateway: Gateway, received: Received, lane: Lane
+    ) -> None:
         incoming = received.message
         try:
             if incoming.topic == self.reply_topic:
@@ -282,7 +344,7 @@ class MqttBinding:
                 return
             log.exception("unexpected failure handling a message on %s", incoming.topic)
         finally:
-            self._handler_slots.release()
+            lane.slots.release()
         received.ack()
 
     async def _process_durably(self, gateway: Gateway, incoming: MqttMessage) -> list[CloudEvent]:

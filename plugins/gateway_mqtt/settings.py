@@ -41,7 +41,10 @@ class MqttSettings:
         "Replies to commands this instance sends arrive on <prefix>/<instance id>",
     )
     max_concurrent_handlers: int = setting(
-        64, "Messages handled at once; more wait unacknowledged at the broker", minimum=1
+        64,
+        "Messages handled at once per lane (the MES's calls have one of their own); more wait "
+        "unacknowledged at the broker",
+        minimum=1,
     )
     max_payload_bytes: int = setting(
         1_048_576, "Larger incoming payloads are rejected with an error reply", minimum=1024

@@ -180,7 +180,19 @@ class PublisherService:
             if not waiting_logged:
                 log.info("MES publisher on standby: another instance holds the lease")
                 waiting_logged = True
+            await self._note_scopes(store)
             await _pause(gateway.stopping, lease.renew_interval)
+
+    async def _note_scopes(self, store: Store) -> None:
+        """On standby: remember the scopes the store knows, as if published here. Should the
+        store lose its data and this instance's term come next, it still publishes an index
+        of what is left (under its new epoch) for each scope the MES has an index of."""
+        try:
+            scopes = await store.known_scopes()
+        except Exception:  # the store away: the lease attempts report that already
+            return
+        for scope in scopes:
+            self.published.setdefault(scope, 0)
 
     async def _lead(self, stopping: anyio.Event, term: Term, lease: Lease) -> None:
         """One term as the active publisher, until stopping or the lease is lost."""

@@ -318,9 +318,11 @@ class RedisStore:
         return await self.streams.read(streams, group=group, count=count, block_ms=block_ms)
 
     async def known_scopes(self) -> set[str]:
-        """Every scope that has had a state write (the set readers start from)."""
-        members = await self.client.smembers(self.keys.scopes())
-        return cast(set[str], members)  # decode_responses: members are str
+        """Every scope that has had a state write (the set readers start from), and every one
+        this process wrote to: the set goes when the store loses its data, and the publisher
+        must still tell the MES what is left of those scopes (nothing, perhaps)."""
+        members = cast(set[str], await self.client.smembers(self.keys.scopes()))
+        return members | self._registered  # decode_responses: members are str
 
     async def reconcile_scopes(self) -> set[str]:
         """``known_scopes`` plus any scope whose change stream exists but was never registered.

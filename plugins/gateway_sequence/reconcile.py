@@ -45,14 +45,18 @@ async def reconcile(engine: SequenceEngine) -> None:
 
 async def repair(engine: SequenceEngine, run: Run) -> None:
     scope, job = run.scope, run.job
-    state = await engine.gateway.job_control.state(scope, job)
+    control = engine.gateway.job_control
+    state = await control.state(scope, job)
     if run.status is Status.STARTING:
         top = state.top if state is not None else TopState.END
-        if top in (TopState.ALLOWED_TO_START, TopState.RUNNING):
+        # AllowedToStart only once its turn came (start revoked, then queued again: it waits).
+        if top is TopState.RUNNING or (
+            top is TopState.ALLOWED_TO_START and job in await control.startable(scope)
+        ):
             log.info("job %s/%s: its sequence was stored, not begun; beginning it", scope, job)
             await engine.begin(scope, job)
-        elif top is not TopState.NOT_ALLOWED_TO_START:  # aborted, ended or gone
-            await engine.command(scope, job, JobCommand.ABORT)
+        elif top not in (TopState.NOT_ALLOWED_TO_START, TopState.ALLOWED_TO_START):
+            await engine.command(scope, job, JobCommand.ABORT)  # aborted, ended or gone
         return
     if run.status is Status.FINISHING or (run.status is Status.HELD and not run.hold_reported):
         log.info("job %s/%s: reporting the sequence's %s again", scope, job, run.status)

@@ -22,6 +22,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from gateway.equipment import EquipmentEvent, EquipmentReply
+from gateway.errors import NotPermitted
 from gateway.logs import log_context
 from gateway.recipes import JobCommand, RecipeJob
 from gateway_sfc.consumer import WorkConsumer
@@ -88,23 +89,67 @@ class Coordinator:
         Returns once the reply's effect is stored (the message may be acknowledged then); a
         store failure propagates, so the message is not acknowledged and comes again.
         """
+        target = await self._reply_target(reply)
+        if target is not None:
+            await self._apply(reply, *target)
+
+    async def checked_reply(self, reply: EquipmentReply) -> None:
+        """``gateway.equipment.ReplierCheck``: ``reply`` if its sender is the equipment the job's
+        snapshot binds the action to (where the command went); ``NotPermitted`` otherwise.
+        Whether the try still waits is the commit's to check: a reply to a try that ended is
+        recorded and ignored. An action bound to no equipment (a driver serving its type
+        decided) was sent with the hub's record, and is checked against it."""
+        hub = self.context.gateway.equipment
+        target = await self._reply_target(reply)
+        if target is None:
+            await hub.check_replier(reply)  # none is waiting: refused when it names a sender
+            return
+        scope, job, action, _ = target
+        try:
+            bound = (await self.recipes.get(scope, job)).action(action).equipment
+        except (ValueError, KeyError):  # no such job or action any more: nothing waits
+            await hub.check_replier(reply)
+            return
+        if bound is None:
+            await hub.check_replier(reply)
+            await self._apply(reply, *target)
+            await hub.forget_command(reply.correlation_id)
+            return
+        if reply.equipment is not None and reply.equipment != bound:
+            raise NotPermitted(
+                f"equipment {reply.equipment} may not answer command {reply.correlation_id}: "
+                f"it went to {bound}"
+            )
+        await self._apply(reply, *target)
+
+    async def _reply_target(self, reply: EquipmentReply) -> tuple[str, str, str, int] | None:
+        """Scope, job, action and attempt of the try ``reply`` answers (``None``: not ours)."""
         try:
             job, action, attempt = reply.correlation_id.rsplit(":", 2)
-            int(attempt)
+            number = int(attempt)
         except ValueError:
             log.warning("reply with foreign correlation id %r ignored", reply.correlation_id)
-            return
+            return None
         scope = reply.scope or await self.scopes.job_scope(job)
         if not scope:
             log.warning("reply %s for unknown job %s ignored", reply.correlation_id, job)
-            return
+            return None
+        return scope, job, action, number
+
+    async def _apply(
+        self, reply: EquipmentReply, scope: str, job: str, action: str, attempt: int
+    ) -> None:
         if scope not in self.scopes.scopes:
             await self.scopes.adopt(scope, announce=True)
         with log_context(scope=scope, job=job, correlationid=reply.correlation_id):
-            await self.steps.reply(scope, job, action, int(attempt), reply.data, reply.error)
+            await self.steps.reply(scope, job, action, attempt, reply.data, reply.error)
 
     async def runs_job(self, job_order_id: str, scope: str | None) -> bool:
-        """``gateway.equipment.JobOwner``: whether the job is a chart of this engine."""
+        """``gateway.equipment.JobOwner``: whether the job is a chart of this engine (a job
+        whose snapshot this instance holds is, with no store lookup: the common case of a reply
+        to a command this instance sent)."""
+        if scope is not None and self.recipes.holds(scope, job_order_id):
+            return True
         known = await self.scopes.job_scope(job_order_id)
         return known is not None and (scope is None or known == scope)
 

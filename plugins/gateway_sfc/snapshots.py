@@ -81,6 +81,10 @@ class RecipeCache:
         if len(self._snapshots) > self.context.settings.chart_cache_size:
             self._snapshots.popitem(last=False)
 
+    def holds(self, scope: str, job: str) -> bool:
+        """Whether the job's snapshot is in memory (so the job is one of this engine's)."""
+        return (scope, job) in self._snapshots
+
     def forget(self, scope: str, job: str) -> None:
         """The job ended: its snapshot is not needed any more."""
         self._snapshots.pop((scope, job), None)

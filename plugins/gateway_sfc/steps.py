@@ -175,7 +175,11 @@ class StepHandlers:
             timeout_seconds=action.timeout_seconds,
         )
         try:
-            await self.context.gateway.equipment.send(command)
+            # The snapshot names the equipment: replies are checked against it (``Coordinator.
+            # checked_reply``), so the hub keeps no record of its own.
+            await self.context.gateway.equipment.send(
+                command, recorded=command.equipment is not None
+            )
         except GatewayError as error:
             if is_transient(error):
                 raise  # the broker is away: sent again once it is back (same correlation id)

@@ -99,6 +99,7 @@ class UiApplications:
                 ),
                 Route("/{scope:path}/jobs/{job}", _guarded(self.api_job)),
                 Route("/{scope:path}/jobs", _guarded(self.api_jobs)),
+                Route("/{scope:path}/queue", _guarded(self.api_queue)),
                 Route("/{scope:path}/events", _guarded(self.scope_events)),
             ]
         )
@@ -113,13 +114,16 @@ class UiApplications:
 
     async def scope_page(self, request: Request) -> Response:
         scope = request.path_params["scope"]
-        stream = ScopeStream(self.data.store, scope, self.gateway.stopping)
+        stream = ScopeStream(self.data.store, scope, self.gateway.stopping, self.gateway.resilience)
         cursor = await stream.cursor_now()  # before the read: nothing falls between the two
-        return HTMLResponse(scope_page(scope, await self.data.jobs(scope), cursor))
+        jobs = await self.data.jobs(scope)
+        return HTMLResponse(scope_page(scope, jobs, cursor, await self.data.queue(scope)))
 
     async def job_page(self, request: Request) -> Response:
         scope, job = request.path_params["scope"], request.path_params["job"]
-        stream = JobStream(self.data, self.data.store, scope, job, self.gateway.stopping)
+        stream = JobStream(
+            self.data, self.data.store, scope, job, self.gateway.stopping, self.gateway.resilience
+        )
         cursor = await stream.cursor_now()  # before the reads: nothing falls between
         view = await self.data.job(scope, job)
         trace = await self._trace_until(scope, job, cursor.split(",")[1])
@@ -139,6 +143,9 @@ class UiApplications:
 
     async def api_jobs(self, request: Request) -> Response:
         return JSONResponse(await self.data.jobs(request.path_params["scope"]))
+
+    async def api_queue(self, request: Request) -> Response:
+        return JSONResponse(await self.data.queue(request.path_params["scope"]))
 
     async def api_job(self, request: Request) -> Response:
         view = await self.data.job(request.path_params["scope"], request.path_params["job"])
@@ -161,7 +168,9 @@ class UiApplications:
     async def job_events(self, request: Request) -> Response:
         scope, job = request.path_params["scope"], request.path_params["job"]
         await self.data.job(scope, job)
-        stream = JobStream(self.data, self.data.store, scope, job, self.gateway.stopping)
+        stream = JobStream(
+            self.data, self.data.store, scope, job, self.gateway.stopping, self.gateway.resilience
+        )
         cursor = _cursor(request, 2) or (await stream.cursor_now()).split(",")
         return StreamingResponse(
             stream.events(cursor), media_type="text/event-stream", headers=SSE_HEADERS
@@ -169,7 +178,7 @@ class UiApplications:
 
     async def scope_events(self, request: Request) -> Response:
         scope = request.path_params["scope"]
-        stream = ScopeStream(self.data.store, scope, self.gateway.stopping)
+        stream = ScopeStream(self.data.store, scope, self.gateway.stopping, self.gateway.resilience)
         cursor = _cursor(request, 1) or [await stream.cursor_now()]
         return StreamingResponse(
             stream.events(cursor), media_type="text/event-stream", headers=SSE_HEADERS

@@ -56,8 +56,8 @@ def page(
 def index_page(scopes: list[dict[str, Any]]) -> str:
     rows = "".join(
         f'<tr data-scope="{_e(row["scope"])}"><td><a href="{_e(scope_url(row["scope"]))}">'
-        f'{_e(row["scope"])}</a></td><td class="num">{row["jobs"]}</td>'
-        f"<td>{_e(_counts(row['states']))}</td></tr>"
+        f"{_e(row['scope'])}</a>{'' if row['online'] else _OFFLINE}</td>"
+        f'<td class="num">{row["jobs"]}</td><td>{_e(_counts(row["states"]))}</td></tr>'
         for row in scopes
     )
     empty = '<tr><td colspan="3" class="muted">No scope has had a job yet.</td></tr>'
@@ -68,11 +68,16 @@ def index_page(scopes: list[dict[str, Any]]) -> str:
     return page("Scopes", [], body)
 
 
+_OFFLINE = ' <span class="offline">offline</span>'
+
+
 def _counts(states: Mapping[str, int]) -> str:
     return ", ".join(f"{state} {count}" for state, count in states.items())
 
 
-def scope_page(scope: str, jobs: list[dict[str, Any]], cursor: str) -> str:
+def scope_page(
+    scope: str, jobs: list[dict[str, Any]], cursor: str, queue: Mapping[str, Any]
+) -> str:
     rows = "".join(
         f'<tr data-job="{_e(job["job_order_id"])}">'
         f'<td><a href="{_e(job_url(scope, job["job_order_id"]))}">'
@@ -93,10 +98,44 @@ def scope_page(scope: str, jobs: list[dict[str, Any]], cursor: str) -> str:
         "<thead><tr><th>Job order</th><th>State</th><th>Priority</th><th>Age</th>"
         "<th>Work Master</th><th>Recipe version</th></tr></thead>"
         f"<tbody>{rows}</tbody></table>"
-        '<p class="muted">Highest priority first. Scope online state and a scheduling queue '
-        "will show here once the gateway has them.</p>"
+        '<p class="muted">Highest priority first.</p>'
     )
-    return page(f"Scope {scope}", [(scope, None)], body)
+    return page(f"Scope {scope}", [(scope, None)], queue_section(scope, queue) + body)
+
+
+def queue_section(scope: str, queue: Mapping[str, Any]) -> str:
+    """Online or not, the capacity, the jobs holding a slot, the waiting jobs in order.
+
+    The script re-renders it from ``/api/scopes/<scope>/queue`` (same structure)."""
+    if queue["online"]:
+        state = '<span class="online">online</span>'
+    else:
+        reason = f": {_e(queue['reason'])}" if queue["reason"] else ""
+        state = f'<span class="offline">offline{reason}</span> (no queued job starts)'
+    capacity = queue["capacity"] or "unlimited"
+    running = [
+        f'<tr><td>running</td><td><a href="{_e(job_url(scope, row["job_order_id"]))}">'
+        f"{_e(row['job_order_id'])}</a></td><td></td><td></td>"
+        f"<td>{_e(', '.join(row['equipment']))}</td></tr>"
+        for row in queue["running"]
+    ]
+    waiting = [
+        f'<tr><td class="num">{_e(row["position"])}</td>'
+        f'<td><a href="{_e(job_url(scope, row["job_order_id"]))}">{_e(row["job_order_id"])}'
+        f'</a></td><td class="num">{_e(row["priority"])}</td><td>{_e(row["start_time"])}</td>'
+        f"<td>{_e(', '.join(row['equipment']))}</td></tr>"
+        for row in queue["waiting"]
+    ]
+    empty = '<tr><td colspan="5" class="muted">Nothing running or waiting.</td></tr>'
+    url = "/api/scopes/" + quote(scope, safe="/") + "/queue"
+    return (
+        f'<section id="queue" data-queue-url="{_e(url)}" data-job-base="'
+        f'{_e(scope_url(scope) + "/jobs/")}"><h2>Queue</h2>'
+        f'<p id="queue-state">Scope {state}; runs {_e(capacity)} job(s) at once.</p>'
+        "<table><thead><tr><th>#</th><th>Job order</th><th>Priority</th><th>Start time</th>"
+        f"<th>Equipment</th></tr></thead><tbody>{''.join(running + waiting) or empty}</tbody>"
+        "</table></section><h2>Jobs</h2>"
+    )
 
 
 def job_page(

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import anyio
-from redis.exceptions import RedisError
 
+from gateway.resilience import Resilience
 from gateway.store import Store
 from gateway_ui.trace import read_entry, trace_key
 from gateway_ui.views import UiData
@@ -77,6 +77,7 @@ class JobStream:
     scope: str
     job: str
     stopping: anyio.Event
+    resilience: Resilience
 
     @property
     def keys(self) -> tuple[str, str]:
@@ -91,7 +92,7 @@ class JobStream:
         positions = {changes_key: cursor[0], trace_key_: cursor[1]}
         yield f"retry: {RETRY_MS}\n\n"
         yield format_event("live", await self.data.live(self.scope, self.job))
-        async for batch in _read(self.store, positions, self.stopping):
+        async for batch in _read(self.store, positions, self.stopping, self.resilience):
             if batch is None:
                 yield ": waiting\n\n"
                 continue
@@ -114,6 +115,7 @@ class ScopeStream:
     store: Store
     scope: str
     stopping: anyio.Event
+    resilience: Resilience
 
     async def cursor_now(self) -> str:
         return await last_id(self.store, self.store.keys.changes(self.scope))
@@ -122,7 +124,7 @@ class ScopeStream:
         key = self.store.keys.changes(self.scope)
         positions = {key: cursor[0]}
         yield f"retry: {RETRY_MS}\n\n"
-        async for batch in _read(self.store, positions, self.stopping):
+        async for batch in _read(self.store, positions, self.stopping, self.resilience):
             if batch is None:
                 yield ": waiting\n\n"
                 continue
@@ -133,19 +135,28 @@ class ScopeStream:
 
 
 async def _read(
-    store: Store, positions: dict[str, str], stopping: anyio.Event
+    store: Store, positions: dict[str, str], stopping: anyio.Event, resilience: Resilience
 ) -> AsyncIterator[StreamReply | None]:
     """Batches of new entries after ``positions`` (which the caller moves on), ``None`` when
-    nothing came for a while (time for a keep-alive), until the gateway stops."""
-    while not stopping.is_set():
-        try:
-            reply = await store.read_streams(dict(positions), count=100, block_ms=BLOCK_MS)
-        except (RedisError, OSError) as error:
-            log.info("live updates wait for Redis: %s", error)
-            yield None
-            await anyio.sleep(1)
-            continue
-        yield cast(StreamReply, reply) if reply else None
+    nothing came for a while (time for a keep-alive), until the gateway stops.
+
+    A store outage is logged once (however many pages follow it) and fails the readiness check
+    ``ui.live`` while it lasts; the page gets keep-alives meanwhile and resumes after it."""
+    outage = resilience.outage("ui.live", logger=log)
+    try:
+        while not stopping.is_set():
+            try:
+                reply = await store.read_streams(dict(positions), count=100, block_ms=BLOCK_MS)
+            except Exception as error:
+                delay = outage.failed(error)  # a permanent one too: a page keeps waiting
+                yield None
+                with anyio.move_on_after(delay):
+                    await stopping.wait()
+                continue
+            outage.succeeded()
+            yield cast(StreamReply, reply) if reply else None
+    finally:
+        outage.close()
 
 
 def _change(entry_id: str, fields: Mapping[str, str]) -> dict[str, Any]:

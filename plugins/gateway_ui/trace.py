@@ -28,11 +28,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 from anyio.abc import TaskStatus
-from redis.exceptions import RedisError
 
 from gateway.equipment import EquipmentCommand, EquipmentEvent, EquipmentReply
 from gateway.hookspecs import hookimpl
 from gateway.jobstates import JobState
+from gateway.resilience import is_transient
 from gateway_ui.settings import UiSettings
 
 if TYPE_CHECKING:
@@ -163,25 +163,31 @@ class TraceWriter:
         self._wake = anyio.Event()
         task_status.started()
         async with anyio.create_task_group() as tasks:
-            tasks.start_soon(self._write_loop)
+            tasks.start_soon(self._write_loop, gateway.stopping)
             await gateway.stopping.wait()
             tasks.cancel_scope.cancel()
         with anyio.move_on_after(2, shield=True):  # what the last moments recorded
-            await self.flush()
+            try:
+                await self.flush()
+            except Exception as error:  # the store away at the end: the entries are lost
+                log.warning("job trace: %d entries not written: %s", len(self.queue), error)
 
-    async def _write_loop(self) -> None:
+    async def _write_loop(self, stopping: anyio.Event) -> None:
+        """Write what is queued whenever something is; a store outage is retried (logged once,
+        the readiness check ``ui.trace`` failing meanwhile) while the queue keeps the newest
+        ``trace_buffer`` entries."""
+        resilience = self.gateway.resilience
         while True:
             assert self._wake is not None
             await self._wake.wait()
             self._wake = anyio.Event()
             try:
-                await self.flush()
-            except (RedisError, OSError) as error:
-                log.warning(
-                    "job trace not written yet (%s); %d entries wait", error, len(self.queue)
-                )
-                await anyio.sleep(1)
-                self._wake.set()
+                await resilience.retry("ui.trace", self.flush, stop=stopping, logger=log)
+            except Exception as error:
+                if is_transient(error):
+                    return  # stopping: ``run`` makes a last attempt
+                log.exception("job trace: %d entries not written", len(self.queue))
+                self.queue.clear()  # they would fail again
 
     async def flush(self) -> None:
         """Write every queued entry; an entry stays queued until Redis took it."""

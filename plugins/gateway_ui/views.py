@@ -38,17 +38,36 @@ class UiData:
         return store
 
     async def scopes(self) -> list[dict[str, Any]]:
-        """Every known scope with its jobs counted by top-level state.
-
-        Scope online state and queue (scheduling) are not part of the gateway yet; when they
-        are, they belong in these rows.
-        """
+        """Every known scope with its jobs counted by top-level state, and online or not."""
         rows = []
+        control = self.gateway.job_control
         for scope in sorted(await self.store.known_scopes()):
-            jobs = await self.gateway.job_control.jobs(scope)
+            jobs = await control.jobs(scope)
             counts = Counter(job.state.top.value for job in jobs)
-            rows.append({"scope": scope, "jobs": len(jobs), "states": dict(sorted(counts.items()))})
+            online = (await control.queue(scope)).online
+            rows.append(
+                {
+                    "scope": scope,
+                    "jobs": len(jobs),
+                    "states": dict(sorted(counts.items())),
+                    "online": online,
+                }
+            )
         return rows
+
+    async def queue(self, scope: str) -> dict[str, Any]:
+        """The scope's queue: online state, capacity, running jobs, waiting jobs in order."""
+        queue = await self.gateway.job_control.queue(check(scope))
+        return {
+            "online": queue.online,
+            "reason": queue.reason,
+            "capacity": queue.capacity,
+            "running": [
+                {"job_order_id": job, "equipment": list(equipment)}
+                for job, equipment in sorted(queue.running.items())
+            ],
+            "waiting": [dataclasses.asdict(entry) for entry in queue.waiting],
+        }
 
     async def jobs(self, scope: str) -> list[dict[str, Any]]:
         """The scope's jobs, highest priority first."""

@@ -118,6 +118,9 @@ class FaultStation:
             "GATEWAY_SIMULATOR_INSPECT_SECONDS": "0.1",
             "GATEWAY_SIMULATOR_HEARTBEAT_SECONDS": "0.5",
             "GATEWAY_SIMULATOR_SEED": "1",
+            # Faults under load: many jobs at once on the three devices, as before scheduling.
+            "GATEWAY_JOBS_MAX_RUNNING_JOB_ORDERS": "0",
+            "GATEWAY_JOBS_EQUIPMENT_ALLOCATION": "false",
             **self.environ,
         }
 

@@ -209,3 +209,59 @@
   });
   source.addEventListener("change", () => { reload(); });
 })();
+
+(function () {
+  "use strict";
+  // The scope page's queue: re-rendered from the JSON API (same structure as the server's).
+  const section = document.querySelector("section[data-queue-url]");
+  if (!section) return;
+  const cell = (row, value, className) => {
+    const td = row.insertCell();
+    td.textContent = value === null || value === undefined ? "" : String(value);
+    if (className) td.className = className;
+    return td;
+  };
+  const link = (row, job) => {
+    const a = document.createElement("a");
+    a.href = section.dataset.jobBase + encodeURIComponent(job);
+    a.textContent = job;
+    row.insertCell().append(a);
+  };
+
+  async function reload() {
+    const response = await fetch(section.dataset.queueUrl, { headers: { Accept: "application/json" } });
+    if (!response.ok) return;
+    const queue = await response.json();
+    const state = document.getElementById("queue-state");
+    const label = document.createElement("span");
+    label.className = queue.online ? "online" : "offline";
+    label.textContent = queue.online ? "online" : "offline" + (queue.reason ? ": " + queue.reason : "");
+    state.replaceChildren("Scope ", label, (queue.online ? "" : " (no queued job starts)") +
+      "; runs " + (queue.capacity || "unlimited") + " job(s) at once.");
+    const body = section.querySelector("tbody");
+    body.replaceChildren();
+    for (const job of queue.running) {
+      const row = body.insertRow();
+      cell(row, "running");
+      link(row, job.job_order_id);
+      cell(row, "");
+      cell(row, "");
+      cell(row, job.equipment.join(", "));
+    }
+    for (const job of queue.waiting) {
+      const row = body.insertRow();
+      cell(row, job.position, "num");
+      link(row, job.job_order_id);
+      cell(row, job.priority, "num");
+      cell(row, job.start_time);
+      cell(row, job.equipment.join(", "));
+    }
+    if (!body.rows.length) {
+      const row = body.insertRow();
+      const td = cell(row, "Nothing running or waiting.", "muted");
+      td.colSpan = 5;
+    }
+  }
+
+  setInterval(reload, 2000);
+})();

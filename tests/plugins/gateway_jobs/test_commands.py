@@ -120,3 +120,30 @@ async def test_an_unreachable_broker_says_so() -> None:
     assert done.returncode == 1
     assert done.stderr.startswith(f"gateway jobs: cannot reach the MQTT broker at 127.0.0.1:{port}")
     assert "Traceback" not in done.stderr
+
+
+async def test_an_operator_takes_a_scope_offline_and_online(station: Station) -> None:
+    at = where(station)
+    async with running(station.gateway()), station.mes() as mes:
+        await mes.configure("workmaster", work_master("wm"))
+        offline = await gateway_cli("scope", "offline", "--reason", "tool change", *at)
+        assert (offline.returncode, offline.stdout) == (
+            0,
+            "scope cell1 is offline: queued jobs wait\n",
+        )
+        await mes.store(job_order("j1", priority=4), "StoreAndStart")
+        queue = await gateway_cli("scope", "queue", "--json", *at)
+        assert queue.returncode == 0, queue.stderr
+        document = json.loads(queue.stdout)
+        assert (document["Online"], document["Reason"]) == (False, "tool change")
+        assert [entry["JobOrderID"] for entry in document["Waiting"]] == ["j1"]
+        table = await gateway_cli("scope", "queue", *at)
+        assert "OFFLINE (tool change)" in table.stdout
+        online = await gateway_cli("scope", "online", *at)
+        assert (online.returncode, online.stdout) == (0, "scope cell1 is online\n")
+        with anyio.fail_after(10):
+            while True:
+                response = (await mes.job_response("j1")).data["JobResponse"]
+                if response["JobState"][0]["StateText"]["Text"] == "Running":
+                    break
+                await anyio.sleep(0.05)

@@ -22,6 +22,7 @@ SCOPE = "cell1"
 CAUSE = Cause(correlationid=None, causationid="test")
 RECIPE = {"run": False}
 VERSION = {"ID": "RecipeVersion", "Value": recipe_version(RECIPE)}
+CHOSEN = {"ID": "WorkMasterID", "Value": "wm"}  # the Work Master the job runs
 
 
 async def prepared(jobs: LocalJobs, job: str = "j1", *, method: str = "StoreAndStart") -> None:
@@ -84,7 +85,8 @@ async def test_run_then_complete_writes_the_results_as_job_response_data(jobs: L
     assert await control.state(SCOPE, "j1") == "Ended.Completed"
     document = await response(jobs)
     assert document["JobResponseData"] == [
-        VERSION,  # recorded at Store: the recipe this job runs
+        VERSION,  # recorded at Store: the recipe this job runs, of which Work Master
+        CHOSEN,
         {"ID": "count", "Value": 2},  # the later value replaced the earlier one
         {
             "ID": "torque",
@@ -111,6 +113,7 @@ async def test_abort_records_the_error_and_the_side_effects(jobs: LocalJobs) -> 
     assert document["Description"] == {"Locale": "en", "Text": "Aborted: no reply"}
     assert document["JobResponseData"] == [
         VERSION,
+        CHOSEN,
         {"ID": "step", "Value": "Tighten"},
         {"ID": "Error", "Value": "no reply"},
         {"ID": "SideEffects", "Value": True},
@@ -141,7 +144,11 @@ async def test_results_after_the_mes_stopped_the_job_are_kept(jobs: LocalJobs) -
     assert await jobs.control.run(SCOPE, "j1")
     assert (await jobs.manager.act(SCOPE, "Stop", JobOrderIDCall("j1"), CAUSE)).ok
     assert await jobs.control.record_results(SCOPE, "j1", [ProcessValue("parts", 7)]) is True
-    assert (await response(jobs))["JobResponseData"] == [VERSION, {"ID": "parts", "Value": 7}]
+    assert (await response(jobs))["JobResponseData"] == [
+        VERSION,
+        CHOSEN,
+        {"ID": "parts", "Value": 7},
+    ]
     assert (await jobs.manager.act(SCOPE, "Clear", JobOrderIDCall("j1"), CAUSE)).ok
     assert await jobs.control.record_results(SCOPE, "j1", [ProcessValue("parts", 8)]) is False
 
@@ -217,7 +224,7 @@ async def test_jobs_lists_each_job_with_state_priority_times_and_recipe_version(
     assert j1.work_master_id == "wm"
     assert await jobs.control.summary(SCOPE, "j1") == j1
     assert await jobs.control.summary(SCOPE, "nope") is None
-    assert (await jobs.control.response(SCOPE, "j1") or {})["JobResponseData"] == [VERSION]
+    assert (await jobs.control.response(SCOPE, "j1") or {})["JobResponseData"] == [VERSION, CHOSEN]
     assert await jobs.control.response(SCOPE, "nope") is None
 
 

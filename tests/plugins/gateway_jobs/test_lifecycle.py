@@ -100,6 +100,7 @@ async def test_completed_job_carries_its_results_in_the_event_and_the_response(
     data = response.data["JobResponse"]["JobResponseData"]
     values = {entry["ID"]: entry["Value"] for entry in data}
     assert values.pop("RecipeVersion").startswith("sha256:")  # which recipe made the results
+    assert values.pop("WorkMasterID") == "wm"  # of which Work Master
     assert values == {"torque": 41.5, "serial": "SN-7"}
     assert return_status(by_state) == OK
     assert [item["JobOrderID"] for item in by_state.data["JobResponses"]] == ["j2"]
@@ -135,7 +136,7 @@ async def test_metadata_is_retained_for_late_subscribers(station: Station) -> No
     attributes = dict(from_mqtt(message).data["additionalAttributes"])
     assert "StoreAndStart" in attributes["supported_commands"]
     assert "RequestJobResponseByJobOrderState" in attributes["supported_commands"]
-    assert len(attributes["configuration_types"]) == 7
+    assert len(attributes["configuration_types"]) == 8
     assert attributes["topics"]["commands"] == f"{station.topic_prefix}/{{scope}}/commands"
 
 

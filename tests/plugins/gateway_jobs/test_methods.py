@@ -45,7 +45,9 @@ async def test_a_job_is_stored_run_and_cleared_and_the_feed_tells_each_step(
         assert ended.state == "Ended.Completed"
         assert ended.job_order["JobOrderID"] == "J1"
         assert [entry["StateText"]["Text"] for entry in ended.job_state] == ["Ended", "Completed"]
-        assert ended.job_response["JobResponseData"][1]["Value"] == 42.5  # after RecipeVersion
+        assert (
+            ended.job_response["JobResponseData"][2]["Value"] == 42.5
+        )  # after RecipeVersion, WorkMasterID
 
         query = JobMethod.REQUEST_JOB_RESPONSE_BY_JOB_ORDER_ID
         response = await methods.call(SCOPE, query, {"JobOrderID": "J1"})
@@ -55,7 +57,7 @@ async def test_a_job_is_stored_run_and_cleared_and_the_feed_tells_each_step(
         cleared = await next_status(feed)
         # The job left the station; the event still carries its order and final response.
         assert (cleared.state, cleared.job_order["JobOrderID"]) == ("EndState", "J1")
-        assert cleared.job_response["JobResponseData"][1]["Value"] == 42.5
+        assert cleared.job_response["JobResponseData"][2]["Value"] == 42.5
     assert await methods.job_orders(SCOPE) == []
 
 

@@ -160,6 +160,7 @@ SCHEMA_MODELS: list[tuple[str, str, type[Any]]] = [
     ("methods", "RequestJobResponseByJobOrderStateResponse", model.JobResponsesReply),
     ("events", "ISA95JobOrderStatusEventType", model.JobOrderStatusEvent),
     ("config", "jobacceptance", model.JobAcceptance),
+    ("config", "online", model.Online),
 ]
 
 

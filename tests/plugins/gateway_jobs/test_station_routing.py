@@ -12,10 +12,11 @@ from typing import Any
 import anyio
 import pytest
 
+from gateway.recipes import recipe_version
 from gateway.testing import running
 from gateway.testing.equipment import TestEquipment
 from gateway_jobs.model import ReturnStatus
-from gateway_jobs.testing import Station, job_order, return_status, work_master
+from gateway_jobs.testing import Station, job_order, response_data, return_status, work_master
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
@@ -140,7 +141,8 @@ async def test_a_pull_event_whose_type_nobody_declares_is_taken_from_any_equipme
 
 
 async def test_a_job_order_without_work_master_runs_the_scope_default(station: Station) -> None:
-    async with running(station.gateway(default_work_master="wm-setting")), station.mes() as mes:
+    gateway = station.gateway(default_work_master="wm-setting", max_running_job_orders="0")
+    async with running(gateway), station.mes() as mes:  # all three run at once
         for name in ("wm-setting", "wm-scope"):
             assert return_status(await mes.configure("workmaster", work_master(name))) == OK
         by_setting = await mes.store(job_order("j1", work_masters=[]), method="StoreAndStart")
@@ -175,7 +177,8 @@ async def test_of_several_work_masters_the_first_available_runs(routed: Station)
     def pressing_on(equipment: str) -> dict[str, Any]:
         return recipe({**PRESSING, "equipment": equipment}, run=True)
 
-    async with running(routed.gateway()) as gateway, routed.mes() as mes:
+    # Both jobs run at once (on different equipment): no queue in the way.
+    async with running(routed.gateway(max_running_job_orders="0")) as gateway, routed.mes() as mes:
         await mes.configure("equipment", declaring("p-typed", GAUGE))
         for wm in (
             work_master("unroutable", recipe({"action": "gauge_it", "type_id": GAUGE})),
@@ -197,7 +200,19 @@ async def test_of_several_work_masters_the_first_available_runs(routed: Station)
             await store("j2", "on-offline", "missing"),
             await store("j3", "missing", "unroutable"),
         ]
+        # The Job Response names the chosen one; an Update chooses again.
+        chosen = await mes.job_response("j1")
+        assert return_status(await mes.store(job_order("j4", work_masters=["on-offline"]))) == OK
+        updated = await mes.store(job_order("j4", work_masters=["on-online"]), "Update")
+        after_update = await mes.job_response("j4")
     assert [return_status(reply) for reply in replies] == [OK, OK, REFUSED]
+    assert response_data(chosen.data["JobResponse"])["WorkMasterID"] == "on-online"
+    assert return_status(updated) == OK, updated.errormessage
+    data = response_data(after_update.data["JobResponse"])
+    assert (data["WorkMasterID"], data["RecipeVersion"]) == (
+        "on-online",
+        recipe_version(pressing_on("p-online")),
+    )
     ran = routed.plugin.interpreters[0].work_masters
     assert ran == {"j1": "on-online", "j2": "on-offline"}
     assert replies[2].errormessage == (

@@ -21,14 +21,16 @@ from gateway.resilience import TransientError
 from gateway.settings import Settings
 from gateway.testing import running, wait_until
 from gateway.testing.services import ServerProcess, free_port, mosquitto
-from gateway.transport import Processor, Subscription
+from gateway.transport import MES_LANE, Processor, Subscription
 from gateway_mqtt import memory
 from gateway_mqtt.clients import connect_test_client
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 
-def make_gateway(mqtt_url: str, unique: str, *extra: object) -> Gateway:
+def make_gateway(
+    mqtt_url: str, unique: str, *extra: object, overrides: dict[str, str] | None = None
+) -> Gateway:
     environ = {
         "GATEWAY_PLUGINS_BLOCK": "redis",
         "GATEWAY_MQTT_URL": mqtt_url,
@@ -36,6 +38,7 @@ def make_gateway(mqtt_url: str, unique: str, *extra: object) -> Gateway:
         "GATEWAY_MQTT_RECONNECT_MIN_SECONDS": "0.05",
         "GATEWAY_MQTT_RECONNECT_MAX_SECONDS": "0.5",
         "GATEWAY_GATEWAY_INSTANCE_ID": unique,
+        **(overrides or {}),
     }
     plugins = {f"extra{index}": plugin for index, plugin in enumerate(extra)}
     return Gateway.from_environment(None, environ, extra_plugins=plugins)
@@ -260,3 +263,54 @@ async def test_a_transient_failure_is_retried_until_it_succeeds_never_answered_a
     assert reply.errorcode is None
     assert reply.data == {"tries": 4}
     assert error.errorcode == "processing-failed"  # permanent: answered (and acknowledged)
+
+
+class Lanes:
+    """A processor whose handler waits until released (on the main lane), and one answering
+    at once on the MES lane."""
+
+    def __init__(self, topic_root: str) -> None:
+        self.topic_root = topic_root
+        self.entered = anyio.Event()
+        self.release = anyio.Event()
+
+    @hookimpl
+    def gateway_register_processors(
+        self, register: Callable[[Processor], None], settings: Settings
+    ) -> None:
+        async def busy(event: CloudEvent) -> Sequence[CloudEvent]:
+            self.entered.set()
+            await self.release.wait()
+            return [event.reply(source="urn:gw", data="done")]
+
+        async def answer(event: CloudEvent) -> Sequence[CloudEvent]:
+            return [event.reply(source="urn:gw", data="answered")]
+
+        root = self.topic_root
+        register(Processor("busy", [Subscription(f"{root}/+/replies")], busy))
+        mes = [Subscription(f"{root}/+/commands", lane=MES_LANE)]
+        register(Processor("mes", mes, answer))
+
+
+async def test_mes_calls_are_answered_while_every_handler_of_the_main_lane_is_busy(
+    broker_url: str, unique: str
+) -> None:
+    lanes = Lanes(unique)
+    one = {"GATEWAY_MQTT_MAX_CONCURRENT_HANDLERS": "1"}
+    gateway = make_gateway(broker_url, unique, lanes, overrides=one)
+    async with running(gateway), connect_test_client(broker_url) as client:
+        event = CloudEvent(type="com.example.reply.v1", source="urn:equipment", subject="s1")
+        async with anyio.create_task_group() as tasks:
+
+            async def flood() -> None:
+                reply = await client.request(f"{unique}/s1/replies", event, timeout=10)
+                assert reply.data == "done"
+
+            tasks.start_soon(flood)
+            with anyio.fail_after(10):
+                await lanes.entered.wait()  # the main lane's only handler slot is taken
+            command = CloudEvent(type="com.example.call.v1", source="urn:mes", subject="s1")
+            reply = await client.request(f"{unique}/s1/commands", command, timeout=10)
+            assert reply.data == "answered"
+            assert not lanes.release.is_set()
+            lanes.release.set()

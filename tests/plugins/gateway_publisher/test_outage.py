@@ -77,6 +77,7 @@ async def test_mes_outage_with_100_completions(rig: Rig, store: Store) -> None:
         assert result["JobState"][0]["StateText"]["Text"] == "Ended"
         assert {entry["ID"] for entry in result["JobResponseData"]} == {
             "RecipeVersion",
+            "WorkMasterID",
             "torque",
             "serial",
         }

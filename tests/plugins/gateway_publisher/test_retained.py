@@ -71,6 +71,7 @@ async def test_store_completion_and_clear_as_a_late_subscriber_sees_them(rig: Ri
         assert response.data["JobOrderID"] == "j1"
         assert {entry["ID"] for entry in response.data["JobResponseData"]} == {
             "RecipeVersion",
+            "WorkMasterID",
             "torque",
             "serial",
         }
@@ -112,7 +113,7 @@ async def test_results_recorded_after_the_end_are_republished(rig: Rig) -> None:
                 ids = {entry["ID"] for entry in from_mqtt(result).data["JobResponseData"]}
                 if "late_check" in ids:
                     break
-        assert ids == {"RecipeVersion", "torque", "serial", "late_check"}
+        assert ids == {"RecipeVersion", "WorkMasterID", "torque", "serial", "late_check"}
 
 
 def record(job: str, change_type: str, state: str, **fields: str) -> dict[str, str]:

@@ -17,6 +17,8 @@ import pytest
 
 from gateway_jobs.events import METADATA_EVENT_TYPE, STATUS_EVENT_TYPE
 from gateway_jobs.processor import CONFIG_TYPES, METHOD_TYPES, QUERY_TYPES
+from gateway_jobs.queue import QueueEntry, QueueView
+from gateway_jobs.queuefeed import QUEUE_EVENT_TYPE, queue_document
 from gateway_publisher.index import IndexEntry, JobIndex
 from gateway_publisher.topics import (
     JOB_ORDER_TYPE,
@@ -175,6 +177,22 @@ def test_the_page_schema_refuses_what_the_publisher_never_sends(jobs: list[Any])
         )
 
 
+def test_the_retained_queue_follows_its_schema() -> None:
+    view = QueueView(
+        online=False,
+        reason="maintenance",
+        capacity=1,
+        admitted={"J7": ("positioner", "tightener")},
+        waiting=[QueueEntry("J9", 5, 1_800_000_000.0, ("positioner",), 3, 1)],
+    )
+    document = queue_document("cell1", view) | {"UpdatedAt": "2026-11-26T09:59:58.125Z"}
+    schema = {"$ref": "events.schema.json#/$defs/Queue"}
+    validate(document, schema, SCHEMAS / "jobs" / "events.schema.json")
+    assert document["Waiting"][0]["StartTime"] == "2027-01-15T08:00:00Z"
+    with pytest.raises(Invalid):
+        validate(document | {"Extra": 1}, schema, SCHEMAS / "jobs" / "events.schema.json")
+
+
 def test_order_and_result_topics_use_the_job_types() -> None:
     definitions = json.loads(RETAINED.read_text())["$defs"]
     for name, event_type in (
@@ -278,6 +296,7 @@ def test_every_topic_of_the_mes_interface_is_a_channel(asyncapi: Any) -> None:
         None,  # replies: the command's Response Topic
         "{prefix}/{scope}/events",
         "{prefix}/metadata",
+        "{prefix}/{scope}/queue",
         "{prefix}/{scope}/state-index",
         "{prefix}/{scope}/index/{page}",
         "{prefix}/{scope}/order/{jobOrderId}",
@@ -294,7 +313,7 @@ def test_every_cloudevent_type_of_the_code_is_described(asyncapi: Any) -> None:
     described.discard(None)
     expected = {*METHOD_TYPES, *QUERY_TYPES, *CONFIG_TYPES, STATUS_EVENT_TYPE}
     expected |= {METADATA_EVENT_TYPE, STATE_INDEX_TYPE, JOB_ORDER_TYPE, JOB_RESPONSE_TYPE}
-    expected |= {STATE_INDEX_PAGE_TYPE}
+    expected |= {STATE_INDEX_PAGE_TYPE, QUEUE_EVENT_TYPE}
     assert described == expected
 
 

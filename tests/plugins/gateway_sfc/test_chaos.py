@@ -102,6 +102,9 @@ def nodes(
         "GATEWAY_SFC_TIMER_POLL_SECONDS": "0.02",
         "GATEWAY_SFC_SCOPE_POLL_SECONDS": "0.2",
         "GATEWAY_SFC_RECONCILE_SECONDS": "1",
+        # Faults under load: many jobs at once on the three devices, as before scheduling.
+        "GATEWAY_JOBS_MAX_RUNNING_JOB_ORDERS": "0",
+        "GATEWAY_JOBS_EQUIPMENT_ALLOCATION": "false",
         "GATEWAY_GATEWAY_DATA_DIR": str(tmp_path),
         "CHAOS_RECORD_KEY": f"{unique}:chaos:dispatched",
     }

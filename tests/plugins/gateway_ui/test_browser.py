@@ -230,3 +230,30 @@ async def test_without_operators_the_page_has_no_actions_and_none_acts(
         status = await anyio.to_thread.run_sync(lambda: browser.execute_async_script(hold))
         assert status == 403
         assert (await station.get_json("/api/scopes/cell1/jobs/J1"))["state"] == "Running"
+
+
+QUEUE_ROWS = (
+    "return [...document.querySelectorAll('#queue tbody tr')].map(row => row.cells[1].textContent)"
+)
+QUEUE_STATE = "return document.getElementById('queue-state').textContent"
+
+
+async def test_the_scope_page_keeps_its_queue_current(station: Station, browser: WebDriver) -> None:
+    async with running(station.gateway(seconds=0.5)), station.mes() as mes:
+        await station.start_rear_axle(mes, "J1", "J2")  # one station: J2 waits for J1
+        url = f"http://127.0.0.1:{station.port}/ui/scopes/cell1"
+        await anyio.to_thread.run_sync(browser.get, url)
+        assert "online" in await run_js(browser, QUEUE_STATE)
+        await mes.configure("online", {"Online": False, "Reason": "tool change"})
+        # Without a reload, the section learns that the scope went offline and J1 ended.
+        await until_js(
+            browser,
+            QUEUE_STATE.replace("textContent", "textContent.includes('offline: tool change')"),
+        )
+        with anyio.fail_after(30):
+            while await run_js(browser, QUEUE_ROWS) != ["J2"]:  # noqa: ASYNC110
+                await anyio.sleep(0.1)
+        await mes.configure("online", {"Online": True})
+        await until_js(
+            browser, QUEUE_STATE.replace("textContent", "textContent.startsWith('Scope online')")
+        )

@@ -102,7 +102,7 @@ async def test_the_trace_records_methods_states_steps_commands_replies_and_event
         "verify": "done",
     }
     assert [row["job_order_id"] for row in listed] == ["J1"]
-    assert scopes == [{"scope": SCOPE, "jobs": 1, "states": {"Ended": 1}}]
+    assert scopes == [{"scope": SCOPE, "jobs": 1, "states": {"Ended": 1}, "online": True}]
 
 
 async def test_the_trace_keeps_only_its_newest_entries(station: Station) -> None:
@@ -237,3 +237,21 @@ async def test_an_operator_holds_resumes_and_aborts_and_the_trace_says_who(
         ("Abort", "NO_ERROR", "operator alice"),
     ]
     assert page.count("<button") == 3
+
+
+async def test_the_scope_page_shows_the_queue_and_the_online_state(station: Station) -> None:
+    async with running(station.gateway(seconds=1)), station.mes() as mes:
+        await station.start_rear_axle(mes, "J1", "J2")  # one positioner: J2 waits
+        await until_state(station, "J1", "Running")
+        queue = await station.get_json(f"/api/scopes/{SCOPE}/queue")
+        assert [row["job_order_id"] for row in queue["running"]] == ["J1"]
+        assert queue["running"][0]["equipment"] == ["camera", "positioner", "tightener"]
+        assert [(row["job_order_id"], row["position"]) for row in queue["waiting"]] == [("J2", 1)]
+        assert (queue["online"], queue["capacity"]) == (True, 1)
+        await mes.configure("online", {"Online": False, "Reason": "maintenance"})
+        page = (await station.request(f"/ui/scopes/{SCOPE}")).body.decode()
+        index = (await station.request("/ui/")).body.decode()
+    assert '<section id="queue"' in page
+    assert "offline: maintenance" in page
+    assert page.index("J1") < page.index("J2")
+    assert '<span class="offline">offline</span>' in index

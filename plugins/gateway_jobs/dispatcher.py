@@ -1,0 +1,177 @@
+"""The dispatcher: lets queued jobs start as the scope's capacity, equipment and state allow.
+
+``Dispatcher.dispatch(scope)`` runs the ``queue.DISPATCH`` script (admitting jobs atomically,
+see ``queue``) and hands each admitted job to its recipe interpreter. Job management calls it
+after every change that may let a job start (a job entered AllowedToStart, ended, left the queue,
+was updated; the capacity or the online state changed). The ``DispatchService`` on every
+instance calls it for every scope periodically and when a queued job's StartTime comes, which
+also covers an instance that died between admitting a job and handing it over (the SFC engine's
+reconciliation starts admitted jobs it does not run; ``startable`` lists them).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+
+from gateway.jobstates import TopState
+from gateway.store import Store
+from gateway_jobs.queue import DISPATCH, ENQUEUE, QueueKeys, QueueView, read_queue
+
+if TYPE_CHECKING:
+    from gateway.app import Gateway
+
+log = logging.getLogger(__name__)
+
+Capacity = Callable[[str], Awaitable[int]]
+Start = Callable[[str, str], Awaitable[None]]
+Feed = Callable[[str, QueueView], Awaitable[None]]
+
+
+class Dispatcher:
+    """The queue of every scope of one store."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        capacity: Capacity,
+        start: Start,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.keys = QueueKeys(store)
+        self.capacity = capacity  # scope -> running jobs allowed (0: unlimited)
+        self.start = start  # hands an admitted job to its interpreter
+        self.clock = clock
+        self.feed: Feed | None = None  # told the queue after each pass (``queuefeed``)
+        # Called by the periodic pass before dispatching a scope: queues jobs in AllowedToStart
+        # that are neither queued nor admitted (stored by a version without the queue).
+        self.adopt: Callable[[str], Awaitable[None]] | None = None
+        self._tasks: TaskGroup | None = None  # set while the service runs: StartTime wake-ups
+        self._wake_at: dict[str, float] = {}
+
+    async def dispatch(self, scope: str, *, verify: bool = False) -> list[str]:
+        """Admit what may start now and start it; returns the admitted jobs. ``verify``: drop
+        entries whose job is no longer in a state that may hold one (the periodic pass)."""
+        keys = self.keys
+        script = self.store.client.register_script(DISPATCH)
+        admitted, due = await script(
+            keys=[
+                keys.waiting(scope),
+                keys.arrival(scope),
+                keys.admitted(scope),
+                keys.online(scope),
+                keys.state(scope, TopState.RUNNING),
+                keys.state(scope, TopState.INTERRUPTED),
+                keys.state(scope, TopState.ALLOWED_TO_START),
+            ],
+            args=[repr(self.clock()), await self.capacity(scope), "1" if verify else "0"],
+        )
+        if due:
+            self._wake(scope, float(due))
+        for job in admitted:
+            log.info("job %s/%s: its turn; starting it", scope, job)
+            try:
+                await self.start(scope, str(job))
+            except Exception:  # admitted: the engine's reconciliation starts it
+                log.exception("job %s/%s: admitted but not handed over", scope, job)
+        if self.feed is not None:
+            try:
+                await self.feed(scope, await self.queue(scope))
+            except Exception as error:  # the next pass publishes it
+                log.info("queue of %s not published: %s", scope, error)
+        return [str(job) for job in admitted]
+
+    async def queue(self, scope: str) -> QueueView:
+        return await read_queue(self.keys, scope, await self.capacity(scope))
+
+    async def admitted_waiting(self, scope: str) -> list[str]:
+        """Jobs let start that have not started running yet (``JobControl.startable``)."""
+        jobs = sorted(await self.store.client.hkeys(self.keys.admitted(scope)))
+        if not jobs:
+            return []
+        flags = await self.store.client.smismember(
+            self.keys.state(scope, TopState.ALLOWED_TO_START), jobs
+        )
+        return [str(job) for job, allowed in zip(jobs, flags, strict=True) if allowed]
+
+    async def sweep(self) -> None:
+        """Dispatch every scope the store knows (the service's periodic pass)."""
+        for scope in sorted(await self.store.known_scopes()):
+            if self.adopt is not None:
+                await self.adopt(scope)
+            await self.dispatch(scope, verify=True)
+
+    async def unqueued(self, scope: str) -> list[str]:
+        """Jobs in AllowedToStart that are neither waiting nor admitted."""
+        pipeline = self.store.client.pipeline(transaction=True)
+        pipeline.smembers(self.keys.state(scope, TopState.ALLOWED_TO_START))
+        pipeline.hkeys(self.keys.waiting(scope))
+        pipeline.hkeys(self.keys.admitted(scope))
+        allowed, waiting, admitted = await pipeline.execute()
+        return sorted(set(allowed) - set(waiting) - set(admitted))
+
+    async def enqueue(self, scope: str, job_order_id: str, entry: str) -> None:
+        """Queue a job outside a state change (``adopt``); never one already let start."""
+        keys = self.keys
+        script = self.store.client.register_script(ENQUEUE)
+        await script(
+            keys=[keys.waiting(scope), keys.arrival(scope), keys.admitted(scope), keys.seq(scope)],
+            args=[job_order_id, entry],
+        )
+
+    def _wake(self, scope: str, due: float) -> None:
+        """Dispatch ``scope`` again when ``due`` (a queued job's StartTime) comes."""
+        tasks = self._tasks
+        scheduled = self._wake_at.get(scope, math.inf)
+        if tasks is None or due >= scheduled:
+            return
+        self._wake_at[scope] = due
+        tasks.start_soon(self._wake_later, scope, due)
+
+    async def _wake_later(self, scope: str, due: float) -> None:
+        await anyio.sleep(max(0.0, due - self.clock()))
+        if self._wake_at.get(scope) == due:
+            del self._wake_at[scope]
+        try:
+            await self.dispatch(scope)
+        except Exception as error:  # the periodic sweep tries again
+            log.warning("dispatching %s at a StartTime failed: %s", scope, error)
+
+    async def serve(self, gateway: Gateway, poll_seconds: float) -> None:
+        async with anyio.create_task_group() as tasks:
+            self._tasks = tasks
+            try:
+                try:  # at start: what waited while no instance ran
+                    await self.sweep()
+                except Exception as error:
+                    log.warning("first dispatch pass failed: %s", error)
+                await gateway.resilience.every("jobs.dispatch", poll_seconds, self.sweep)
+            finally:
+                self._tasks = None
+                self._wake_at.clear()
+
+
+class DispatchService:
+    """Runs the dispatcher's periodic pass and StartTime wake-ups on every gateway instance."""
+
+    name = "jobs-dispatch"
+    roles = frozenset({"gateway", "engine"})
+
+    def __init__(self, dispatcher: Dispatcher, poll_seconds: float) -> None:
+        self.dispatcher = dispatcher
+        self.poll_seconds = poll_seconds
+
+    async def run(self, gateway: Gateway, *, task_status: TaskStatus[None]) -> None:
+        task_status.started()
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(self.dispatcher.serve, gateway, self.poll_seconds)
+            await gateway.stopping.wait()
+            tasks.cancel_scope.cancel()

@@ -1,0 +1,11 @@
+"""The sequence engine's integration tests run on every Redis deployment."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture
+def redis_url(redis_deployment_url: str) -> str:
+    """One node, a Sentinel-watched master and a 3-master Cluster, in turn."""
+    return redis_deployment_url
