@@ -96,6 +96,13 @@ class BoundedRedisCluster(RedisCluster):
                 return await execute(*args, **kwargs)
 
         pipeline.execute = bounded_execute  # type: ignore[method-assign]
+        queue = pipeline.execute_command
+
+        def named_queue(*args: Any, **kwargs: Any) -> Any:
+            with connection_errors_named():
+                return queue(*args, **kwargs)
+
+        pipeline.execute_command = named_queue  # type: ignore[method-assign]
         return pipeline
 
 
@@ -111,6 +118,13 @@ def connection_errors_named() -> Iterator[None]:
         if "'NoneType' object" not in str(error):
             raise
         raise RedisConnectionError(f"connection lost while sending: {error}") from error
+    except RuntimeError as error:
+        # redis-py 8.1 queues a command of a Cluster transaction by running the client's
+        # re-initialisation (after a failover) in a thread with an event loop of its own,
+        # whose lock then refuses the gateway's loop: the topology is being relearned.
+        if "bound to a different event loop" not in str(error):
+            raise
+        raise RedisConnectionError(f"cluster topology being relearned: {error}") from error
 
 
 def _without_keys(parse: Callable[..., Any]) -> Callable[..., Any]:

