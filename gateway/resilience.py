@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import NoReturn, TypeVar
@@ -75,6 +76,11 @@ _transient_types: tuple[type[BaseException], ...] = (
 )
 
 
+# Replies redis-py has no type for that say "not now": a master with too few replicas
+# (min-replicas-to-write), a Cluster slot moving or down; also inside a script's error.
+_REFUSED_FOR_NOW = re.compile(r"(^|\s)(NOREPLICAS|CLUSTERDOWN|TRYAGAIN|MASTERDOWN)\b")
+
+
 def register_transient(*types: type[BaseException]) -> None:
     """Count ``types`` (a client library's connection errors, say) as transient too."""
     global _transient_types
@@ -94,6 +100,10 @@ def is_transient(error: BaseException) -> bool:
         if isinstance(current, BaseExceptionGroup):
             return all(is_transient(inner) for inner in current.exceptions)
         if isinstance(current, _transient_types):
+            return True
+        if isinstance(current, redis.exceptions.ResponseError) and _REFUSED_FOR_NOW.search(
+            str(current)
+        ):
             return True
         current = current.__cause__
     return False

@@ -6,14 +6,16 @@ Every client decodes replies and speaks RESP2, whatever the deployment, so plugi
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from typing import Any, cast
 
 import anyio
 from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.client import Pipeline
 from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import MaxConnectionsError
 
 from gateway_redis.settings import (
@@ -32,6 +34,26 @@ class SentinelBlockingPool(SentinelConnectionPool, BlockingConnectionPool):
     Connections ask the Sentinels for the master when they connect, and drop themselves when
     that node answers READONLY (it was demoted), so a failover needs no restart.
     """
+
+
+class FailoverRedis(Redis):
+    """The client of one node or of the master behind Sentinel, with the lost connections
+    of a killed server named as such (``connection_errors_named``)."""
+
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        with connection_errors_named():
+            return await super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
+
+    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Pipeline:
+        pipeline = super().pipeline(transaction, shard_hint)
+        execute = pipeline.execute
+
+        async def named_execute(*args: Any, **kwargs: Any) -> Any:
+            with connection_errors_named():
+                return await execute(*args, **kwargs)
+
+        pipeline.execute = named_execute  # type: ignore[method-assign]
+        return pipeline
 
 
 class BoundedRedisCluster(RedisCluster):
@@ -54,7 +76,8 @@ class BoundedRedisCluster(RedisCluster):
         with anyio.move_on_after(self._pool_timeout):
             await self._in_flight.acquire()
             try:
-                yield
+                with connection_errors_named():
+                    yield
             finally:
                 self._in_flight.release()
             return
@@ -73,7 +96,35 @@ class BoundedRedisCluster(RedisCluster):
                 return await execute(*args, **kwargs)
 
         pipeline.execute = bounded_execute  # type: ignore[method-assign]
+        queue = pipeline.execute_command
+
+        def named_queue(*args: Any, **kwargs: Any) -> Any:
+            with connection_errors_named():
+                return queue(*args, **kwargs)
+
+        pipeline.execute_command = named_queue  # type: ignore[method-assign]
         return pipeline
+
+
+@contextmanager
+def connection_errors_named() -> Iterator[None]:
+    """A write on a connection the server (killed in a failover) closed meanwhile leaks
+    asyncio's transport internals from redis-py 8.1 (``'NoneType' object has no attribute
+    'writelines'``, ``'NoneType' object is not callable``; redis/redis-py#4287) instead of a
+    ``ConnectionError``: raised as what it is, so it is retried like any lost connection."""
+    try:
+        yield
+    except (AttributeError, TypeError) as error:
+        if "'NoneType' object" not in str(error):
+            raise
+        raise RedisConnectionError(f"connection lost while sending: {error}") from error
+    except RuntimeError as error:
+        # redis-py 8.1 queues a command of a Cluster transaction by running the client's
+        # re-initialisation (after a failover) in a thread with an event loop of its own,
+        # whose lock then refuses the gateway's loop: the topology is being relearned.
+        if "bound to a different event loop" not in str(error):
+            raise
+        raise RedisConnectionError(f"cluster topology being relearned: {error}") from error
 
 
 def _without_keys(parse: Callable[..., Any]) -> Callable[..., Any]:
@@ -96,7 +147,7 @@ async def connect(settings: RedisSettings, options: dict[str, Any], stack: Async
         pool = BlockingConnectionPool.from_url(
             connection_url(settings), **pool_options, **options, **credentials
         )
-        return Redis.from_pool(pool)
+        return FailoverRedis.from_pool(pool)
     if deployment.topology is Topology.SENTINEL:
         sentinel_options: dict[str, Any] = {
             "socket_connect_timeout": options["socket_connect_timeout"],
@@ -118,6 +169,7 @@ async def connect(settings: RedisSettings, options: dict[str, Any], stack: Async
             Redis,
             sentinel.master_for(
                 deployment.service,
+                redis_class=FailoverRedis,
                 connection_pool_class=SentinelBlockingPool,
                 **pool_options,
                 **options,

@@ -19,7 +19,7 @@ from redis.exceptions import RedisError
 from gateway.cloudevents import format_time, utc_now
 from gateway.errors import GatewayError, SettingsError
 from gateway.store import KeySchema, StreamBatch, check_scope
-from gateway_redis.clients import connect
+from gateway_redis.clients import connect, connection_errors_named
 from gateway_redis.dedupe import RedisDeduplicator
 from gateway_redis.embedded import EmbeddedRedis
 from gateway_redis.jsondoc import dumps, loads
@@ -276,7 +276,8 @@ class RedisStore:
             self.check_key(scope, key)
         async with self.client.pipeline(transaction=True) as pipeline:
             if watch:
-                await pipeline.watch(*watch)
+                with connection_errors_named():  # WATCH is sent at once, outside execute
+                    await pipeline.watch(*watch)
             pipeline.multi()  # type: ignore[no-untyped-call]  # untyped in redis-py
             transaction = RedisScopeTransaction(self, scope, pipeline, watching=bool(watch))
             yield transaction

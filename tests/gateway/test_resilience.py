@@ -207,3 +207,17 @@ async def test_forever_survives_every_failure_and_reports_readiness() -> None:
             tasks.cancel_scope.cancel()
     assert failing_seen[:4] == [False, True, True, False]
     assert readiness.ready
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "NOREPLICAS Not enough good replicas to write.",
+        "CLUSTERDOWN The cluster is down",
+        "Error running script (call to f_1): @user_script:3: NOREPLICAS Not enough good replicas",
+    ],
+)
+def test_a_master_refusing_for_now_is_transient(message: str) -> None:
+    """min-replicas-to-write and Cluster slot trouble pass by themselves: retried."""
+    assert is_transient(redis.exceptions.ResponseError(message))
+    assert not is_transient(redis.exceptions.ResponseError("WRONGTYPE Operation against a key"))
