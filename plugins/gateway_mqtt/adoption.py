@@ -115,7 +115,7 @@ class SessionAdopter:
         orphan_replies = f"{self.binding.settings.reply_topic_prefix}/{instance_id}"
         handled = 0
         for name in sorted({lane for lane, _ in served} | {""}):
-            lane = self.binding.other_lane(name, f"gw-{instance_id}" + (f"-{name}" if name else ""))
+            lane = self.binding.lane(name, f"gw-{instance_id}" + (f"-{name}" if name else ""))
             async with lane.connector.connect() as client:
                 if client.session_present:
                     handled += await self._take_over(

@@ -131,7 +131,7 @@ class MqttBinding:
         # anyio primitives belong to the event loop, which does not exist yet in __init__.
         self._connected = anyio.Event()
 
-    def _lane(self, name: str, client_id: str | None = None) -> Lane:
+    def lane(self, name: str, client_id: str | None = None) -> Lane:
         """This instance's lane ``name``; with ``client_id``: a gone instance's, to adopt."""
         if client_id is None and not name:
             client_id, connector = self.client_id, self.connector
@@ -159,10 +159,10 @@ class MqttBinding:
             # Every lane subscribed before the gateway counts as started: a command sent to a
             # lane not subscribed yet would reach no session of a new share group.
             for name in sorted(names - {""}):
-                await lanes.start(self._run_lane, gateway, self._lane(name))
+                await lanes.start(self._run_lane, gateway, self.lane(name))
             if self.adopts(gateway) and gateway.instances is not None:
                 lanes.start_soon(SessionAdopter(self, gateway.instances).run, gateway)
-            await self._run_lane(gateway, self._lane(""), task_status=task_status)
+            await self._run_lane(gateway, self.lane(""), task_status=task_status)
         self._closed = True
         log.info("MQTT binding stopped; session %s kept by the broker", self.client_id)
 
@@ -338,28 +338,19 @@ class MqttBinding:
             for subscription in processor.subscriptions
         }
 
-    def other_lane(self, name: str, client_id: str) -> Lane:
-        """Lane ``name`` of another instance's session ``client_id`` (to adopt it)."""
-        return self._lane(name, client_id)
-
-    async def handle(
-        self, client: MqttClient, gateway: Gateway, received: Received, lane: Lane
-    ) -> None:
-        """Handle one message taken on ``lane`` (holding one of its slots), as served ones are:
-        acknowledged once handled, or left for redelivery."""
-        await self._handle(client, gateway, received, lane)
-
     async def _read(
         self, client: MqttClient, gateway: Gateway, handlers: TaskGroup, lane: Lane
     ) -> None:
         async for received in client.messages():
             self.received += 1
             await lane.slots.acquire()
-            handlers.start_soon(self._handle, client, gateway, received, lane)
+            handlers.start_soon(self.handle, client, gateway, received, lane)
 
-    async def _handle(
+    async def handle(
         self, client: MqttClient, gateway: Gateway, received: Received, lane: Lane
     ) -> None:
+        """Handle one message taken on ``lane`` (holding one of its slots): acknowledged once
+        handled, or left unacknowledged for the broker to hand out again."""
         incoming = received.message
         try:
             if incoming.topic == self.reply_topic:
