@@ -15,7 +15,7 @@ import anyio
 import pytest
 
 from gateway.app import Gateway
-from gateway.equipment import EquipmentCommand
+from gateway.equipment import EquipmentCommand, EquipmentHub
 from gateway.testing import running, wait_until
 from gateway.testing.equipment import NoAnswer, TestEquipment
 from gateway.testing.mqtt import connect_test_client
@@ -74,10 +74,7 @@ async def test_a_command_lost_while_its_equipment_was_away_is_sent_again_when_it
     instance = gateway(mqtt_url, redis_url, unique, equipment)
     async with running(instance), connect_test_client(mqtt_url) as client:
         hub = instance.equipment
-        await hub.heartbeat("tool", timeout_seconds=0.2)
-        with anyio.fail_after(10):
-            while (await hub.liveness("tool")).online:  # noqa: ASYNC110  # the tool goes away
-                await anyio.sleep(0.05)
+        await goes_away(hub, "tool")
         mes = JobsMes(client, unique, "cell1")
         await mes.configure("workmaster", work_master("WM", RECIPE, dataschema=DATASCHEMA))
         await mes.store(job_order("J1", work_masters=["WM"]), method="StoreAndStart")
@@ -104,10 +101,7 @@ async def test_a_command_whose_deadline_passed_while_its_equipment_was_away_is_n
     instance = gateway(mqtt_url, redis_url, unique, equipment, **polls)
     async with running(instance), connect_test_client(mqtt_url) as client:
         hub = instance.equipment
-        await hub.heartbeat("tool", timeout_seconds=0.2)
-        with anyio.fail_after(10):
-            while (await hub.liveness("tool")).online:  # noqa: ASYNC110  # the tool goes away
-                await anyio.sleep(0.05)
+        await goes_away(hub, "tool")
         mes = JobsMes(client, unique, "cell1")
         await mes.configure("workmaster", work_master("WM", recipe, dataschema=DATASCHEMA))
         await mes.store(job_order("J1", work_masters=["WM"]), method="StoreAndStart")
@@ -134,3 +128,11 @@ async def engine_settled(redis_url: str, name: str) -> None:
         with anyio.fail_after(10):
             while not await settled():  # noqa: ASYNC110  # another task's progress in Redis
                 await anyio.sleep(0.02)
+
+
+async def goes_away(hub: EquipmentHub, equipment: str) -> None:
+    """A heartbeat with a short timeout, then none: ``equipment`` is offline."""
+    await hub.heartbeat(equipment, timeout_seconds=0.2)
+    with anyio.fail_after(10):
+        while (await hub.liveness(equipment)).online:  # noqa: ASYNC110
+            await anyio.sleep(0.05)
