@@ -12,7 +12,6 @@ Each offers ``kill_master`` (SIGKILL, then wait until a replica has taken over) 
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import subprocess
 import tempfile
@@ -28,7 +27,12 @@ from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.sentinel import Sentinel
 
-from gateway.testing.services import ServerProcess, free_port, redis_server
+from gateway.testing.services import (
+    ServerProcess,
+    free_port,
+    redis_server,
+    redis_server_candidates,
+)
 
 MASTER_NAME = "mymaster"
 DOWN_AFTER_MS = 1000  # Sentinel's down-after-milliseconds and the Cluster node timeout
@@ -44,11 +48,7 @@ def redis_major_version(executable: str) -> int:
 
 def find_ha_redis_server() -> str:
     """A redis-server of version 7 or later: on PATH, or in /usr/bin or /usr/sbin."""
-    candidates: list[str] = []
-    for directory in [*os.get_exec_path(), "/usr/bin", "/usr/sbin"]:
-        candidate = os.path.join(directory, "redis-server")
-        if os.access(candidate, os.X_OK) and candidate not in candidates:
-            candidates.append(candidate)
+    candidates = redis_server_candidates()
     for candidate in candidates:
         if redis_major_version(candidate) >= 7:
             return candidate

@@ -193,13 +193,19 @@ def redis_supports_tls(executable: str) -> bool:
     return "gateway-tls-probe" in output and "'tls-port" not in output
 
 
-def find_tls_redis_server() -> str:
-    """A redis-server built with TLS: the first on PATH, or in /usr/bin or /usr/sbin."""
+def redis_server_candidates() -> list[str]:
+    """Every executable redis-server: on PATH (a venv's first), then in /usr/bin and /usr/sbin."""
     candidates: list[str] = []
     for directory in [*os.get_exec_path(), "/usr/bin", "/usr/sbin"]:
         candidate = os.path.join(directory, "redis-server")
         if os.access(candidate, os.X_OK) and candidate not in candidates:
             candidates.append(candidate)
+    return candidates
+
+
+def find_tls_redis_server() -> str:
+    """A redis-server built with TLS: the first on PATH, or in /usr/bin or /usr/sbin."""
+    candidates = redis_server_candidates()
     for candidate in candidates:
         if redis_supports_tls(candidate):
             return candidate
