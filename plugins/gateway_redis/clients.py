@@ -6,17 +6,23 @@ Every client decodes replies and speaks RESP2, whatever the deployment, so plugi
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import anyio
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.client import Pipeline
-from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
+from redis.asyncio.cluster import (
+    AbstractStrategy,
+    ClusterNode,
+    ClusterPipeline,
+    RedisCluster,
+    TransactionStrategy,
+)
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import MaxConnectionsError
+from redis.exceptions import MaxConnectionsError, RedisError, WatchError
 
 from gateway_redis.settings import (
     RedisSettings,
@@ -25,6 +31,8 @@ from gateway_redis.settings import (
     tls_options,
 )
 from gateway_redis.topology import Topology
+
+T = TypeVar("T")
 
 
 class SentinelBlockingPool(SentinelConnectionPool, BlockingConnectionPool):
@@ -87,8 +95,16 @@ class BoundedRedisCluster(RedisCluster):
         async with self._connection_slot():
             return await super().execute_command(*args, **kwargs)
 
+    async def ping(self, **kwargs: Any) -> bool:
+        """Whether every master answers (redis-py asks one node): while a killed master's
+        slots wait for a replica to take over, the store is not ready."""
+        kwargs.setdefault("target_nodes", self.PRIMARIES)
+        return bool(await super().ping(**kwargs))
+
     def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> ClusterPipeline:
         pipeline = super().pipeline(transaction, shard_hint)
+        if transaction:
+            pipeline._execution_strategy = CommitOnceTransaction(pipeline)
         execute = pipeline.execute
 
         async def bounded_execute(*args: Any, **kwargs: Any) -> Any:
@@ -104,6 +120,115 @@ class BoundedRedisCluster(RedisCluster):
 
         pipeline.execute_command = named_queue  # type: ignore[method-assign]
         return pipeline
+
+
+class CommitOnceTransaction(TransactionStrategy):
+    """redis-py's Cluster transaction, except that a commit never goes without its WATCH,
+    and WATCH and queuing happen in the gateway's event loop.
+
+    redis-py (8.1) loses the WATCH of a Cluster transaction in two ways during a failover,
+    and then commits blindly, over whatever another instance wrote meanwhile (a job stored
+    again over the one that ran, a job's end recorded twice):
+
+    - a command that meets CLUSTERDOWN (or keeps meeting MOVED) closes every connection of
+      the client, the WATCHing one included, and the EXEC then reconnects without a word;
+    - a connection lost during EXEC sends MULTI...EXEC again on a new connection, which has
+      no WATCH (and when the killed master had executed the first EXEC and replicated it
+      without answering, the same writes are made twice).
+
+    Here the connection that holds the WATCH refuses to reconnect, and a lost connection is
+    the caller's to handle, the way redis-py handles it on one node: watching, it raises
+    ``WatchError`` (the compare-and-swap reads again and decides on what is stored, which
+    shows a commit that did happen); not watching, the connection error, as is. Only a
+    transaction the server refused unexecuted (MOVED/ASK, EXECABORT) is sent again.
+
+    redis-py also sends WATCH and queues every command from a thread with an event loop of
+    its own (its queuing is synchronous), relearning the topology there first when it is due:
+    the client's lock then refuses that loop ("bound to a different event loop", for as long
+    as the relearning takes), and connections opened there outlive their loop. Here WATCH is
+    awaited in the caller's loop, and a command is queued at once when its slot is known
+    without asking the server (any command whose keys are where the command table says).
+    """
+
+    async def watch(self, *names: Any) -> Any:
+        """WATCH, in the gateway's event loop (see the class)."""
+        if self._explicit_transaction:
+            raise RedisError("Cannot issue a WATCH after a MULTI")
+        cluster = self._pipe.cluster_client
+        if cluster._initialize:
+            await cluster.initialize()
+        slot = await cluster._determine_slot("WATCH", *names)
+        if self._pipeline_slots and slot not in self._pipeline_slots:
+            raise RedisError("Cannot watch keys of different slots")
+        self._validate_watch()  # type: ignore[no-untyped-call]
+        self._pipeline_slots.add(slot)
+        return await self._immediate_execute_command("WATCH", *names)  # type: ignore[no-untyped-call]
+
+    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        """Queue a command of the transaction without redis-py's thread (see the class) when
+        its slot is known without asking the server; else redis-py's way."""
+        immediate = self._watching or args[0] in self.IMMEDIATE_EXECUTE_COMMANDS
+        if self._explicit_transaction or not immediate:
+            slot = _without_waiting(self._pipe.cluster_client._determine_slot(*args))
+            if slot is not None:
+                self._pipeline_slots.add(slot)
+                return AbstractStrategy.execute_command(self, *args, **kwargs)
+        return super().execute_command(*args, **kwargs)
+
+    async def _execute_transaction_with_retries(
+        self, stack: list[Any], raise_on_error: bool
+    ) -> Any:
+        watching = self._watching
+        failures = 0
+        while True:
+            try:
+                with connection_errors_named(), self._watch_kept(watching):
+                    return await self._execute_transaction(stack, raise_on_error)
+            except self.SLOT_REDIRECT_ERRORS as error:
+                failures += 1
+                # Relearns the slot; raises WatchError itself when keys are watched.
+                await self._reinitialize_on_error(error, failures)  # type: ignore[no-untyped-call]
+                if watching or failures > self._retry.get_retries():
+                    raise
+            except self.CONNECTION_ERRORS as error:
+                # Drops the connection (and the WATCH with it), relearns the slots in time.
+                await self._reinitialize_on_error(error, failures + 1)  # type: ignore[no-untyped-call]
+                if watching:
+                    raise WatchError(
+                        f"connection lost at the commit ({error}): "
+                        "it may or may not have happened; read again"
+                    ) from error
+                raise
+
+    @contextmanager
+    def _watch_kept(self, watching: bool) -> Iterator[None]:
+        """While the commit is sent, the WATCHing connection raises instead of reconnecting."""
+        connection = self._transaction_connection
+        if not watching:
+            yield
+            return
+        if connection is None:  # a new one would commit without the WATCH
+            raise RedisConnectionError("the connection holding the WATCH is gone")
+
+        async def refuse(*args: Any, **kwargs: Any) -> None:
+            raise RedisConnectionError("the connection holding the WATCH was closed meanwhile")
+
+        connection.connect_check_health = refuse  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            del connection.connect_check_health  # the class's own again
+
+
+def _without_waiting(work: Coroutine[Any, Any, T]) -> T | None:
+    """The result of ``work`` when it finishes without waiting for anything; else ``None``
+    (it is closed unfinished)."""
+    try:
+        work.send(None)
+    except StopIteration as finished:
+        return cast(T, finished.value)
+    work.close()
+    return None
 
 
 @contextmanager

@@ -7,8 +7,10 @@ in ``sfc:unclaimed``: it may have overtaken the state change that starts the wai
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import math
 import time
 from collections.abc import Mapping
 from typing import Any, cast
@@ -22,6 +24,20 @@ from gateway_sfc.snapshots import RecipeCache
 from gateway_sfc.state import Execution, Phase
 
 log = logging.getLogger(__name__)
+
+# Take a kept event for a job: whoever removes it owns it. The owner is noted for as long as
+# events are kept, so the same claim sent again (a client retrying it after its answer was
+# lost with the connection, in a failover) is told yes, not no: else the event would be gone
+# with no owner. KEYS[1] the kept events, KEYS[2] the claim's note; ARGV[1] the event as kept,
+# ARGV[2] the job, ARGV[3] seconds to keep the note.
+CLAIM = """
+if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 1 then
+  redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[3])
+  return 1
+end
+if redis.call('GET', KEYS[2]) == ARGV[2] then return 1 end
+return 0
+"""
 
 
 class EventRouter:
@@ -113,7 +129,11 @@ class EventRouter:
                 return
             if waiting_action_for(executor, execution, event) is None:
                 continue
-            taken = await client.lrem(key, 1, text)  # whoever removes it, owns it
+            note = self.context.keys.scoped(
+                scope, "claimed", hashlib.sha1(text.encode()).hexdigest()
+            )
+            seconds = math.ceil(self.context.settings.unclaimed_event_seconds)
+            taken = await client.eval(CLAIM, 2, key, note, text, job, seconds)
             if taken and not await self.offer(scope, job, event):
                 await self._keep_unclaimed(scope, event)
 

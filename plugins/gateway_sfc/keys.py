@@ -14,7 +14,8 @@ Per scope:
   stream atomically (so each fires once) — they survive every restart.
 - ``sfc:waiting`` sorted set: jobs with a ``pull_event`` waiting, oldest first, where an
   incoming equipment event looks for its taker; ``sfc:unclaimed``: recent events nobody waited
-  for yet (an event may overtake the state change that starts the wait).
+  for yet (an event may overtake the state change that starts the wait), and for each event a
+  job took from there, ``sfc:claimed:<digest>`` names that job for a while (``events.CLAIM``).
 - ``sfc:outbox`` sorted set: commands committed and about to be published, by the time after
   which they count as lost (the instance died between commit and publish) and are sent again.
 - ``sfc:active`` set: jobs not ended, for the recovery scan at start.

@@ -1,9 +1,9 @@
-"""The Redis master killed (SIGKILL) under load behind Sentinel: failover.
+"""The Redis master killed (SIGKILL) under load, behind Sentinel and on a Cluster: failover.
 
 Two gateway instances and the simulated station run 50 rear-axle jobs on a Sentinel-watched
-master (one replica, three Sentinels); the master is killed while they run. The gateways
-report not ready while no master serves (``/readyz`` 503), retry, and carry on with the
-promoted replica.
+master (one replica, three Sentinels), or on a Cluster of three masters with a replica each;
+the master (of the scope's slot) is killed while they run. The gateways report not ready
+while no master serves (``/readyz`` 503), retry, and carry on with the promoted replica.
 
 Replication is asynchronous: what the master acknowledged in its last moments may not have
 reached the replica. The test counts it instead of hoping it is nothing: a job the MES stored
@@ -41,6 +41,7 @@ from .conftest import (
     endings,
     job_response,
     poll_until,
+    rear_axle,
     wait_for_all_ended,
 )
 
@@ -50,6 +51,11 @@ JOBS = [f"J{number}" for number in range(50)]
 # At most this many acknowledged jobs may be lost to asynchronous replication in one failover:
 # the jobs stored in the replication lag (milliseconds on loopback) before the kill.
 LOSS_BOUND = 10
+# Every action may wait this long (the recipe's verify waits 15 s): after a Cluster failover
+# under this load the gateways took 3 to 33 s to be ready again (docs/redis-ha.md), and a job
+# whose event comes later than its action's timeout is aborted, correctly, but that is not
+# what this test is about: every job ends once, and what the failover lost is counted.
+ACTION_TIMEOUT_SECONDS = 120
 OK = 0  # ReturnStatus of a call that did what it was asked
 
 
@@ -68,12 +74,10 @@ class FailoverStation(FaultStation):
         return self.deployment.kill_master(f"{self.name}:{{{SCOPE}}}:sfc:work")
 
 
-# Sentinel only: on the Cluster (``cluster_deployment(masters=3, replicas=1)``) the same test
-# passes most runs but about one in five records a job's end twice: a transaction committed
-# once more after a failover (redis-py's Cluster client retries a MULTI/EXEC whose reply the
-# killed master never sent). Until that is fixed, a Cluster failover is not claimed to keep
-# "exactly once"; see docs/redis-ha.md.
-@pytest.fixture(params=["sentinel"])
+# On the Cluster, 3 masters with a replica each. It once recorded a job's end twice about one
+# run in five: redis-py's Cluster transactions lost their WATCH in a failover and committed
+# blindly (gateway_redis.clients.CommitOnceTransaction).
+@pytest.fixture(params=["sentinel", "cluster"])
 def failover_station(request: pytest.FixtureRequest, unique: str) -> Iterator[FailoverStation]:
     directory = Path(tempfile.mkdtemp(prefix="gw-failover-"))
     (directory / "mosquitto").mkdir()
@@ -158,7 +162,7 @@ async def test_the_master_killed_under_load_fails_over_and_every_job_ends_once(
     seen: dict[str, set[int]] = {}
     acknowledged: set[str] = set()
     async with station.mes() as mes:
-        await configure_rear_axle(mes)
+        await configure_rear_axle(mes, rear_axle(timeout_seconds=ACTION_TIMEOUT_SECONDS))
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(store_acknowledged, mes, JOBS, acknowledged)
             async with station.store() as client:
@@ -170,16 +174,21 @@ async def test_the_master_killed_under_load_fails_over_and_every_job_ends_once(
 
             async with anyio.create_task_group() as watching:
                 watching.start_soon(watch_readiness, station, seen)
+                killed_at = anyio.current_time()
                 promoted = await anyio.to_thread.run_sync(station.kill_master)
                 await station.wait_ready(timeout=60)
+                ready_after = anyio.current_time() - killed_at
                 watching.cancel_scope.cancel()
         # The MES sees which acknowledged jobs the new master does not know, and stores
         # them again; the count is the test's report of what asynchronous replication lost.
         lost = await lost_jobs(mes, JOBS)
-        print(f"failover to port {promoted}: {len(lost)} of {len(JOBS)} jobs lost: {lost}")
+        print(
+            f"failover to port {promoted}, ready again after {ready_after:.1f} s: "
+            f"{len(lost)} of {len(JOBS)} jobs lost: {lost}"
+        )
         if lost:
             await store_acknowledged(mes, lost, set())
-        responses = await wait_for_all_ended(mes, JOBS, timeout=120)
+        responses = await wait_for_all_ended(mes, JOBS, timeout=180)
 
     assert all(code is None for code in station.running().values()), station.running()
     assert acknowledged == set(JOBS)

@@ -214,6 +214,60 @@ async def test_an_unchanged_watched_key_commits_after_reading_it(store: RedisSto
     assert await store.get_json(key) == {"State": "Running"}
 
 
+async def close_connections_serving(store: RedisStore, key: str) -> None:
+    """The server closes every connection of the node serving ``key`` (the way a failover
+    loses them), the one asking excepted."""
+    client: object = store.client  # a RedisCluster on a Cluster, whatever it is typed as
+    if isinstance(client, RedisCluster):
+        node = client.get_node_from_key(key)
+        await client.client_kill_filter(_type="normal", skipme=True, target_nodes=node)
+    else:
+        await store.client.client_kill_filter(_type="normal", skipme=True)
+
+
+async def test_a_commit_whose_watching_connection_was_lost_fails_and_writes_nothing(
+    store: RedisStore,
+) -> None:
+    # The WATCH went with the connection: sent again on a new one, the commit would be blind
+    # to the change made meanwhile (redis-py's Cluster client did that; see clients.py).
+    key = store.keys.scoped("cell-1", "job", "J1")
+    await store.set_json(key, {"State": "Ready"})
+
+    async def start_job() -> None:
+        async with store.transaction("cell-1", watch=[key]) as tx:
+            current = await tx.get_json(key)
+            await close_connections_serving(store, key)
+            await store.set_json(key, {"State": "Aborted"})  # another instance, meanwhile
+            tx.set_json(key, {**current, "State": "Running"})
+            tx.append_change({"change_type": "Start"})
+
+    with pytest.raises(WatchError):
+        await start_job()
+    assert await store.get_json(key) == {"State": "Aborted"}
+    assert await store.client.xlen(store.keys.changes("cell-1")) == 0
+
+
+async def test_a_cluster_commit_does_not_reconnect_without_its_watch(store: RedisStore) -> None:
+    client: object = store.client
+    if not isinstance(client, RedisCluster):
+        return  # a Cluster client's own failover handling, checked on a Cluster
+    key = store.keys.scoped("cell-1", "job", "J1")
+    await store.set_json(key, {"State": "Ready"})
+
+    async def start_job() -> None:
+        async with store.transaction("cell-1", watch=[key]) as tx:
+            current = await tx.get_json(key)
+            # What redis-py does when any command meets CLUSTERDOWN in a failover: it closes
+            # every connection of the client, the WATCHing one too, to relearn the slots.
+            await client.aclose()
+            await store.set_json(key, {"State": "Aborted"})
+            tx.set_json(key, {**current, "State": "Running"})
+
+    with pytest.raises(WatchError):
+        await start_job()
+    assert await store.get_json(key) == {"State": "Aborted"}
+
+
 async def test_a_transaction_touches_only_its_own_scope(store: RedisStore) -> None:
     with pytest.raises(ValueError, match="does not belong to scope"):
         async with store.transaction("cell-1") as tx:
