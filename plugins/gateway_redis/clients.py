@@ -6,6 +6,7 @@ Every client decodes replies and speaks RESP2, whatever the deployment, so plugi
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from typing import Any, TypeVar, cast
@@ -233,10 +234,13 @@ def _without_waiting(work: Coroutine[Any, Any, T]) -> T | None:
 
 @contextmanager
 def connection_errors_named() -> Iterator[None]:
-    """A write on a connection the server (killed in a failover) closed meanwhile leaks
-    asyncio's transport internals from redis-py 8.1 (``'NoneType' object has no attribute
-    'writelines'``, ``'NoneType' object is not callable``; redis/redis-py#4287) instead of a
-    ``ConnectionError``: raised as what it is, so it is retried like any lost connection."""
+    """A write on a connection the server (killed in a failover) closed meanwhile leaks the
+    event loop's transport internals from redis-py 8.1 instead of a ``ConnectionError``:
+    asyncio's (``'NoneType' object has no attribute 'writelines'``, ``'NoneType' object is not
+    callable``; redis/redis-py#4287) or uvloop's (``unable to perform operation on
+    <TCPTransport closed=True ...>; the handler is closed``). Raised as what it is, so it is
+    retried like any lost connection (as something else, the work that met it was dropped as
+    failed: an equipment event, say)."""
     try:
         yield
     except (AttributeError, TypeError) as error:
@@ -244,12 +248,18 @@ def connection_errors_named() -> Iterator[None]:
             raise
         raise RedisConnectionError(f"connection lost while sending: {error}") from error
     except RuntimeError as error:
+        if _UVLOOP_CLOSED.search(str(error)):
+            raise RedisConnectionError(f"connection lost while sending: {error}") from error
         # redis-py 8.1 queues a command of a Cluster transaction by running the client's
         # re-initialisation (after a failover) in a thread with an event loop of its own,
         # whose lock then refuses the gateway's loop: the topology is being relearned.
         if "bound to a different event loop" not in str(error):
             raise
         raise RedisConnectionError(f"cluster topology being relearned: {error}") from error
+
+
+# uvloop's UVHandle._ensure_alive, on a write to a transport that was closed.
+_UVLOOP_CLOSED = re.compile(r"^unable to perform operation on <\w+ closed=True\b")
 
 
 def _without_keys(parse: Callable[..., Any]) -> Callable[..., Any]:

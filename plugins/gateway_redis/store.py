@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 from redis.asyncio import BlockingConnectionPool, Redis, UnixDomainSocketConnection
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from gateway.cloudevents import format_time, utc_now
@@ -269,12 +270,15 @@ class RedisStore:
 
         An exception in the block discards everything. With ``watch`` keys, a change to any of
         them by someone else before the commit raises ``redis.exceptions.WatchError`` and
-        nothing is written: the caller reads again and retries.
+        nothing is written: the caller reads again and retries. So does a connection lost
+        while watching (the commit may then have happened: what is read again shows it).
         """
         check_scope(scope)
         for key in watch:
             self.check_key(scope, key)
-        async with self.client.pipeline(transaction=True) as pipeline:
+        with connection_errors_named():  # a Cluster client relearns its nodes first if due
+            pipeline = await self.client.pipeline(transaction=True).__aenter__()
+        try:
             if watch:
                 with connection_errors_named():  # WATCH is sent at once, outside execute
                     await pipeline.watch(*watch)
@@ -282,6 +286,8 @@ class RedisStore:
             transaction = RedisScopeTransaction(self, scope, pipeline, watching=bool(watch))
             yield transaction
             await pipeline.execute()
+        finally:
+            await _reset(pipeline)
         if transaction.changed:
             await self._make_discoverable(scope)
 
@@ -338,6 +344,18 @@ class RedisStore:
                 await self._make_discoverable(scope)
                 known.add(scope)
         return known
+
+
+async def _reset(pipeline: Pipeline) -> None:
+    """What leaving ``async with pipeline`` does: UNWATCH, give the connection back. On a
+    connection the server closed meanwhile (a failover) the UNWATCH fails, and that is all
+    right: the WATCH went with the connection, which goes back to the pool to reconnect; the
+    commit, if it was sent, stands or failed on its own."""
+    try:
+        with connection_errors_named():
+            await pipeline.reset()  # type: ignore[no-untyped-call]  # untyped in redis-py
+    except RedisConnectionError as error:
+        log.debug("transaction's connection lost before UNWATCH: %s", error)
 
 
 def _scope_of_changes(keys: KeySchema, key: str) -> str | None:
