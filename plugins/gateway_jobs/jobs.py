@@ -1,13 +1,14 @@
 """Job management: every OPC 40001-3 method and every recipe report, start to finish.
 
 Each change goes the same way: decide and store it atomically (``repository``), then announce
-it (status event, ``gateway_job_state_changed`` observers), let the dispatcher start what may
-start now (a job entering AllowedToStart waits in the scope's queue, see ``queue``; the
-dispatcher hands it to its interpreter's ``start`` when its turn comes), and tell the
-interpreter the MES's Pause, Resume, Stop and Abort once it has the job (``command``). What
-happens after the store cannot undo the change: a failing publish or interpreter is logged, and
-the method still reports success, because the state the MES asked for is what the station now
-holds.
+it (status event, ``gateway_job_state_changed`` observers), tell the interpreter the MES's
+Pause, Resume, Stop and Abort once it has the job (``command``), and ask the dispatcher for a
+pass that starts what may start now (a job entering AllowedToStart waits in the scope's queue,
+see ``queue``; the dispatcher hands it to its interpreter's ``start`` when its turn comes). The
+MES has its reply once the change is stored and announced: the pass runs after it, in the
+background (``Dispatcher.request``). What happens after the store cannot undo the change: a
+failing publish or interpreter is logged, and the method still reports success, because the
+state the MES asked for is what the station now holds.
 """
 
 from __future__ import annotations
@@ -291,24 +292,23 @@ class JobManager:
 
     async def _dispatch_after(self, scope: str, change: Change) -> None:
         """Let queued jobs start when ``change`` may allow it (the job entered or left the
-        queue, or freed its slot and equipment)."""
+        queue, or freed its slot and equipment).
+
+        The pass runs after the caller's reply (``Dispatcher.request``). Should this process die
+        before it ran, nothing is lost: the change committed the queue entry or the release with
+        the state, and the periodic pass of every instance (``DispatchService``, each
+        ``dispatch_poll_seconds``, and at start) dispatches every known scope."""
         before = change.previous_state.top
         after = change.after.state.top
         queue = TopState.ALLOWED_TO_START
         if queue in (before, after) or (before in HOLDING and after not in HOLDING):
-            await self.dispatch(scope)
-
-    async def dispatch(self, scope: str) -> None:
-        try:
-            await self.dispatcher.dispatch(scope)
-        except Exception as error:  # the change stands; the periodic pass dispatches later
-            log.warning("dispatching scope %s failed: %s", scope, error)
+            await self.dispatcher.request(scope)
 
     async def configure(self, scope: str, kind: str, method: str, data: Any) -> Outcome:
         """Apply a configuration event; a new capacity or online state may let jobs start."""
         outcome = await self.config.apply(scope, kind, method, data)
         if outcome.ok and kind in (JOB_ACCEPTANCE, ONLINE):
-            await self.dispatch(scope)
+            await self.dispatcher.request(scope)
         return outcome
 
     async def adopt(self, scope: str) -> None:

@@ -132,6 +132,7 @@ async def test_an_operator_takes_a_scope_offline_and_online(station: Station) ->
             "scope cell1 is offline: queued jobs wait\n",
         )
         await mes.store(job_order("j1", priority=4), "StoreAndStart")
+        await mes.queue(until=lambda document: document["WaitingCount"] == 1)
         queue = await gateway_cli("scope", "queue", "--json", *at)
         assert queue.returncode == 0, queue.stderr
         document = json.loads(queue.stdout)
