@@ -22,11 +22,12 @@ from gateway.jobstates import JobState, StateFilter, TopState, matches
 from gateway.recipes import JobCommand, RecipeInterpreter, equipment_uses
 from gateway.routing import recipe_equipment
 from gateway.store import Store
-from gateway_jobs.acceptance import Verdict, check_job_order
-from gateway_jobs.config import JOB_ACCEPTANCE, ONLINE, StationConfig
+from gateway_jobs.acceptance import Verdict, check_job_order, named_work_masters
+from gateway_jobs.config import JOB_ACCEPTANCE, ONLINE, ConfigSnapshot, StationConfig
 from gateway_jobs.dispatcher import Dispatcher
 from gateway_jobs.events import Cause, EventSink, status_event
 from gateway_jobs.model import (
+    JobAcceptance,
     JobOrder,
     JobOrderCall,
     JobOrderIDCall,
@@ -87,9 +88,15 @@ class JobManager:
     async def store(self, scope: str, method: str, call: JobOrderCall, cause: Cause) -> Outcome:
         """Store or StoreAndStart: a new job, if acceptable, never over an existing one."""
         order = call.job_order
-        if await self.repository.exists(scope, order.job_order_id):
+        # One round trip for what the checks read (create checks the id again, atomically).
+        known = await self.config.snapshot(
+            scope,
+            named_work_masters(order),
+            exists=self.repository.job_key(scope, order.job_order_id),
+        )
+        if known.exists:
             return self._refused(Refusal("duplicate"), scope, order.job_order_id, method)
-        verdict = await self._check(scope, order)
+        verdict = await self._check(scope, order, known)
         if verdict.work_master is None:
             return Outcome(ReturnStatus.UNABLE_TO_ACCEPT_JOB_ORDER, verdict.message)
         state = next_state(JobState.INITIAL, method)
@@ -99,7 +106,7 @@ class JobManager:
             scope,
             job,
             method,
-            limit=await self._limit(scope),
+            limit=self._limit(known.acceptance),
             equipment=await self.equipment(scope, job),
         )
         return await self._finish(scope, order.job_order_id, method, result, cause)
@@ -113,7 +120,8 @@ class JobManager:
         if next_state(current.state, "Update") is None:  # before the checks: they would not help
             refusal = Refusal("invalid-state", state=current.state)
             return self._refused(refusal, scope, order.job_order_id, "Update")
-        verdict = await self._check(scope, order)
+        known = await self.config.snapshot(scope, named_work_masters(order))
+        verdict = await self._check(scope, order, known)
         work_master = verdict.work_master
         if work_master is None:
             return Outcome(ReturnStatus.UNABLE_TO_ACCEPT_JOB_ORDER, verdict.message)
@@ -300,8 +308,9 @@ class JobManager:
         ``dispatch_poll_seconds``, and at start) dispatches every known scope."""
         before = change.previous_state.top
         after = change.after.state.top
-        queue = TopState.ALLOWED_TO_START
-        if queue in (before, after) or (before in HOLDING and after not in HOLDING):
+        # A job leaving the queue for Running or Interrupted was let start: it keeps its slot
+        # and equipment, and frees nothing (the periodic pass covers a job run unadmitted).
+        if after is TopState.ALLOWED_TO_START or (before in HOLDING and after not in HOLDING):
             await self.dispatcher.request(scope)
 
     async def configure(self, scope: str, kind: str, method: str, data: Any) -> Outcome:
@@ -350,13 +359,15 @@ class JobManager:
 
     # -- helpers ----------------------------------------------------------------------------
 
-    async def _check(self, scope: str, order: JobOrder) -> Verdict:
+    async def _check(self, scope: str, order: JobOrder, known: ConfigSnapshot) -> Verdict:
         default = self.settings.default_work_master
-        return await check_job_order(self.config, scope, order, default_work_master=default)
+        return await check_job_order(
+            self.config, scope, order, default_work_master=default, known=known
+        )
 
-    async def _limit(self, scope: str) -> int | None:
+    def _limit(self, acceptance: JobAcceptance) -> int | None:
         """The scope's job limit (MES override, else the setting); ``None``: no limit."""
-        override = await self.config.max_job_orders(scope)
+        override = acceptance.max_downloadable_job_orders
         limit = self.settings.max_job_orders if override is None else override
         return None if limit >= NO_LIMIT else limit
 
