@@ -205,10 +205,6 @@ class StationConfig:
             exists=exists is not None and bool(replies[-1]),
         )
 
-    async def max_running_job_orders(self, scope: str) -> int | None:
-        """The scope's MaxRunningJobOrders override, if the MES set one."""
-        return (await self.job_acceptance(scope)).max_running_job_orders
-
     async def routing_problems(self, scope: str, work_master: WorkMaster) -> list[str]:
         """The actions of ``work_master``'s recipe that no equipment or driver serves."""
         interpreter = self.interpreters.get(work_master.data_schema or "")

@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Capacity = Callable[[str], Awaitable[int]]
 Start = Callable[[str, str], Awaitable[None]]
 Feed = Callable[[str], Awaitable[None]]  # the scope's queue may have changed
 
@@ -45,13 +44,15 @@ class Dispatcher:
         self,
         store: Store,
         *,
-        capacity: Capacity,
+        capacity: int,
         start: Start,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
         self.keys = QueueKeys(store)
-        self.capacity = capacity  # scope -> running jobs allowed (0: unlimited)
+        # Jobs a scope runs at once (0: unlimited) unless its config.jobacceptance says
+        # MaxRunningJobOrders, which is read with the queue (``queue.DISPATCH``, ``read_queue``).
+        self.capacity = capacity
         self.start = start  # hands an admitted job to its interpreter
         self.clock = clock
         self.feed: Feed | None = None  # told after each pass (``queuefeed``)
@@ -80,17 +81,15 @@ class Dispatcher:
                 keys.state(scope, TopState.RUNNING),
                 keys.state(scope, TopState.INTERRUPTED),
                 keys.state(scope, TopState.ALLOWED_TO_START),
+                keys.acceptance(scope),
             ],
-            args=[repr(self.clock()), await self.capacity(scope), "1" if verify else "0"],
+            args=[repr(self.clock()), self.capacity, "1" if verify else "0"],
         )
         if due:
             self._wake(scope, float(due))
-        for job in admitted:
-            log.info("job %s/%s: its turn; starting it", scope, job)
-            try:
-                await self.start(scope, str(job))
-            except Exception:  # admitted: the engine's reconciliation starts it
-                log.exception("job %s/%s: admitted but not handed over", scope, job)
+        async with anyio.create_task_group() as handing:  # side by side: a burst of Stores
+            for job in admitted:  # admits many at once, and each start waits on the store
+                handing.start_soon(self._hand_over, scope, str(job))
         if self.feed is not None:
             try:
                 await self.feed(scope)
@@ -98,8 +97,15 @@ class Dispatcher:
                 log.info("queue of %s not published: %s", scope, error)
         return [str(job) for job in admitted]
 
+    async def _hand_over(self, scope: str, job: str) -> None:
+        log.info("job %s/%s: its turn; starting it", scope, job)
+        try:
+            await self.start(scope, job)
+        except Exception:  # admitted: the engine's reconciliation starts it
+            log.exception("job %s/%s: admitted but not handed over", scope, job)
+
     async def queue(self, scope: str) -> QueueView:
-        return await read_queue(self.keys, scope, await self.capacity(scope))
+        return await read_queue(self.keys, scope, self.capacity)
 
     async def admitted_waiting(self, scope: str) -> list[str]:
         """Jobs let start that have not started running yet (``JobControl.startable``)."""

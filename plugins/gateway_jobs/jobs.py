@@ -74,7 +74,9 @@ class JobManager:
         self.repository = JobRepository(store, retry_limit=settings.retry_limit)
         self.config = StationConfig(store, interpreters, equipment)
         self.hub = equipment
-        self.dispatcher = Dispatcher(store, capacity=self.capacity, start=self._start_admitted)
+        self.dispatcher = Dispatcher(
+            store, capacity=settings.max_running_job_orders, start=self._start_admitted
+        )
         self.dispatcher.adopt = self.adopt
         self.interpreters = interpreters
         self.settings = settings
@@ -337,11 +339,6 @@ class JobManager:
                 job.priority, job.job_order.start_time, await self.equipment(scope, job)
             )
             await self.dispatcher.enqueue(scope, job_order_id, entry)
-
-    async def capacity(self, scope: str) -> int:
-        """Jobs the scope runs at once (MES override, else the setting); 0: no limit."""
-        override = await self.config.max_running_job_orders(scope)
-        return self.settings.max_running_job_orders if override is None else override
 
     async def equipment(self, scope: str, job: StoredJob) -> list[str]:
         """What the job holds while it runs: its EquipmentRequirements and the equipment its
