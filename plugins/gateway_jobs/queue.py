@@ -254,7 +254,9 @@ def queue_change(
     was = TopState.INITIAL if before is None else before.top
     now = after.top
     if now is TopState.ALLOWED_TO_START:
-        # Entering, or an Update while queued (new priority, StartTime or equipment).
+        # Entering, or an Update while queued (new priority, StartTime or equipment). EVAL, not
+        # EVALSHA: inside MULTI a NOSCRIPT (a restarted or failed-over Redis) would fail this
+        # command alone while the state change around it commits; the body is 300 bytes.
         pipeline.eval(
             ENQUEUE,
             4,
