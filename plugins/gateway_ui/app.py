@@ -172,9 +172,9 @@ class UiApplications:
         stream = JobStream(
             self.data, self.data.store, scope, job, self.gateway.stopping, self.gateway.resilience
         )
-        cursor = resume_cursor(request, 2, trace_last=True) or (await stream.cursor_now()).split(
-            ","
-        )
+        cursor = resume_cursor(request, 2, trace_last=True)
+        if cursor is None:
+            cursor = (await stream.cursor_now()).split(",")
         return StreamingResponse(
             stream.events(cursor), media_type="text/event-stream", headers=SSE_HEADERS
         )
