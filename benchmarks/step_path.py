@@ -225,9 +225,12 @@ def redis_calls(client: Redis) -> Counter[str]:
     return Counter({name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()})
 
 
-def client_commands(port: int, seconds: float, answered: Any) -> tuple[Counter[str], int]:
+def client_commands(
+    port: int, seconds: float, answered: Any, log: Path | None = None
+) -> tuple[Counter[str], int]:
     """Commands clients sent (not those scripts ran), by name, over ``seconds`` of MONITOR,
-    and the steps answered meanwhile. (INFO commandstats counts script calls too.)"""
+    and the steps answered meanwhile (INFO commandstats counts script calls too); ``log``:
+    every command is also appended there, cut to 200 characters."""
     counts: Counter[str] = Counter()
     monitor = Redis(port=port)
     with monitor.monitor() as stream:  # type: ignore[no-untyped-call]
@@ -238,6 +241,9 @@ def client_commands(port: int, seconds: float, answered: Any) -> tuple[Counter[s
                 command = line["command"].split(" ", 1)[0].strip('"').lower()
                 if command not in ("info", "monitor"):
                     counts[command] += 1
+                    if log is not None:
+                        with log.open("a") as lines:
+                            lines.write(line["command"][:200] + "\n")
             if time.monotonic() > deadline:
                 break
         steps = answered.value - before
@@ -309,7 +315,11 @@ def recipe(steps: int, timeout: float, equipment: str = "bench") -> dict[str, An
 
 @contextmanager
 def gateway_process(
-    mqtt: ServerProcess, redis: ServerProcess, log: Path, block: str = ""
+    mqtt: ServerProcess,
+    redis: ServerProcess,
+    log: Path,
+    block: str = "",
+    settings: list[str] | None = None,
 ) -> Iterator[int]:
     environ = {
         **{k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")},
@@ -324,6 +334,7 @@ def gateway_process(
         # The step path, not the scheduling: every job may run at once (each on its own
         # equipment, see ``work_masters``).
         "GATEWAY_JOBS_MAX_RUNNING_JOB_ORDERS": "0",
+        **dict(setting.split("=", 1) for setting in settings or []),
     }
     # At log level WARNING it writes no "started" line: ``configure`` waits until it serves.
     gateway = GatewayProcess(None, environ, log, ready_line="", arguments=("run",))
@@ -518,6 +529,8 @@ def measure_level(
                     "--output",
                     str(output),
                     "--nonblocking",
+                    "--rate",
+                    "250",
                 ],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -541,7 +554,9 @@ def measure_level(
         window["steps"] = pipe.recv()
         if "spy" in window:
             window["spy"].wait()
-        window["clients"] = client_commands(redis_port, args.monitor_seconds, answered)
+        window["clients"] = client_commands(
+            redis_port, args.monitor_seconds, answered, args.monitor_log
+        )
 
     marks["start"], marks["end"] = start, end
     url = f"mqtt://127.0.0.1:{mqtt.port}"
@@ -631,6 +646,14 @@ def main() -> None:
         "--monitor-seconds", type=float, default=2.0, help="MONITOR after each window"
     )
     parser.add_argument(
+        "--monitor-log", type=Path, help="append every command MONITOR saw to this file"
+    )
+    parser.add_argument(
+        "--setting",
+        action="append",
+        help="GATEWAY_<SECTION>_<KEY>=value for the gateway (repeatable)",
+    )
+    parser.add_argument(
         "--py-spy", type=Path, help="profile the gateway in each window (py-spy raw output)"
     )
     parser.add_argument(
@@ -657,7 +680,7 @@ def main() -> None:
         if not ready.wait(20):
             raise RuntimeError("the equipment process did not subscribe")
         log = work / "gateway.log"
-        with gateway_process(mqtt, redis_process, log, args.block) as pid:
+        with gateway_process(mqtt, redis_process, log, args.block, args.setting) as pid:
             url = f"mqtt://127.0.0.1:{mqtt.port}"
             anyio.run(configure, url, args.steps, args.timeout, max(levels))
             print(
