@@ -7,6 +7,7 @@ Plugins add commands through ``gateway_register_commands``; a command named ``"g
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import signal
@@ -20,6 +21,7 @@ import anyio
 
 from gateway import __version__
 from gateway.app import Gateway, load_gateway_settings, settings_registry
+from gateway.core import CoreSettings
 from gateway.errors import GatewayError
 from gateway.logs import configure_logging
 from gateway.plugins import GatewayPluginManager, build_plugin_manager
@@ -59,11 +61,19 @@ def _run(args: argparse.Namespace, plugins: GatewayPluginManager) -> int:
     configure_logging(settings)
     gateway = Gateway(settings, plugins)
     try:
-        anyio.run(lambda: gateway.run(handle_signals=True))
+        anyio.run(
+            lambda: gateway.run(handle_signals=True),
+            backend_options={"use_uvloop": _uvloop(settings.get(CoreSettings).event_loop)},
+        )
     except GatewayError as error:
         print(f"gateway: {error}", file=sys.stderr)
         return 1
     return 0
+
+
+def _uvloop(choice: str) -> bool:
+    """Whether to run on uvloop: chosen and installed (it is a dependency where it builds)."""
+    return choice == "uvloop" and importlib.util.find_spec("uvloop") is not None
 
 
 def _configure_plugins(parser: argparse.ArgumentParser) -> None:

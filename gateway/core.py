@@ -43,6 +43,13 @@ class CoreSettings:
     shutdown_grace_seconds: float = setting(
         10.0, "How long in-flight work may take to finish on shutdown", minimum=0
     )
+    event_loop: str = setting(
+        "uvloop",
+        "Event loop of `gateway run`: uvloop (libuv, less CPU per message on a busy station) or "
+        "asyncio (the standard library's); uvloop falls back to asyncio where it is not "
+        "installed",
+        choices=("uvloop", "asyncio"),
+    )
     retry_min_seconds: float = setting(
         0.1,
         "First delay before retrying after the store or the broker failed (doubles per try)",

@@ -44,7 +44,8 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from functools import cache
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from gateway.cloudevents import JSON, CloudEvent, utc_now
 from gateway.errors import GatewayError, NotPermitted, ValidationError
@@ -356,6 +357,8 @@ class EquipmentHub:
         if any(existing.name == driver.name for existing in self.drivers):
             raise GatewayError(f"two equipment drivers are named {driver.name!r}")
         self.drivers.append(driver)
+        # Catch-all drivers last, decided once here rather than on every command sent.
+        self.drivers.sort(key=_is_catch_all)
 
     def set_directory(self, directory: EquipmentDirectory) -> None:
         """Route commands without equipment by the types configured equipment declares."""
@@ -399,7 +402,7 @@ class EquipmentHub:
         the MQTT driver configured with ``*``) only gets what no specific driver serves,
         whatever order the plugins registered their drivers in.
         """
-        for driver in sorted(self.drivers, key=_is_catch_all):
+        for driver in self.drivers:  # ordered by ``add_driver``
             if driver.serves(command):
                 return driver
         names = ", ".join(driver.name for driver in self.drivers) or "none"
@@ -440,8 +443,8 @@ class EquipmentHub:
         """
         job = reply.correlation_id.rsplit(":", 2)[0]
         sink = await self._sink_for(job, reply.scope, f"reply {reply.correlation_id}")
-        if isinstance(sink, ReplierCheck):
-            await sink.checked_reply(reply)
+        if _implements(type(sink), ReplierCheck):
+            await cast(ReplierCheck, sink).checked_reply(reply)
         else:
             await self.check_replier(reply)
             await sink.reply(reply)
@@ -492,7 +495,8 @@ class EquipmentHub:
         if len(self.sinks) == 1:
             return self.sinks[0]
         for sink in self.sinks:
-            if isinstance(sink, JobOwner) and await sink.runs_job(job, scope):
+            owner = cast(JobOwner, sink)
+            if _implements(type(sink), JobOwner) and await owner.runs_job(job, scope):
                 return sink
         raise GatewayError(f"{what}: no recipe interpreter runs job {job!r}")
 
@@ -611,3 +615,18 @@ class _LocalLivenessRecords:
 
 def _is_catch_all(driver: EquipmentDriver) -> bool:
     return isinstance(driver, CatchAllDriver) and driver.catch_all
+
+
+@cache
+def _implements(kind: type, protocol: type) -> bool:
+    """``isinstance`` for a runtime-checkable protocol of methods, decided once per class: the
+    check looks at every member, too slow to repeat on each reply."""
+    return all(callable(getattr(kind, name, None)) for name in _members(protocol))
+
+
+def _members(protocol: type) -> list[str]:
+    return [
+        name
+        for name in vars(protocol)
+        if not name.startswith("_") and callable(getattr(protocol, name))
+    ]

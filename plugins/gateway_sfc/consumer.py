@@ -24,7 +24,7 @@ from gateway.resilience import is_transient
 from gateway_sfc.context import EngineContext
 from gateway_sfc.keys import GROUP, scope_of_stream
 from gateway_sfc.scopes import ScopeRegistry, is_nogroup
-from gateway_sfc.scripts import FIRE_TIMERS, RESEND_OUTBOX
+from gateway_sfc.scripts import ACKNOWLEDGE, FIRE_DUE
 
 log = logging.getLogger(__name__)
 
@@ -37,14 +37,14 @@ class WorkConsumer:
         self.context = context
         self.scopes = scopes
         self.handle = handle
-        self._fire_timers: Any = None
-        self._resend_outbox: Any = None
+        self._fire_due: Any = None
+        self._acknowledge_entry: Any = None
         self._slots: anyio.Semaphore | None = None
 
     def start(self) -> None:
         """Called when the engine starts running (the client and event loop exist by then)."""
-        self._fire_timers = self.context.client.register_script(FIRE_TIMERS)
-        self._resend_outbox = self.context.client.register_script(RESEND_OUTBOX)
+        self._fire_due = self.context.client.register_script(FIRE_DUE)
+        self._acknowledge_entry = self.context.client.register_script(ACKNOWLEDGE)
         self._slots = anyio.Semaphore(self.context.settings.max_concurrent_items)
 
     async def read_loop(self, handlers: TaskGroup) -> None:
@@ -152,10 +152,7 @@ class WorkConsumer:
             self._slots.release()
 
     async def _acknowledge(self, stream: str, entry_id: str) -> None:
-        async with self.context.client.pipeline(transaction=True) as pipe:
-            pipe.xack(stream, GROUP, entry_id)
-            pipe.xdel(stream, entry_id)
-            await pipe.execute()
+        await self._acknowledge_entry(keys=[stream], args=[GROUP, entry_id])
 
     async def fire_due_timers(self) -> None:
         """Move due timers, and commands whose publication was not confirmed in time, of every
@@ -163,6 +160,5 @@ class WorkConsumer:
         now = time.time()
         keys = self.context.keys
         for scope in list(self.scopes.scopes):
-            work = keys.work(scope)
-            await self._fire_timers(keys=[keys.timers(scope), work], args=[now, 100])
-            await self._resend_outbox(keys=[keys.outbox(scope), work], args=[now, 100])
+            due = [keys.timers(scope), keys.outbox(scope), keys.work(scope)]
+            await self._fire_due(keys=due, args=[now, 100])

@@ -9,11 +9,12 @@ from anyio.abc import TaskStatus
 
 from gateway.recipes import JobCommand, RecipeJob, RecipeProgress
 from gateway.routing import EquipmentUse
+from gateway_sfc.chart import RecipeError
 from gateway_sfc.coordination import Coordinator
 from gateway_sfc.model import DATASCHEMA
 from gateway_sfc.progress import read_progress
 from gateway_sfc.svg import render_svg
-from gateway_sfc.validation import equipment_uses, load_chart, validate_recipe
+from gateway_sfc.validation import load_chart, recipe_equipment_uses
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
@@ -31,11 +32,21 @@ class SfcInterpreter:
     def __init__(self, coordinator: Coordinator) -> None:
         self.coordinator = coordinator
 
+    # Both are asked for every job stored: they use the engine's compiled charts (a Work
+    # Master's recipe is loaded and compiled once, not once per job).
+
     def validate(self, recipe: Any) -> Sequence[str]:
-        return validate_recipe(recipe)
+        try:
+            self.coordinator.recipes.chart(recipe)
+        except RecipeError as error:
+            return list(error.problems)
+        return []
 
     def equipment_uses(self, recipe: Any) -> Sequence[EquipmentUse]:
-        return equipment_uses(recipe)
+        try:
+            return recipe_equipment_uses(self.coordinator.recipes.chart(recipe).recipe)
+        except RecipeError:
+            return []
 
     async def start(self, job: RecipeJob) -> None:
         await self.coordinator.start_job(job)

@@ -52,38 +52,41 @@ end
 return 1
 """
 
-# Move due timers to the work stream (their due time with them); ZREM decides which instance
-# moves each one.
-FIRE_TIMERS = """
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'WITHSCORES', 'LIMIT', 0,
-  tonumber(ARGV[2]))
+# What is due in one scope, moved to its work stream in one call. KEYS: timers, outbox, work.
+# ARGV: now, most of each kind to move.
+# - Due timers (their due time with them); ZREM decides which instance moves each one.
+# - Commands committed but not confirmed sent within their grace time (the instance that
+#   committed them died before publishing, or is stuck): "send" entries, which any instance
+#   sends again if their try is still outstanding. Outbox members are JSON
+#   ``[job, action, attempt]``.
+FIRE_DUE = """
+local now, limit = ARGV[1], tonumber(ARGV[2])
 local moved = 0
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
 for index = 1, #due, 2 do
   local member = due[index]
   if redis.call('ZREM', KEYS[1], member) == 1 then
     local timer = cjson.decode(member)
-    redis.call('XADD', KEYS[2], '*', 'kind', 'timer', 'job', timer['job'], 'timer', member,
+    redis.call('XADD', KEYS[3], '*', 'kind', 'timer', 'job', timer['job'], 'timer', member,
       'due', due[index + 1])
+    moved = moved + 1
+  end
+end
+local unsent = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, limit)
+for _, member in ipairs(unsent) do
+  if redis.call('ZREM', KEYS[2], member) == 1 then
+    local try = cjson.decode(member)
+    redis.call('XADD', KEYS[3], '*', 'kind', 'send', 'job', try[1], 'action', try[2],
+      'attempt', tostring(try[3]))
     moved = moved + 1
   end
 end
 return moved
 """
 
-# Commands committed but not confirmed sent within their grace time (the instance that
-# committed them died before publishing, or is stuck): move them to the work stream as "send"
-# entries, where any instance sends them again if their try is still outstanding.
-# Outbox members are JSON ``[job, action, attempt]``.
-RESEND_OUTBOX = """
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
-local moved = 0
-for _, member in ipairs(due) do
-  if redis.call('ZREM', KEYS[1], member) == 1 then
-    local try = cjson.decode(member)
-    redis.call('XADD', KEYS[2], '*', 'kind', 'send', 'job', try[1], 'action', try[2],
-      'attempt', tostring(try[3]))
-    moved = moved + 1
-  end
-end
-return moved
+# A work entry handled: acknowledged and deleted at once (one call, not MULTI/XACK/XDEL/EXEC).
+# KEYS: work stream. ARGV: consumer group, entry id.
+ACKNOWLEDGE = """
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+return redis.call('XDEL', KEYS[1], ARGV[2])
 """
