@@ -52,6 +52,7 @@ from gateway.codecs.mqtt import from_mqtt
 from gateway.testing.mqtt import MqttTestClient, connect_test_client
 from gateway.testing.processes import GatewayProcess
 from gateway.testing.services import ServerProcess, free_port, mosquitto, redis_server
+from gateway_sfc.testing import linear_recipe
 
 EQUIPMENT_PREFIX = "bench-eq"
 JOBS_PREFIX = "bench-jobs"
@@ -314,31 +315,6 @@ class BrokerCounters:
 # -- the gateway and the MES -------------------------------------------------------------------
 
 
-def recipe(steps: int, timeout: float, equipment: str = "bench") -> dict[str, Any]:
-    names = [f"S{index}" for index in range(steps)]
-    return {
-        "steps": [
-            {"name": names[0], "initial": True},
-            *({"name": n} for n in names[1:]),
-            {"name": "Done"},
-        ],
-        "transitions": [
-            {"source": a, "target": b} for a, b in zip(names, [*names[1:], "Done"], strict=True)
-        ],
-        "actions": [
-            {
-                "name": f"a{index}",
-                "step": name,
-                "interaction": "push_command",
-                "type_id": "com.example.bench.step.v1",
-                "equipment": equipment,
-                "timeout_seconds": timeout,
-            }
-            for index, name in enumerate(names)
-        ],
-    }
-
-
 @contextmanager
 def gateway_process(
     mqtt: ServerProcess,
@@ -410,7 +386,12 @@ def work_masters(steps: int, timeout: float, slots: int) -> list[dict[str, Any]]
     return [
         {
             "ID": work_master_id(slot),
-            "Data": recipe(steps, timeout, f"bench-{slot}"),
+            "Data": linear_recipe(
+                steps,
+                type_id="com.example.bench.step.v1",
+                equipment=f"bench-{slot}",
+                timeout_seconds=timeout,
+            ),
             "DataSchema": DATASCHEMA,
         }
         for slot in range(slots)
