@@ -87,16 +87,20 @@ async def test_runs_of_a_scope_start_at_least_the_interval_apart() -> None:
     gate.opened.set()
     interval = 0.25
     coalescer = Coalescer("test", gate.work, interval=interval)
+    requests = 0
     async with served(coalescer):
         deadline = time.monotonic() + 4 * interval
         while time.monotonic() < deadline:  # a burst of changes for a whole second
             await coalescer.request(SCOPE)
+            requests += 1
             await anyio.sleep(0.005)
+        last_request = time.monotonic()
         await wait_until(coalescer.idle)
     starts = [when for _, when in gate.runs]
-    assert 2 <= len(starts) <= 6  # not one per request (about 200 were made)
     # anyio's timers may wake a clock tick early: a millisecond of slack.
     assert all(later - earlier >= interval - 0.001 for earlier, later in pairwise(starts))
+    # One run per interval of the burst, and one after its last request: not one per request.
+    assert 2 <= len(starts) <= 2 + (last_request - starts[0]) / interval < requests
 
 
 async def test_unserved_requests_run_in_the_caller() -> None:
@@ -185,7 +189,8 @@ async def test_a_burst_of_changes_reads_and_publishes_the_queue_twice() -> None:
         reads.append(time.monotonic())
         return view(running=len(reads), waiting=0)  # what it shows changes every time
 
-    feed = QueueFeed(binding, "jobs", "urn:test", read, interval=0.3)  # type: ignore[arg-type]
+    # An interval long enough for the burst below on a busy machine: it all falls within it.
+    feed = QueueFeed(binding, "jobs", "urn:test", read, interval=1.0)  # type: ignore[arg-type]
     async with served(feed.updates):
         await feed.changed(SCOPE)
         await wait_until(lambda: len(reads) == 1)
@@ -194,7 +199,7 @@ async def test_a_burst_of_changes_reads_and_publishes_the_queue_twice() -> None:
             await anyio.lowlevel.checkpoint()  # let the feed run if it would
         await wait_until(feed.updates.idle)
     assert len(reads) == 2
-    assert reads[1] - reads[0] >= 0.3 - 0.001
+    assert reads[1] - reads[0] >= 1.0 - 0.001
     assert [topic for topic, _ in binding.published] == ["jobs/cell1/queue"] * 2
 
 
