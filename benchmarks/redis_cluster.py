@@ -22,7 +22,6 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import anyio
 
@@ -36,6 +35,7 @@ from gateway.testing.redis_ha import cluster_deployment
 from gateway.testing.services import mosquitto, redis_server
 from gateway_jobs.testing import JobsMes, job_order, work_master
 from gateway_sfc.model import DATASCHEMA
+from gateway_sfc.testing import linear_recipe
 
 
 @dataclass
@@ -61,20 +61,6 @@ class InstantEquipment:
     ) -> None:
         self.gateway = gateway
         register(self)
-
-
-def linear_recipe(steps: int) -> dict[str, Any]:
-    names = [f"S{number}" for number in range(steps)]
-    return {
-        "steps": [{"name": name, "initial": name == names[0]} for name in [*names, "Done"]],
-        "transitions": [
-            {"source": a, "target": b} for a, b in zip(names, [*names[1:], "Done"], strict=True)
-        ],
-        "actions": [
-            {"name": f"a{name}", "step": name, "interaction": "push_command", "type_id": "bench"}
-            for name in names
-        ],
-    }
 
 
 async def run(redis_url: str, mqtt_url: str, prefix: str, scopes: int, steps: int) -> float:

@@ -27,7 +27,6 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import anyio
 from redis.asyncio import Redis
@@ -41,6 +40,7 @@ from gateway.testing.mqtt import connect_test_client
 from gateway.testing.services import mosquitto, redis_server
 from gateway_jobs.testing import JobsMes, job_order, work_master
 from gateway_sfc.model import DATASCHEMA
+from gateway_sfc.testing import linear_recipe
 
 
 @dataclass
@@ -75,20 +75,6 @@ class InstantEquipment:
     ) -> None:
         self.gateway = gateway
         register(self)
-
-
-def linear_recipe(steps: int) -> dict[str, Any]:
-    names = [f"S{number}" for number in range(steps)]
-    return {
-        "steps": [{"name": name, "initial": name == names[0]} for name in [*names, "Done"]],
-        "transitions": [
-            {"source": a, "target": b} for a, b in zip(names, [*names[1:], "Done"], strict=True)
-        ],
-        "actions": [
-            {"name": f"a{name}", "step": name, "interaction": "push_command", "type_id": "bench"}
-            for name in names
-        ],
-    }
 
 
 async def redis_round_trips(url: str, seconds: float = 2.0) -> float:

@@ -240,6 +240,12 @@ class Dispatcher:
             "Messages rejected, by binding and error code",
             ["binding", "code"],
         )
+        self._seconds = metrics.histogram(
+            "message_seconds",
+            "Time from a message's dispatch to its replies (de-duplication included), by "
+            "binding and processor",
+            ["binding", "processor"],
+        )
         self._in_flight = 0
         self._idle = anyio.Event()
         self._idle.set()
@@ -290,6 +296,7 @@ class Dispatcher:
             message = f"no processor handles type {event.type!r} on {topic!r}"
             self.reject(binding=binding, topic=topic, code=UNKNOWN_TYPE, error=message)
             return [event.error_reply(source=self.source, code=UNKNOWN_TYPE, message=message)]
+        started = time.perf_counter()
         dedupe = self._dedupe if processor.deduplicate else None
         if dedupe is not None:
             claim = await self._claim(dedupe, event)
@@ -301,7 +308,6 @@ class Dispatcher:
                     len(claim.replies),
                 )
                 return list(claim.replies)
-        started = time.perf_counter()
         try:
             replies = list(await processor.handle(event))
         except ValidationError as error:
@@ -334,12 +340,9 @@ class Dispatcher:
             return [event.error_reply(source=self.source, code=PROCESSING_FAILED, message=message)]
         if dedupe is not None:
             await self._complete(dedupe, event, replies)
-        log.debug(
-            "processor %s handled %s in %.1f ms",
-            processor.name,
-            event.type,
-            (time.perf_counter() - started) * 1000,
-        )
+        seconds = time.perf_counter() - started
+        self._seconds.labels(binding, processor.name).observe(seconds)
+        log.debug("processor %s handled %s in %.1f ms", processor.name, event.type, seconds * 1000)
         return replies
 
     async def _complete(

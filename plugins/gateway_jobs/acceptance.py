@@ -36,7 +36,13 @@ from dataclasses import dataclass
 
 from gateway.recipes import equipment_uses
 from gateway.routing import availability_problems, routes, routing_problems
-from gateway_jobs.config import RESOURCE_KINDS, WORK_MASTER, StationConfig, recipe_problems
+from gateway_jobs.config import (
+    RESOURCE_KINDS,
+    WORK_MASTER,
+    ConfigSnapshot,
+    StationConfig,
+    recipe_problems,
+)
 from gateway_jobs.model import JobOrder, WorkMaster
 
 log = logging.getLogger(__name__)
@@ -67,13 +73,24 @@ def requirement_ids(order: JobOrder) -> dict[str, list[str]]:
     return {kind: [value for value in ids if value is not None] for kind, ids in named.items()}
 
 
+def named_work_masters(order: JobOrder) -> list[str]:
+    """The Work Masters a job order names, each once, in its order."""
+    return list(dict.fromkeys(reference.id for reference in order.work_master_id or []))
+
+
 async def check_job_order(
-    config: StationConfig, scope: str, order: JobOrder, *, default_work_master: str = ""
+    config: StationConfig,
+    scope: str,
+    order: JobOrder,
+    *,
+    default_work_master: str = "",
+    known: ConfigSnapshot | None = None,
 ) -> Verdict:
-    """``default_work_master``: the ``[jobs]`` setting (the scope's configuration wins)."""
+    """``default_work_master``: the ``[jobs]`` setting (the scope's configuration wins);
+    ``known``: the configuration as already read (``StationConfig.snapshot``)."""
     problems: list[str] = []
     work_master, work_master_problems = await select_work_master(
-        config, scope, order, default_work_master
+        config, scope, order, default_work_master, known
     )
     problems += [f"{WORK_MASTER}: {problem}" for problem in work_master_problems]
     for kind, ids in requirement_ids(order).items():
@@ -87,12 +104,17 @@ async def check_job_order(
 
 
 async def select_work_master(
-    config: StationConfig, scope: str, order: JobOrder, default: str = ""
+    config: StationConfig,
+    scope: str,
+    order: JobOrder,
+    default: str = "",
+    known: ConfigSnapshot | None = None,
 ) -> tuple[WorkMaster | None, list[str]]:
     """The Work Master the job runs, or what each candidate lacks (see the module docstring)."""
-    ids = list(dict.fromkeys(reference.id for reference in order.work_master_id or []))
+    ids = named_work_masters(order)
     if not ids:
-        default = (await config.job_acceptance(scope)).default_work_master_id or default
+        acceptance = await config.job_acceptance(scope) if known is None else known.acceptance
+        default = acceptance.default_work_master_id or default
         if not default:
             return None, [
                 "the job order names no Work Master (WorkMasterID is empty) and scope "
@@ -103,7 +125,10 @@ async def select_work_master(
     problems: list[str] = []
     fallback: WorkMaster | None = None
     for work_master_id in ids:
-        work_master = await config.work_master(scope, work_master_id)
+        if known is not None and work_master_id in known.work_masters:
+            work_master = known.work_masters[work_master_id]
+        else:
+            work_master = await config.work_master(scope, work_master_id)
         if work_master is None:
             problems.append(f"Work Master {work_master_id!r} is not configured")
             continue

@@ -308,6 +308,13 @@ async def _queue(args: argparse.Namespace, jobs: JobsClient, out: Console) -> No
             ", ".join(entry["Equipment"]),
         )
     out.print(table)
+    unlisted = {  # the topic lists the first [jobs] queue_feed_jobs of each
+        kind: queue.get(f"{kind.capitalize()}Count", 0) - len(queue.get(kind.capitalize()) or [])
+        for kind in ("running", "waiting")
+    }
+    if any(unlisted.values()):
+        more = ", ".join(f"{count} more {kind}" for kind, count in unlisted.items() if count)
+        out.print(f"({more}, not listed)", markup=False)
 
 
 # -- formatting -------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ it back.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -106,6 +107,15 @@ _ACCEPTANCE_NAMES = {
 }
 
 
+@dataclass(frozen=True)
+class ConfigSnapshot:
+    """The configuration a Store or Update checks, as read at once (``StationConfig.snapshot``)."""
+
+    acceptance: JobAcceptance
+    work_masters: Mapping[str, WorkMaster | None]  # the ones asked for; None: not configured
+    exists: bool = False  # the key asked about exists (the job, for a Store)
+
+
 def config_type(kind: str) -> str:
     return f"{CONFIG_TYPE_PREFIX}{kind}.v1"
 
@@ -172,13 +182,28 @@ class StationConfig:
         document = await self.store.get_json(self.allowed_key(scope, JOB_ACCEPTANCE))
         return JobAcceptance() if document is None else from_json(document, JobAcceptance)
 
-    async def max_job_orders(self, scope: str) -> int | None:
-        """The scope's MaxDownloadableJobOrders override, if the MES set one."""
-        return (await self.job_acceptance(scope)).max_downloadable_job_orders
-
-    async def max_running_job_orders(self, scope: str) -> int | None:
-        """The scope's MaxRunningJobOrders override, if the MES set one."""
-        return (await self.job_acceptance(scope)).max_running_job_orders
+    async def snapshot(
+        self, scope: str, work_master_ids: Sequence[str], *, exists: str | None = None
+    ) -> ConfigSnapshot:
+        """The scope's job acceptance and the Work Masters ``work_master_ids`` (and whether the
+        key ``exists`` of the scope exists), read in one round trip: what a Store checks."""
+        pipeline = self.store.client.pipeline(transaction=True)  # one scope: one slot
+        pipeline.get(self.allowed_key(scope, JOB_ACCEPTANCE))
+        for work_master_id in work_master_ids:  # GETs, not MGET: a Cluster pipeline refuses it
+            pipeline.get(self.work_master_key(scope, work_master_id))
+        if exists is not None:
+            pipeline.exists(exists)
+        acceptance, *replies = await pipeline.execute()
+        return ConfigSnapshot(
+            JobAcceptance() if acceptance is None else from_json(_loads(acceptance), JobAcceptance),
+            {
+                work_master_id: None
+                if text is None
+                else from_json(_loads(text), WorkMaster, element="WorkMaster")
+                for work_master_id, text in zip(work_master_ids, replies, strict=False)
+            },
+            exists=exists is not None and bool(replies[-1]),
+        )
 
     async def routing_problems(self, scope: str, work_master: WorkMaster) -> list[str]:
         """The actions of ``work_master``'s recipe that no equipment or driver serves."""
@@ -285,6 +310,10 @@ class StationConfig:
         else:
             await self.store.set_json(key, to_json(from_json(data, Online)))
         return Outcome(ReturnStatus.NO_ERROR)
+
+
+def _loads(text: str) -> Any:
+    return json.loads(text)
 
 
 def _items(data: Any, model: type[Any]) -> list[Any]:

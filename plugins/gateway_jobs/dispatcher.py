@@ -1,12 +1,15 @@
 """The dispatcher: lets queued jobs start as the scope's capacity, equipment and state allow.
 
 ``Dispatcher.dispatch(scope)`` runs the ``queue.DISPATCH`` script (admitting jobs atomically,
-see ``queue``) and hands each admitted job to its recipe interpreter. Job management calls it
-after every change that may let a job start (a job entered AllowedToStart, ended, left the queue,
-was updated; the capacity or the online state changed). The ``DispatchService`` on every
-instance calls it for every scope periodically and when a queued job's StartTime comes, which
-also covers an instance that died between admitting a job and handing it over (the SFC engine's
-reconciliation starts admitted jobs it does not run; ``startable`` lists them).
+see ``queue``) and hands each admitted job to its recipe interpreter. Job management asks for a
+pass (``request``) after every change that may let a job start (a job entered AllowedToStart,
+ended, left the queue, was updated; the capacity or the online state changed); the pass runs in
+the background, after the MES has its reply, and requests made while a scope's pass runs are
+merged into one more pass (``coalesce``). The ``DispatchService`` on every instance serves those
+passes and runs one for every scope periodically and when a queued job's StartTime comes, which
+also covers an instance that died after a change and before its pass, or between admitting a
+job and handing it over (the SFC engine's reconciliation starts admitted jobs it does not run;
+``startable`` lists them).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from gateway.jobstates import TopState
 from gateway.store import Store
+from gateway_jobs.coalesce import Coalescer
 from gateway_jobs.queue import DISPATCH, ENQUEUE, QueueKeys, QueueView, read_queue
 
 if TYPE_CHECKING:
@@ -29,9 +33,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Capacity = Callable[[str], Awaitable[int]]
 Start = Callable[[str, str], Awaitable[None]]
-Feed = Callable[[str, QueueView], Awaitable[None]]
+Feed = Callable[[str], Awaitable[None]]  # the scope's queue may have changed
 
 
 class Dispatcher:
@@ -41,21 +44,28 @@ class Dispatcher:
         self,
         store: Store,
         *,
-        capacity: Capacity,
+        capacity: int,
         start: Start,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
         self.keys = QueueKeys(store)
-        self.capacity = capacity  # scope -> running jobs allowed (0: unlimited)
+        # Jobs a scope runs at once (0: unlimited) unless its config.jobacceptance says
+        # MaxRunningJobOrders, which is read with the queue (``queue.DISPATCH``, ``read_queue``).
+        self.capacity = capacity
         self.start = start  # hands an admitted job to its interpreter
         self.clock = clock
-        self.feed: Feed | None = None  # told the queue after each pass (``queuefeed``)
+        self.feed: Feed | None = None  # told after each pass (``queuefeed``)
         # Called by the periodic pass before dispatching a scope: queues jobs in AllowedToStart
         # that are neither queued nor admitted (stored by a version without the queue).
         self.adopt: Callable[[str], Awaitable[None]] | None = None
         self._tasks: TaskGroup | None = None  # set while the service runs: StartTime wake-ups
         self._wake_at: dict[str, float] = {}
+        self.passes = Coalescer("dispatching", self.dispatch)  # requested after changes
+
+    async def request(self, scope: str) -> None:
+        """A pass over ``scope`` soon, after the caller (in the caller when nobody serves)."""
+        await self.passes.request(scope)
 
     async def dispatch(self, scope: str, *, verify: bool = False) -> list[str]:
         """Admit what may start now and start it; returns the admitted jobs. ``verify``: drop
@@ -71,26 +81,31 @@ class Dispatcher:
                 keys.state(scope, TopState.RUNNING),
                 keys.state(scope, TopState.INTERRUPTED),
                 keys.state(scope, TopState.ALLOWED_TO_START),
+                keys.acceptance(scope),
             ],
-            args=[repr(self.clock()), await self.capacity(scope), "1" if verify else "0"],
+            args=[repr(self.clock()), self.capacity, "1" if verify else "0"],
         )
         if due:
             self._wake(scope, float(due))
-        for job in admitted:
-            log.info("job %s/%s: its turn; starting it", scope, job)
-            try:
-                await self.start(scope, str(job))
-            except Exception:  # admitted: the engine's reconciliation starts it
-                log.exception("job %s/%s: admitted but not handed over", scope, job)
+        async with anyio.create_task_group() as handing:  # side by side: a burst of Stores
+            for job in admitted:  # admits many at once, and each start waits on the store
+                handing.start_soon(self._hand_over, scope, str(job))
         if self.feed is not None:
             try:
-                await self.feed(scope, await self.queue(scope))
+                await self.feed(scope)
             except Exception as error:  # the next pass publishes it
                 log.info("queue of %s not published: %s", scope, error)
         return [str(job) for job in admitted]
 
+    async def _hand_over(self, scope: str, job: str) -> None:
+        log.info("job %s/%s: its turn; starting it", scope, job)
+        try:
+            await self.start(scope, job)
+        except Exception:  # admitted: the engine's reconciliation starts it
+            log.exception("job %s/%s: admitted but not handed over", scope, job)
+
     async def queue(self, scope: str) -> QueueView:
-        return await read_queue(self.keys, scope, await self.capacity(scope))
+        return await read_queue(self.keys, scope, self.capacity)
 
     async def admitted_waiting(self, scope: str) -> list[str]:
         """Jobs let start that have not started running yet (``JobControl.startable``)."""
@@ -148,6 +163,7 @@ class Dispatcher:
     async def serve(self, gateway: Gateway, poll_seconds: float) -> None:
         async with anyio.create_task_group() as tasks:
             self._tasks = tasks
+            tasks.start_soon(self.passes.serve)
             try:
                 try:  # at start: what waited while no instance ran
                     await self.sweep()

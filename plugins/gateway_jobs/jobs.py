@@ -1,13 +1,14 @@
 """Job management: every OPC 40001-3 method and every recipe report, start to finish.
 
 Each change goes the same way: decide and store it atomically (``repository``), then announce
-it (status event, ``gateway_job_state_changed`` observers), let the dispatcher start what may
-start now (a job entering AllowedToStart waits in the scope's queue, see ``queue``; the
-dispatcher hands it to its interpreter's ``start`` when its turn comes), and tell the
-interpreter the MES's Pause, Resume, Stop and Abort once it has the job (``command``). What
-happens after the store cannot undo the change: a failing publish or interpreter is logged, and
-the method still reports success, because the state the MES asked for is what the station now
-holds.
+it (status event, ``gateway_job_state_changed`` observers), tell the interpreter the MES's
+Pause, Resume, Stop and Abort once it has the job (``command``), and ask the dispatcher for a
+pass that starts what may start now (a job entering AllowedToStart waits in the scope's queue,
+see ``queue``; the dispatcher hands it to its interpreter's ``start`` when its turn comes). The
+MES has its reply once the change is stored and announced: the pass runs after it, in the
+background (``Dispatcher.request``). What happens after the store cannot undo the change: a
+failing publish or interpreter is logged, and the method still reports success, because the
+state the MES asked for is what the station now holds.
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ from gateway.jobstates import JobState, StateFilter, TopState, matches
 from gateway.recipes import JobCommand, RecipeInterpreter, equipment_uses
 from gateway.routing import recipe_equipment
 from gateway.store import Store
-from gateway_jobs.acceptance import Verdict, check_job_order
-from gateway_jobs.config import JOB_ACCEPTANCE, ONLINE, StationConfig
+from gateway_jobs.acceptance import Verdict, check_job_order, named_work_masters
+from gateway_jobs.config import JOB_ACCEPTANCE, ONLINE, ConfigSnapshot, StationConfig
 from gateway_jobs.dispatcher import Dispatcher
 from gateway_jobs.events import Cause, EventSink, status_event
 from gateway_jobs.model import (
+    JobAcceptance,
     JobOrder,
     JobOrderCall,
     JobOrderIDCall,
@@ -72,7 +74,9 @@ class JobManager:
         self.repository = JobRepository(store, retry_limit=settings.retry_limit)
         self.config = StationConfig(store, interpreters, equipment)
         self.hub = equipment
-        self.dispatcher = Dispatcher(store, capacity=self.capacity, start=self._start_admitted)
+        self.dispatcher = Dispatcher(
+            store, capacity=settings.max_running_job_orders, start=self._start_admitted
+        )
         self.dispatcher.adopt = self.adopt
         self.interpreters = interpreters
         self.settings = settings
@@ -86,9 +90,15 @@ class JobManager:
     async def store(self, scope: str, method: str, call: JobOrderCall, cause: Cause) -> Outcome:
         """Store or StoreAndStart: a new job, if acceptable, never over an existing one."""
         order = call.job_order
-        if await self.repository.exists(scope, order.job_order_id):
+        # One round trip for what the checks read (create checks the id again, atomically).
+        known = await self.config.snapshot(
+            scope,
+            named_work_masters(order),
+            exists=self.repository.job_key(scope, order.job_order_id),
+        )
+        if known.exists:
             return self._refused(Refusal("duplicate"), scope, order.job_order_id, method)
-        verdict = await self._check(scope, order)
+        verdict = await self._check(scope, order, known)
         if verdict.work_master is None:
             return Outcome(ReturnStatus.UNABLE_TO_ACCEPT_JOB_ORDER, verdict.message)
         state = next_state(JobState.INITIAL, method)
@@ -98,7 +108,7 @@ class JobManager:
             scope,
             job,
             method,
-            limit=await self._limit(scope),
+            limit=self._limit(known.acceptance),
             equipment=await self.equipment(scope, job),
         )
         return await self._finish(scope, order.job_order_id, method, result, cause)
@@ -112,7 +122,8 @@ class JobManager:
         if next_state(current.state, "Update") is None:  # before the checks: they would not help
             refusal = Refusal("invalid-state", state=current.state)
             return self._refused(refusal, scope, order.job_order_id, "Update")
-        verdict = await self._check(scope, order)
+        known = await self.config.snapshot(scope, named_work_masters(order))
+        verdict = await self._check(scope, order, known)
         work_master = verdict.work_master
         if work_master is None:
             return Outcome(ReturnStatus.UNABLE_TO_ACCEPT_JOB_ORDER, verdict.message)
@@ -291,24 +302,24 @@ class JobManager:
 
     async def _dispatch_after(self, scope: str, change: Change) -> None:
         """Let queued jobs start when ``change`` may allow it (the job entered or left the
-        queue, or freed its slot and equipment)."""
+        queue, or freed its slot and equipment).
+
+        The pass runs after the caller's reply (``Dispatcher.request``). Should this process die
+        before it ran, nothing is lost: the change committed the queue entry or the release with
+        the state, and the periodic pass of every instance (``DispatchService``, each
+        ``dispatch_poll_seconds``, and at start) dispatches every known scope."""
         before = change.previous_state.top
         after = change.after.state.top
-        queue = TopState.ALLOWED_TO_START
-        if queue in (before, after) or (before in HOLDING and after not in HOLDING):
-            await self.dispatch(scope)
-
-    async def dispatch(self, scope: str) -> None:
-        try:
-            await self.dispatcher.dispatch(scope)
-        except Exception as error:  # the change stands; the periodic pass dispatches later
-            log.warning("dispatching scope %s failed: %s", scope, error)
+        # A job leaving the queue for Running or Interrupted was let start: it keeps its slot
+        # and equipment, and frees nothing (the periodic pass covers a job run unadmitted).
+        if after is TopState.ALLOWED_TO_START or (before in HOLDING and after not in HOLDING):
+            await self.dispatcher.request(scope)
 
     async def configure(self, scope: str, kind: str, method: str, data: Any) -> Outcome:
         """Apply a configuration event; a new capacity or online state may let jobs start."""
         outcome = await self.config.apply(scope, kind, method, data)
         if outcome.ok and kind in (JOB_ACCEPTANCE, ONLINE):
-            await self.dispatch(scope)
+            await self.dispatcher.request(scope)
         return outcome
 
     async def adopt(self, scope: str) -> None:
@@ -329,11 +340,6 @@ class JobManager:
             )
             await self.dispatcher.enqueue(scope, job_order_id, entry)
 
-    async def capacity(self, scope: str) -> int:
-        """Jobs the scope runs at once (MES override, else the setting); 0: no limit."""
-        override = await self.config.max_running_job_orders(scope)
-        return self.settings.max_running_job_orders if override is None else override
-
     async def equipment(self, scope: str, job: StoredJob) -> list[str]:
         """What the job holds while it runs: its EquipmentRequirements and the equipment its
         recipe talks to, actions routed by type included (``gateway.routing``)."""
@@ -350,13 +356,15 @@ class JobManager:
 
     # -- helpers ----------------------------------------------------------------------------
 
-    async def _check(self, scope: str, order: JobOrder) -> Verdict:
+    async def _check(self, scope: str, order: JobOrder, known: ConfigSnapshot) -> Verdict:
         default = self.settings.default_work_master
-        return await check_job_order(self.config, scope, order, default_work_master=default)
+        return await check_job_order(
+            self.config, scope, order, default_work_master=default, known=known
+        )
 
-    async def _limit(self, scope: str) -> int | None:
+    def _limit(self, acceptance: JobAcceptance) -> int | None:
         """The scope's job limit (MES override, else the setting); ``None``: no limit."""
-        override = await self.config.max_job_orders(scope)
+        override = acceptance.max_downloadable_job_orders
         limit = self.settings.max_job_orders if override is None else override
         return None if limit >= NO_LIMIT else limit
 

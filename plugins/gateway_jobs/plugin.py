@@ -70,7 +70,15 @@ def gateway_make_job_control(gateway: JobControlPhase) -> JobControl | None:
         equipment=gateway.equipment,
     )
     if binding is not None:
-        manager.dispatcher.feed = QueueFeed(binding, settings.topic_prefix, gateway.source).publish
+        feed = QueueFeed(
+            binding,
+            settings.topic_prefix,
+            gateway.source,
+            manager.dispatcher.queue,
+            interval=settings.queue_feed_ms / 1000,
+            limit=settings.queue_feed_jobs,
+        )
+        manager.dispatcher.feed = gateway.state.add(feed).changed
     # Commands naming no equipment are routed by the types the MES configured.
     gateway.equipment.set_directory(manager.config.types)
     return JobsControl(gateway.state.add(manager))
@@ -109,6 +117,9 @@ def gateway_register_services(
     sample_queues(gateway.metrics, manager)
     jobs = settings.get(JobsSettings)
     register(DispatchService(manager.dispatcher, jobs.dispatch_poll_seconds))
+    feed = gateway.state.find(QueueFeed)
+    if feed is not None:
+        register(feed)
     if BINDING in gateway.bindings:
         register(MetadataService(settings.get(JobsSettings).topic_prefix, BINDING))
 

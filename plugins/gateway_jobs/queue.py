@@ -40,7 +40,7 @@ from gateway.cloudevents import format_time
 from gateway.jobstates import JobState, TopState
 from gateway.recipes import QueuedJob, ScopeQueue
 from gateway.store import Store
-from gateway_jobs.model import JobResponse, Parameter
+from gateway_jobs.model import JobAcceptance, JobResponse, Parameter, from_json
 
 # States in which a job may hold a slot and its equipment (admitted: from being let start until
 # it ends; paused and held jobs keep theirs, their part is still on the equipment).
@@ -60,12 +60,20 @@ return 1
 """
 
 # KEYS: waiting, arrival, admitted, online, state:Running, state:Interrupted,
-# state:AllowedToStart. ARGV: now (Unix s), capacity (0: unlimited), verify ('1': check every
-# admitted job's state; the periodic pass does, a dispatch after a change need not, since the
-# change released what it had to in its own transaction).
+# state:AllowedToStart, config:jobacceptance. ARGV: now (Unix s), capacity (0: unlimited) unless
+# jobacceptance sets MaxRunningJobOrders, verify ('1': check every admitted job's state; the
+# periodic pass does, a dispatch after a change need not, since the change released what it had
+# to in its own transaction).
 # Returns {admitted jobs, next StartTime not reached yet ('' when none)}.
 DISPATCH = """
 local now, capacity, verify = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1'
+local acceptance = redis.call('GET', KEYS[8])
+if acceptance then
+  local ok, doc = pcall(cjson.decode, acceptance)
+  if ok and type(doc) == 'table' and type(doc.MaxRunningJobOrders) == 'number' then
+    capacity = doc.MaxRunningJobOrders
+  end
+end
 local function in_state(job, first, last)
   for i = first, last do
     if redis.call('SISMEMBER', KEYS[i], job) == 1 then return true end
@@ -199,6 +207,11 @@ class QueueKeys:
     def online(self, scope: str) -> str:
         return self.store.keys.scoped(scope, "config", "online")
 
+    def acceptance(self, scope: str) -> str:
+        # ``config.jobacceptance`` (``StationConfig``): MaxRunningJobOrders overrides the
+        # ``[jobs]`` setting; read with the queue, in the same round trip or script.
+        return self.store.keys.scoped(scope, "config", "jobacceptance")
+
     def state(self, scope: str, top: TopState) -> str:
         # The repository's state index (``JobRepository.state_key``), named here too so the
         # dispatch script can pass it in KEYS.
@@ -241,7 +254,9 @@ def queue_change(
     was = TopState.INITIAL if before is None else before.top
     now = after.top
     if now is TopState.ALLOWED_TO_START:
-        # Entering, or an Update while queued (new priority, StartTime or equipment).
+        # Entering, or an Update while queued (new priority, StartTime or equipment). EVAL, not
+        # EVALSHA: inside MULTI a NOSCRIPT (a restarted or failed-over Redis) would fail this
+        # command alone while the state change around it commits; the body is 300 bytes.
         pipeline.eval(
             ENQUEUE,
             4,
@@ -260,13 +275,18 @@ def queue_change(
 
 
 async def read_queue(keys: QueueKeys, scope: str, capacity: int) -> QueueView:
-    """The scope's queue, ordered as the dispatcher considers it (one round trip)."""
+    """The scope's queue, ordered as the dispatcher considers it (one round trip);
+    ``capacity``: the ``[jobs]`` setting, unless the scope's jobacceptance overrides it."""
     pipeline = keys.store.client.pipeline(transaction=True)
     pipeline.hgetall(keys.waiting(scope))
     pipeline.zrange(keys.arrival(scope), 0, -1, withscores=True)
     pipeline.hgetall(keys.admitted(scope))
     pipeline.get(keys.online(scope))
-    waiting, arrivals, admitted, online = await pipeline.execute()
+    pipeline.get(keys.acceptance(scope))
+    waiting, arrivals, admitted, online, acceptance = await pipeline.execute()
+    if acceptance is not None:
+        override = from_json(json.loads(acceptance), JobAcceptance).max_running_job_orders
+        capacity = capacity if override is None else override
     arrival = {str(job): int(score) for job, score in arrivals}
     entries = []
     for job, text in waiting.items():

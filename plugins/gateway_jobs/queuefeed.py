@@ -1,20 +1,30 @@
 """The queue of each scope, retained on the MES topics: ``{prefix}/{scope}/queue``.
 
 A CloudEvent of type ``QUEUE_EVENT_TYPE`` (JSON, retained, QoS 1; ``schemas/jobs/
-events.schema.json#/$defs/Queue``), published by the instance that dispatched, whenever what it
+events.schema.json#/$defs/Queue``), published by an instance that dispatched, whenever what it
 shows changed::
 
     {"Scope": "cell1", "Online": false, "Reason": "maintenance", "MaxRunningJobOrders": 1,
+     "RunningCount": 1, "WaitingCount": 1,
      "Running": [{"JobOrderID": "J7", "Equipment": ["positioner", "tightener"]}],
      "Waiting": [{"JobOrderID": "J9", "Position": 1, "Priority": 5,
                   "StartTime": "2026-11-26T10:00:00Z", "Equipment": ["positioner"]}],
      "UpdatedAt": "2026-11-26T09:59:58.125Z"}
 
 ``Running`` lists the jobs let start and not ended yet (running, paused or held, or just handed
-to their interpreter). Every instance publishes what it reads after a change; two instances may
-publish in either order, so each also publishes in its periodic dispatch pass whenever what it
-read differs from what it last sent, and every ``REFRESH_SECONDS`` in any case (a broker that
-lost its retained messages gets it back): the topic shows the current queue within one pass.
+to their interpreter), by JobOrderID; ``Waiting`` the queued ones in the order they will start.
+Each lists at most ``[jobs] queue_feed_jobs`` jobs (the first ones), and ``RunningCount`` /
+``WaitingCount`` say how many there are: the bytes of one update stay bounded however many jobs
+a scope holds (the rest of the queue: RequestJobResponseByJobOrderState, AllowedToStart, gives
+every queued job's QueuePosition).
+
+Publishing follows the dispatch passes without delaying them (``coalesce``): at most one read
+and publish per scope is in flight, and they start at least ``[jobs] queue_feed_ms`` apart, so
+a burst of changes costs one read of the queue per interval, not one per change. Every
+instance publishes what it reads; two instances may publish in either order, so each also
+publishes after its periodic dispatch pass whenever what it read differs from what it last
+sent, and every ``REFRESH_SECONDS`` in any case (a broker that lost its retained messages gets
+it back): the topic shows the current queue within one pass.
 """
 
 from __future__ import annotations
@@ -22,12 +32,19 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from anyio.abc import TaskStatus
 
 from gateway.cloudevents import JSON, CloudEvent, format_time, utc_now
 from gateway.transport import Binding
+from gateway_jobs.coalesce import Coalescer
 from gateway_jobs.queue import QueueView, rfc3339
+
+if TYPE_CHECKING:
+    from gateway.app import Gateway
 
 log = logging.getLogger(__name__)
 
@@ -39,16 +56,19 @@ def queue_topic(topic_prefix: str, scope: str) -> str:
     return f"{topic_prefix}/{scope}/queue"
 
 
-def queue_document(scope: str, view: QueueView) -> dict[str, Any]:
-    """The retained document of ``view`` (without ``UpdatedAt``)."""
+def queue_document(scope: str, view: QueueView, limit: int) -> dict[str, Any]:
+    """The retained document of ``view`` (without ``UpdatedAt``), at most ``limit`` jobs in
+    each list."""
+    running = sorted(view.admitted.items())
     return {
         "Scope": scope,
         "Online": view.online,
         "Reason": view.reason,
         "MaxRunningJobOrders": view.capacity,
+        "RunningCount": len(running),
+        "WaitingCount": len(view.waiting),
         "Running": [
-            {"JobOrderID": job, "Equipment": list(equipment)}
-            for job, equipment in sorted(view.admitted.items())
+            {"JobOrderID": job, "Equipment": list(equipment)} for job, equipment in running[:limit]
         ],
         "Waiting": [
             {
@@ -58,29 +78,59 @@ def queue_document(scope: str, view: QueueView) -> dict[str, Any]:
                 "StartTime": None if entry.start_time is None else rfc3339(entry.start_time),
                 "Equipment": list(entry.equipment),
             }
-            for entry in view.waiting
+            for entry in view.waiting[:limit]
         ],
     }
 
 
 class QueueFeed:
-    """Publishes a scope's queue when it changed (see the module docstring)."""
+    """Publishes a scope's queue when it changed (see the module docstring).
+
+    ``read``: the scope's queue as stored now (``Dispatcher.queue``). Also the service that runs
+    the publishing in the background; while it does not run, ``changed`` publishes at once.
+    """
+
+    name = "jobs-queue-feed"
+    roles = frozenset({"gateway", "engine"})  # where the dispatcher runs
 
     def __init__(
         self,
         binding: Binding,
         topic_prefix: str,
         source: str,
+        read: Callable[[str], Awaitable[QueueView]],
+        *,
+        interval: float = 0.2,
+        limit: int = 100,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.binding = binding
         self.topic_prefix = topic_prefix
         self.source = source
+        self.read = read
+        self.limit = limit
         self.clock = clock
+        self.updates = Coalescer("publishing the queue", self._update, interval=interval)
         self._sent: dict[str, tuple[str, float]] = {}  # scope -> (document, when)
 
+    async def changed(self, scope: str) -> None:
+        """The scope's queue may have changed: publish it soon (``Dispatcher.feed``)."""
+        await self.updates.request(scope)
+
+    async def run(self, gateway: Gateway, *, task_status: TaskStatus[None]) -> None:
+        """Publish in the background until the gateway stops; what is left then is published
+        by the first dispatch pass of the next start, or of another instance."""
+        task_status.started()
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(self.updates.serve)
+            await gateway.stopping.wait()
+            tasks.cancel_scope.cancel()
+
+    async def _update(self, scope: str) -> None:
+        await self.publish(scope, await self.read(scope))
+
     async def publish(self, scope: str, view: QueueView) -> None:
-        document = queue_document(scope, view)
+        document = queue_document(scope, view, self.limit)
         text = json.dumps(document, sort_keys=True)
         last = self._sent.get(scope)
         now = self.clock()

@@ -303,10 +303,10 @@ class JobRepository:
         response_key = self.response_key(scope, job_order_id)
 
         async def attempt(transaction: ScopeTransaction) -> Change:
-            document = await transaction.get_json(job_key)
+            document, response = await transaction.get_json_many([job_key, response_key])
             if document is None:
                 raise _Refused(Refusal("unknown"))
-            before = StoredJob.from_documents(document, await transaction.get_json(response_key))
+            before = StoredJob.from_documents(document, response)
             destination = next_state(before.state, trigger)
             if destination is None:
                 raise _Refused(Refusal("invalid-state", state=before.state))

@@ -44,6 +44,18 @@ class JobsSettings:
         "entering the queue starts the next one at once; this catches what a crash left)",
         minimum=0.01,
     )
+    queue_feed_ms: int = setting(
+        200,
+        "Least time between two publications of a scope's retained queue topic (changes "
+        "meanwhile are merged into the next one)",
+        minimum=0,
+    )
+    queue_feed_jobs: int = setting(
+        100,
+        "Jobs the retained queue topic lists at most, running and waiting each (the first "
+        "ones; the topic gives both totals)",
+        minimum=1,
+    )
     retry_limit: int = setting(
         200,
         "Attempts of one state change when other instances keep changing the same job",

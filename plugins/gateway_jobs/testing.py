@@ -24,7 +24,7 @@ from anyio.abc import ObjectReceiveStream
 
 from gateway.app import Gateway
 from gateway.cloudevents import CloudEvent
-from gateway.codecs.mqtt import MqttMessage
+from gateway.codecs.mqtt import MqttMessage, from_mqtt
 from gateway.hookspecs import hookimpl
 from gateway.jobstates import TopState
 from gateway.phases import InterpreterPhase
@@ -192,6 +192,18 @@ class JobsMes:
 
     async def job_response(self, job_order_id: str) -> CloudEvent:
         return await self.call("RequestJobResponseByJobOrderID", {"JobOrderID": job_order_id})
+
+    async def queue(
+        self, until: Callable[[dict[str, Any]], bool] = lambda _: True, *, timeout: float = 5.0
+    ) -> dict[str, Any]:
+        """The scope's retained queue document once ``until`` holds for it: it follows the
+        dispatch passes within ``[jobs] queue_feed_ms``, so the one retained may be older."""
+        async with self.client.watch(f"{self.topic_prefix}/{self.scope}/queue") as stream:
+            with anyio.fail_after(timeout):
+                while True:
+                    document: dict[str, Any] = from_mqtt(await stream.receive()).data
+                    if until(document):
+                        return document
 
     @asynccontextmanager
     async def events(self) -> AsyncIterator[ObjectReceiveStream[MqttMessage]]:

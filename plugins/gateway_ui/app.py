@@ -31,7 +31,7 @@ from gateway_ui.assets import JS
 from gateway_ui.pages import OPERATOR_ACTIONS, index_page, job_page, job_url, scope_page
 from gateway_ui.settings import UiSettings
 from gateway_ui.sse import JobStream, ScopeStream, parse_cursor
-from gateway_ui.trace import read_trace, with_latencies
+from gateway_ui.trace import position, read_trace, with_latencies
 from gateway_ui.views import NotFound, UiData
 
 if TYPE_CHECKING:
@@ -134,7 +134,8 @@ class UiApplications:
     async def _trace_until(self, scope: str, job: str, last: str) -> list[dict[str, Any]]:
         store = self.data.store
         entries = await read_trace(store, scope, job)
-        return with_latencies([entry for entry in entries if _id(entry["id"]) <= _id(last)])
+        until = position(last)
+        return with_latencies([entry for entry in entries if position(entry["id"]) <= until])
 
     # -- JSON -------------------------------------------------------------------------------
 
@@ -171,7 +172,9 @@ class UiApplications:
         stream = JobStream(
             self.data, self.data.store, scope, job, self.gateway.stopping, self.gateway.resilience
         )
-        cursor = _cursor(request, 2) or (await stream.cursor_now()).split(",")
+        cursor = resume_cursor(request, 2, trace_last=True)
+        if cursor is None:
+            cursor = (await stream.cursor_now()).split(",")
         return StreamingResponse(
             stream.events(cursor), media_type="text/event-stream", headers=SSE_HEADERS
         )
@@ -179,7 +182,7 @@ class UiApplications:
     async def scope_events(self, request: Request) -> Response:
         scope = request.path_params["scope"]
         stream = ScopeStream(self.data.store, scope, self.gateway.stopping, self.gateway.resilience)
-        cursor = _cursor(request, 1) or [await stream.cursor_now()]
+        cursor = resume_cursor(request, 1) or [await stream.cursor_now()]
         return StreamingResponse(
             stream.events(cursor), media_type="text/event-stream", headers=SSE_HEADERS
         )
@@ -239,13 +242,7 @@ class UiApplications:
         return name
 
 
-def _cursor(request: Request, parts: int) -> list[str] | None:
+def resume_cursor(request: Request, parts: int, *, trace_last: bool = False) -> list[str] | None:
     """Where the browser resumes: its Last-Event-ID, else the page's ``after``."""
-    return parse_cursor(request.headers.get("last-event-id"), parts) or parse_cursor(
-        request.query_params.get("after"), parts
-    )
-
-
-def _id(stream_id: str) -> tuple[int, int]:
-    millis, _, sequence = stream_id.partition("-")
-    return int(millis), int(sequence or 0)
+    resumed = parse_cursor(request.headers.get("last-event-id"), parts, trace_last=trace_last)
+    return resumed or parse_cursor(request.query_params.get("after"), parts, trace_last=trace_last)

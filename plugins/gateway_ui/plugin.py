@@ -11,7 +11,8 @@ from gateway.settings import Settings
 from gateway.transport import Service
 from gateway_ui.app import UiApplications
 from gateway_ui.settings import UiSettings
-from gateway_ui.trace import TraceObserver, TraceWriter
+from gateway_ui.trace import TraceObserver
+from gateway_ui.trace_writer import TraceWriter
 
 if TYPE_CHECKING:
     from gateway.phases import ServicePhase

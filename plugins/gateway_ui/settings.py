@@ -12,7 +12,16 @@ from gateway.settings import Secret, setting
 class UiSettings:
     enabled: bool = setting(True, "Serve the web UI at /ui and its JSON at /api (needs http.port)")
     trace_max_entries: int = setting(
-        2000, "Entries kept in each job's trace (the oldest go first)", minimum=10
+        2000,
+        "Happenings kept in each job's trace, about (the oldest go first; a stream entry may "
+        "hold several, so the trace is cut by whole entries)",
+        minimum=10,
+    )
+    trace_flush_ms: int = setting(
+        100,
+        "How often at most the trace is written to Redis, in ms: what a job did meanwhile goes "
+        "as one stream entry (0: at once, one write per happening when they come slowly)",
+        minimum=0,
     )
     trace_kept_seconds: int = setting(
         86400, "How long a job's trace stays after the job is cleared or cancelled", minimum=1

@@ -2,9 +2,11 @@
 
 A job page follows two streams: the scope's change stream (every state change job management
 stores, see ``gateway.store``) and the job's trace (``gateway_ui.trace``). Each event's id is
-the pair of stream ids it has read up to, ``<changes id>,<trace id>``; a browser that loses the
-connection sends the last one back (``Last-Event-ID``) and the stream goes on from exactly
-there, on whichever instance it reaches: the cursor is all the state there is.
+where it has read up to, ``<changes id>,<trace id>``: a stream id of the change stream and the
+id of the last trace happening sent (a stream id, or ``<stream id>/<n>`` inside an entry that
+holds several). A browser that loses the connection sends the last one back (``Last-Event-ID``)
+and the stream goes on from exactly there, on whichever instance it reaches, with neither
+duplicates nor gaps: the cursor is all the state there is.
 
 Events: ``state`` (a change record of the job), ``trace`` (a trace entry), and after each batch
 ``live`` (the job's state, progress and response now, without an id: it describes the present,
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -23,7 +25,7 @@ import anyio
 
 from gateway.resilience import Resilience
 from gateway.store import Store
-from gateway_ui.trace import read_entry, trace_key
+from gateway_ui.trace import happenings, is_happening_id, position, read_from, trace_key
 from gateway_ui.views import UiData
 
 log = logging.getLogger(__name__)
@@ -47,14 +49,16 @@ def format_event(event: str | None, data: Any, event_id: str | None = None) -> s
     return "\n".join(lines) + "\n\n"
 
 
-def parse_cursor(text: str | None, parts: int) -> list[str] | None:
-    """The stream ids of a cursor (``None``: absent or not one of ours)."""
+def parse_cursor(text: str | None, parts: int, *, trace_last: bool = False) -> list[str] | None:
+    """The ids of a cursor (``None``: absent or not one of ours): stream ids, the last one a
+    trace happening's id when ``trace_last``."""
     if not text:
         return None
     ids = text.split(",")
-    if len(ids) != parts or not all(_is_stream_id(value) for value in ids):
+    if len(ids) != parts or not all(_is_stream_id(value) for value in ids[:-1]):
         return None
-    return ids
+    last_ok = is_happening_id(ids[-1]) if trace_last else _is_stream_id(ids[-1])
+    return ids if last_ok else None
 
 
 def _is_stream_id(value: str) -> bool:
@@ -87,9 +91,12 @@ class JobStream:
         changes, trace = self.keys
         return f"{await last_id(self.store, changes)},{await last_id(self.store, trace)}"
 
-    async def events(self, cursor: Sequence[str]) -> AsyncIterator[str]:
+    async def events(self, cursor: Sequence[str]) -> AsyncGenerator[str]:
+        """``cursor``: a change stream id and a trace happening id, sent already."""
         changes_key, trace_key_ = self.keys
-        positions = {changes_key: cursor[0], trace_key_: cursor[1]}
+        sent = cursor[1]  # the last trace happening the browser has
+        after = position(sent)
+        positions = {changes_key: cursor[0], trace_key_: read_from(sent)}
         yield f"retry: {RETRY_MS}\n\n"
         yield format_event("live", await self.data.live(self.scope, self.job))
         async for batch in _read(self.store, positions, self.stopping, self.resilience):
@@ -99,12 +106,17 @@ class JobStream:
             for stream, entries in batch:
                 for entry_id, fields in entries:
                     positions[stream] = entry_id
-                    cursor_text = f"{positions[changes_key]},{positions[trace_key_]}"
                     if stream == changes_key:
                         if fields.get("job_order_id") == self.job:
-                            yield format_event("state", _change(entry_id, fields), cursor_text)
-                    else:
-                        yield format_event("trace", read_entry(entry_id, fields), cursor_text)
+                            change = _change(entry_id, fields)
+                            yield format_event("state", change, f"{entry_id},{sent}")
+                        continue
+                    for happening in happenings(entry_id, fields):
+                        if position(happening["id"]) <= after:
+                            continue  # sent before the browser came back (the same entry)
+                        sent = happening["id"]
+                        cursor_text = f"{positions[changes_key]},{sent}"
+                        yield format_event("trace", happening, cursor_text)
             yield format_event("live", await self.data.live(self.scope, self.job))
 
 
@@ -120,7 +132,7 @@ class ScopeStream:
     async def cursor_now(self) -> str:
         return await last_id(self.store, self.store.keys.changes(self.scope))
 
-    async def events(self, cursor: Sequence[str]) -> AsyncIterator[str]:
+    async def events(self, cursor: Sequence[str]) -> AsyncGenerator[str]:
         key = self.store.keys.changes(self.scope)
         positions = {key: cursor[0]}
         yield f"retry: {RETRY_MS}\n\n"

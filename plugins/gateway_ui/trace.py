@@ -3,46 +3,49 @@
 Observer hooks (``TraceObserver``) turn each happening into a ``TraceEntry``: the job changed
 state, a step was entered or left, an MES method or an operator request was answered, a
 command went to equipment, a reply or an event came back. Hooks must not block, so entries
-queue in memory and ``TraceWriter`` (a service) appends them to the job's stream::
+queue in memory and ``TraceWriter`` (a service, ``gateway_ui.trace_writer``) appends them to
+the job's stream, at most every ``ui.trace_flush_ms``::
 
-    {p}:{scope}:trace:{job}           STREAM  one entry per happening, at most ui.trace_max_entries
+    {p}:{scope}:trace:{job}           STREAM  at most one entry per job and flush
     {p}:{_global}:trace:job-scopes    HASH    job -> scope, for replies that do not name theirs
 
-The stream's ids order the trace and are the cursors a browser resumes from. A job that is
-cleared or cancelled keeps its trace for ``ui.trace_kept_seconds``. Entries come from every
-instance (each records what it did), so two instances' entries about one job may interleave a
-few milliseconds out of order; each carries its own time (``ts``) and instance. An instance
-that crashes loses what it had not written yet; a trace is for people, not for recovery.
+A stream entry holds one happening (``kind``, ``ts``, ``instance``, ``fields`` as JSON) or, when
+one flush had several for the job, all of them (``kind=batch``, ``instance``, ``entries``: a
+JSON list of ``{"kind", "ts", "fields"}``), so a step costs Redis one XADD per job and flush
+rather than one per happening. Readers expand a batch into its happenings (``happenings``).
+
+Each happening has an id: the stream id of its entry, or ``<stream id>/<n>`` for the n-th
+(from 0) of a batch. Ids order the trace, and are the cursors a browser resumes from: after
+``X/n`` come the happenings of ``X`` after the n-th, then the entries after ``X``; after a
+plain ``X``, the entries after ``X`` (``position`` compares them).
+
+A job that is cleared or cancelled keeps its trace for ``ui.trace_kept_seconds``. Entries come
+from every instance (each records what it did), so two instances' entries about one job may
+interleave a flush interval out of order; each carries its own time (``ts``) and instance. An
+instance that crashes loses what it had not written yet; a trace is for people, not for
+recovery.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import time
-from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, cast
 
-import anyio
-from anyio.abc import TaskStatus
-
 from gateway.equipment import EquipmentCommand, EquipmentEvent, EquipmentReply
 from gateway.hookspecs import hookimpl
 from gateway.jobstates import JobState
-from gateway.resilience import is_transient
-from gateway_ui.settings import UiSettings
 
 if TYPE_CHECKING:
-    from gateway.app import Gateway
-    from gateway.phases import ServicePhase
     from gateway.store import Store
-
-log = logging.getLogger(__name__)
+    from gateway_ui.trace_writer import TraceWriter
 
 MAX_DATA_CHARS = 2000  # replies and events: their data, cut to this much JSON
+BATCH = "batch"  # the kind of a stream entry holding several happenings
+WHOLE_ENTRY = 1 << 62  # the position of a plain stream id: after every happening of its entry
 
 
 class TraceKind(StrEnum):
@@ -67,14 +70,38 @@ class TraceEntry:
         """A method call that changed nothing (it may name a job that does not exist)."""
         return self.kind is TraceKind.METHOD and self.fields.get("status") != "NO_ERROR"
 
-    def record(self, instance: str) -> dict[str, str]:
-        """The stream entry: kind, time, instance and the fields as JSON."""
+    @property
+    def starts_job(self) -> bool:
+        """The job was just stored: a job id used again starts a fresh trace."""
+        return self.kind is TraceKind.STATE and self.fields.get("previous") == JobState.INITIAL
+
+    @property
+    def ends_job(self) -> bool:
+        """The job was cleared or cancelled: its trace goes after ``trace_kept_seconds``."""
+        return self.kind is TraceKind.STATE and self.fields.get("current") == JobState.END
+
+
+def stream_record(entries: list[TraceEntry], instance: str) -> dict[str, str]:
+    """The stream entry holding ``entries`` (one happening: its own format, else a batch)."""
+    if len(entries) == 1:
+        entry = entries[0]
         return {
-            "kind": str(self.kind),
-            "ts": repr(self.ts),
+            "kind": str(entry.kind),
+            "ts": repr(entry.ts),
             "instance": instance,
-            "fields": json.dumps(self.fields, default=str, separators=(",", ":")),
+            "fields": _json(entry.fields),
         }
+    happenings = [{"kind": str(e.kind), "ts": e.ts, "fields": e.fields} for e in entries]
+    return {
+        "kind": BATCH,
+        "ts": repr(entries[-1].ts),
+        "instance": instance,
+        "entries": _json(happenings),
+    }
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, default=str, separators=(",", ":"))
 
 
 def trace_key(store: Store, scope: str, job: str) -> str:
@@ -85,19 +112,73 @@ def job_scopes_key(store: Store) -> str:
     return store.keys.global_key("trace", "job-scopes")
 
 
-def read_entry(entry_id: str, record: Mapping[str, str]) -> dict[str, Any]:
-    """A stream entry as the API serves it: ``id``, ``kind``, ``ts``, ``instance``, fields."""
+def happenings(stream_id: str, record: Mapping[str, str]) -> list[dict[str, Any]]:
+    """A stream entry as the API serves it: its happenings, each with ``id``, ``kind``,
+    ``ts``, ``instance`` and its fields (several for a batch, ids ``<stream id>/<n>``)."""
+    instance = record.get("instance")
+    if record.get("kind") != BATCH:
+        fields = _loads(record.get("fields") or "{}")
+        return [_happening(stream_id, record.get("kind"), record.get("ts"), instance, fields)]
+    items = _loads(record.get("entries") or "[]")
+    if not isinstance(items, list):
+        return [_happening(stream_id, BATCH, record.get("ts"), instance, items)]
+    return [
+        _happening(
+            f"{stream_id}/{number}",
+            item.get("kind"),
+            item.get("ts"),
+            item.get("instance", instance),
+            item.get("fields"),
+        )
+        if isinstance(item, dict)
+        else _happening(f"{stream_id}/{number}", None, 0, instance, item)
+        for number, item in enumerate(items)
+    ]
+
+
+def _loads(text: str) -> Any:
     try:
-        fields = json.loads(record.get("fields") or "{}")
+        return json.loads(text)
     except json.JSONDecodeError:
-        fields = {"unreadable": record.get("fields")}
+        return {"unreadable": text}
+
+
+def _happening(happening_id: str, kind: Any, ts: Any, instance: Any, fields: Any) -> dict[str, Any]:
     return {
-        "id": entry_id,
-        "kind": record.get("kind"),
-        "ts": float(record.get("ts") or 0),
-        "instance": record.get("instance"),
+        "id": happening_id,
+        "kind": kind,
+        "ts": float(ts or 0),
+        "instance": instance,
         **(fields if isinstance(fields, dict) else {"value": fields}),
     }
+
+
+def position(happening_id: str) -> tuple[int, int, int]:
+    """Where a happening id (or a trace cursor) is in the trace, for comparing: a plain stream
+    id stands after every happening of its entry, ``X/n`` after the n-th of ``X``."""
+    stream_id, slash, number = happening_id.partition("/")
+    millis, _, sequence = stream_id.partition("-")
+    return int(millis), int(sequence or 0), int(number) if slash else WHOLE_ENTRY
+
+
+def is_happening_id(text: str) -> bool:
+    """``<millis>-<sequence>`` or ``<millis>-<sequence>/<n>``."""
+    stream_id, slash, number = text.partition("/")
+    millis, dash, sequence = stream_id.partition("-")
+    well_formed = bool(dash) and millis.isdigit() and sequence.isdigit()
+    return well_formed and (not slash or number.isdigit())
+
+
+def read_from(cursor: str) -> str:
+    """The stream id to read a trace after (XREAD), to go on after the happening ``cursor``:
+    for ``X/n`` the id just before ``X`` (its remaining happenings are still to come)."""
+    stream_id, slash, _ = cursor.partition("/")
+    if not slash:
+        return stream_id
+    millis, sequence, _ = position(stream_id)
+    if sequence > 0:
+        return f"{millis}-{sequence - 1}"
+    return f"{millis - 1}-{(1 << 64) - 1}" if millis > 0 else "0-0"
 
 
 async def read_trace(store: Store, scope: str, job: str) -> list[dict[str, Any]]:
@@ -105,7 +186,7 @@ async def read_trace(store: Store, scope: str, job: str) -> list[dict[str, Any]]
     raw = cast(
         list[tuple[str, dict[str, str]]], await store.client.xrange(trace_key(store, scope, job))
     )
-    return with_latencies([read_entry(entry_id, record) for entry_id, record in raw])
+    return with_latencies([h for stream_id, record in raw for h in happenings(stream_id, record)])
 
 
 def with_latencies(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -131,115 +212,6 @@ def _job_of(correlation_id: str) -> str | None:
     """The job of a ``{job}:{action}:{attempt}`` correlation id (``None``: not one of ours)."""
     parts = correlation_id.rsplit(":", 2)
     return parts[0] if len(parts) == 3 and parts[2].isdigit() else None
-
-
-class TraceWriter:
-    """Queues entries from the hooks and appends them to the jobs' streams (a service)."""
-
-    name = "ui-trace"
-    roles = frozenset({"gateway", "engine"})  # where jobs change and equipment is commanded
-
-    def __init__(self, settings: UiSettings, gateway: ServicePhase) -> None:
-        self.settings = settings
-        self.gateway = gateway
-        self.queue: deque[TraceEntry] = deque(maxlen=settings.trace_buffer)
-        self.dropped = 0
-        self.written = 0
-        self._wake: anyio.Event | None = None
-        self._scopes: dict[str, str] = {}  # job -> scope, learned from the hooks
-
-    def add(self, entry: TraceEntry) -> None:
-        if len(self.queue) == self.queue.maxlen:
-            self.dropped += 1  # the oldest goes; said in the log when Redis is back
-        self.queue.append(entry)
-        if entry.scope is not None:
-            self._scopes[entry.job] = entry.scope
-            if len(self._scopes) > 10000:
-                self._scopes.pop(next(iter(self._scopes)))
-        if self._wake is not None:
-            self._wake.set()
-
-    async def run(self, gateway: Gateway, *, task_status: TaskStatus[None]) -> None:
-        self._wake = anyio.Event()
-        task_status.started()
-        async with anyio.create_task_group() as tasks:
-            tasks.start_soon(self._write_loop, gateway.stopping)
-            await gateway.stopping.wait()
-            tasks.cancel_scope.cancel()
-        with anyio.move_on_after(2, shield=True):  # what the last moments recorded
-            try:
-                await self.flush()
-            except Exception as error:  # the store away at the end: the entries are lost
-                log.warning("job trace: %d entries not written: %s", len(self.queue), error)
-
-    async def _write_loop(self, stopping: anyio.Event) -> None:
-        """Write what is queued whenever something is; a store outage is retried (logged once,
-        the readiness check ``ui.trace`` failing meanwhile) while the queue keeps the newest
-        ``trace_buffer`` entries."""
-        resilience = self.gateway.resilience
-        while True:
-            assert self._wake is not None
-            await self._wake.wait()
-            self._wake = anyio.Event()
-            try:
-                await resilience.retry("ui.trace", self.flush, stop=stopping, logger=log)
-            except Exception as error:
-                if is_transient(error):
-                    return  # stopping: ``run`` makes a last attempt
-                log.exception("job trace: %d entries not written", len(self.queue))
-                self.queue.clear()  # they would fail again
-
-    async def flush(self) -> None:
-        """Write every queued entry; an entry stays queued until Redis took it."""
-        store = self.gateway.store
-        if store is None:
-            self.queue.clear()
-            return
-        while self.queue:
-            batch = list(self.queue)[:200]
-            async with store.client.pipeline(transaction=False) as pipe:
-                for entry in batch:
-                    scope = entry.scope or await self._scope_of(store, entry.job)
-                    if scope is None:
-                        log.debug("trace entry for unknown job %s dropped", entry.job)
-                        continue
-                    if entry.refused and not await store.client.exists(
-                        trace_key(store, scope, entry.job)
-                    ):
-                        continue  # a refused call about a job the station does not hold
-                    self._queue_write(pipe, store, scope, entry)
-                await pipe.execute()
-            for _ in batch:
-                self.queue.popleft()
-            self.written += len(batch)
-        if self.dropped:
-            log.warning("job trace: %d entries were dropped while Redis was away", self.dropped)
-            self.dropped = 0
-
-    def _queue_write(self, pipe: Any, store: Store, scope: str, entry: TraceEntry) -> None:
-        key = trace_key(store, scope, entry.job)
-        new_job = entry.kind is TraceKind.STATE and entry.fields.get("previous") == JobState.INITIAL
-        if new_job:  # a job id used again starts a fresh trace
-            pipe.delete(key)
-            pipe.hset(job_scopes_key(store), entry.job, scope)
-        pipe.xadd(
-            key,
-            entry.record(self.gateway.instance_id),
-            maxlen=self.settings.trace_max_entries,
-            approximate=False,
-        )
-        if entry.kind is TraceKind.STATE and entry.fields.get("current") == JobState.END:
-            pipe.expire(key, self.settings.trace_kept_seconds)  # cleared or cancelled: it goes
-            pipe.hdel(job_scopes_key(store), entry.job)
-
-    async def _scope_of(self, store: Store, job: str) -> str | None:
-        scope = self._scopes.get(job)
-        if scope is None:
-            found = await store.client.hget(job_scopes_key(store), job)
-            scope = str(found) if found is not None else None
-            if scope is not None:
-                self._scopes[job] = scope
-        return scope
 
 
 class TraceObserver:

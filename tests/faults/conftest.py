@@ -34,6 +34,7 @@ import pytest
 from redis.asyncio import Redis
 
 from gateway.cloudevents import CloudEvent
+from gateway.testing import poll_until as poll_until  # the fault tests import it from here
 from gateway.testing import wait_until
 from gateway.testing.mqtt import connect_test_client
 from gateway.testing.processes import GatewayProcess
@@ -235,16 +236,6 @@ def fault_station(unique: str) -> Iterator[FaultStation]:
         redis.stop()
         broker.stop()
         shutil.rmtree(directory, ignore_errors=True)
-
-
-async def poll_until(
-    condition: Callable[[], Awaitable[object]], *, timeout: float, interval: float = 0.05
-) -> None:
-    """Ask ``condition`` (an async check of another process's state) until it is true;
-    ``TimeoutError`` after ``timeout`` seconds. There is no event to wait on across processes."""
-    with anyio.fail_after(timeout):
-        while not await condition():  # noqa: ASYNC110
-            await anyio.sleep(interval)
 
 
 async def patiently(request: Callable[[], Awaitable[T]], tries: int = 30) -> T:

@@ -148,6 +148,8 @@ async def test_metrics_move_while_a_recipe_runs(redis_url: str, unique: str) -> 
     assert sample(after, "gateway_recipe_step_seconds_count", step="Tighten") == 1
     assert sample(after, "gateway_recipe_charts_ended_total", outcome="completed") == 1
     assert sample(after, "gateway_messages_total", binding="mqtt", outcome="ok") >= 2
+    handled = sample(after, "gateway_message_seconds_count", binding="mqtt", processor="jobs")
+    assert handled >= 2  # the Work Master and the StoreAndStart
     assert "gateway_work_stream_lag" in after
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gateway.testing import running
+from gateway.testing import running, wait_until
 from gateway_jobs.model import ReturnStatus
 from gateway_jobs.testing import (
     TEST_DATASCHEMA,
@@ -181,12 +181,13 @@ async def test_work_master_put_and_delete(station: Station) -> None:
         after_delete = await mes.store(job_order("j2"))
         # The stored job keeps the Work Master it was accepted with.
         started = await mes.act("Start", "j1")
+        # Handed to its interpreter by the dispatch pass that follows the reply.
+        await wait_until(lambda: station.plugin.interpreters[0].started == ["j1"])
     assert return_status(put) == OK
     assert return_status(stored) == OK
     assert return_status(delete) == OK
     assert return_status(after_delete) == REFUSED
     assert return_status(started) == OK
-    assert station.plugin.interpreters[0].started == ["j1"]
 
 
 @pytest.mark.parametrize(

@@ -124,7 +124,7 @@ async def test_an_unreachable_broker_says_so() -> None:
 
 async def test_an_operator_takes_a_scope_offline_and_online(station: Station) -> None:
     at = where(station)
-    async with running(station.gateway()), station.mes() as mes:
+    async with running(station.gateway(queue_feed_jobs="1")), station.mes() as mes:
         await mes.configure("workmaster", work_master("wm"))
         offline = await gateway_cli("scope", "offline", "--reason", "tool change", *at)
         assert (offline.returncode, offline.stdout) == (
@@ -132,13 +132,16 @@ async def test_an_operator_takes_a_scope_offline_and_online(station: Station) ->
             "scope cell1 is offline: queued jobs wait\n",
         )
         await mes.store(job_order("j1", priority=4), "StoreAndStart")
+        await mes.store(job_order("j2", priority=2), "StoreAndStart")
+        await mes.queue(until=lambda document: document["WaitingCount"] == 2)
         queue = await gateway_cli("scope", "queue", "--json", *at)
         assert queue.returncode == 0, queue.stderr
         document = json.loads(queue.stdout)
         assert (document["Online"], document["Reason"]) == (False, "tool change")
-        assert [entry["JobOrderID"] for entry in document["Waiting"]] == ["j1"]
+        assert [entry["JobOrderID"] for entry in document["Waiting"]] == ["j1"]  # the first
         table = await gateway_cli("scope", "queue", *at)
         assert "OFFLINE (tool change)" in table.stdout
+        assert "(1 more waiting, not listed)" in table.stdout
         online = await gateway_cli("scope", "online", *at)
         assert (online.returncode, online.stdout) == (0, "scope cell1 is online\n")
         with anyio.fail_after(10):

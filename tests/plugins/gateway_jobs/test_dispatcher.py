@@ -14,7 +14,6 @@ import anyio
 import pytest
 
 from gateway.cloudevents import format_time
-from gateway.codecs.mqtt import from_mqtt
 from gateway.testing import running
 from gateway.testing.equipment import TestEquipment
 from gateway_jobs.model import ReturnStatus
@@ -178,9 +177,7 @@ async def test_actions_routed_by_type_hold_the_equipment_declaring_it(station: S
         for job, wm in (("p1", "wm-press"), ("p2", "wm-press"), ("g1", "wm-gauge")):
             await ok(mes.store(job_order(job, work_masters=[wm]), "StoreAndStart"))
         await until(lambda: _running_are(mes, ["p1", "p2", "g1"], {"p1", "g1"}))
-        async with mes.client.watch(f"{station.topic_prefix}/cell1/queue") as stream:
-            with anyio.fail_after(5):
-                queue = from_mqtt(await stream.receive()).data
+        queue = await mes.queue(until=lambda document: document["RunningCount"] == 2)
     assert queue["Running"] == [
         {"JobOrderID": "g1", "Equipment": ["gauge-1"]},
         {"JobOrderID": "p1", "Equipment": ["press-1"]},

@@ -126,6 +126,7 @@ async def test_equipment_conflicts_serialise_and_disjoint_jobs_run_beside(
     await submit(jobs, "b1", EquipmentRequirements=needs("B"))
     assert jobs.interpreter.started == ["a1", "b1"]
     view = await jobs.manager.dispatcher.queue(SCOPE)
+    assert view.capacity == 2  # the scope's MaxRunningJobOrders, over the setting's 1
     assert view.admitted == {"a1": ("A",), "b1": ("B",)}
     await act(jobs, "Abort", "a1")
     assert jobs.interpreter.started == ["a1", "b1", "a2"]

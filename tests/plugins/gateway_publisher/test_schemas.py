@@ -185,7 +185,7 @@ def test_the_retained_queue_follows_its_schema() -> None:
         admitted={"J7": ("positioner", "tightener")},
         waiting=[QueueEntry("J9", 5, 1_800_000_000.0, ("positioner",), 3, 1)],
     )
-    document = queue_document("cell1", view) | {"UpdatedAt": "2026-11-26T09:59:58.125Z"}
+    document = queue_document("cell1", view, 100) | {"UpdatedAt": "2026-11-26T09:59:58.125Z"}
     schema = {"$ref": "events.schema.json#/$defs/Queue"}
     validate(document, schema, SCHEMAS / "jobs" / "events.schema.json")
     assert document["Waiting"][0]["StartTime"] == "2027-01-15T08:00:00Z"

@@ -1,27 +1,35 @@
 """A gateway with the simulated station and its HTTP endpoint, and a small HTTP/SSE client.
 
 Tests get them through the ``station`` fixture (``Station`` and its helpers as attributes).
+Trace writer tests get a redis-server of their own (``trace_redis``: its command counts are
+theirs alone) and a ``TraceWriter`` on it (``trace_writer``).
 """
 
 from __future__ import annotations
 
 import base64
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import anyio
 import pytest
 
 from gateway.app import Gateway
+from gateway.resilience import Readiness, Resilience
 from gateway.testing.mqtt import connect_test_client
-from gateway.testing.services import free_port
+from gateway.testing.services import ServerProcess, free_port, redis_server
 from gateway_jobs.model import ReturnStatus
 from gateway_jobs.testing import JobsMes, job_order, return_status, work_master
+from gateway_redis.settings import RedisSettings
+from gateway_redis.store import RedisStore
 from gateway_sfc.model import DATASCHEMA
+from gateway_ui.settings import UiSettings
+from gateway_ui.trace_writer import TraceWriter
 
 REAR_AXLE = json.loads(
     (Path(__file__).parents[3] / "examples" / "recipes" / "rear_axle.json").read_text()
@@ -184,3 +192,44 @@ async def sse(
 @pytest.fixture
 def station(mqtt_url: str, redis_url: str, unique: str) -> Station:
     return Station(mqtt_url, redis_url, unique)
+
+
+@pytest.fixture(scope="module")
+def trace_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A redis-server for this module's tests alone (one at a time: counts are theirs)."""
+    server = redis_server(tmp_path_factory.mktemp("trace-redis")).start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@dataclass
+class TraceBench:
+    """A ``TraceWriter`` on ``trace_redis`` with the stand-ins of the gateway it needs."""
+
+    store: RedisStore
+    gateway: SimpleNamespace
+    readiness: Readiness
+
+    def writer(self, **settings: Any) -> TraceWriter:
+        return TraceWriter(UiSettings(**settings), self.gateway)
+
+    async def commands(self, name: str) -> int:
+        """How often the server ran ``name`` since the test began (INFO commandstats)."""
+        stats = await self.store.client.info("commandstats")
+        return int(stats.get(f"cmdstat_{name}", {}).get("calls", 0))
+
+
+@pytest.fixture
+async def trace_bench(trace_redis: ServerProcess, tmp_path: Path) -> AsyncIterator[TraceBench]:
+    settings = RedisSettings(url=f"redis://127.0.0.1:{trace_redis.port}/0", key_prefix="t")
+    async with RedisStore(settings, tmp_path) as store:
+        await store.client.flushall()
+        await store.client.config_resetstat()
+        readiness = Readiness()
+        resilience = Resilience(readiness, minimum_seconds=0.01, maximum_seconds=0.1)
+        gateway = SimpleNamespace(
+            store=store, resilience=resilience, instance_id="i", stopping=anyio.Event()
+        )
+        yield TraceBench(store, gateway, readiness)

@@ -1,32 +1,181 @@
-"""The job trace writer on a Redis server of its own, which the test kills and restarts."""
+"""The job trace writer on a redis-server of its own: one XADD per job and flush, at most every
+``ui.trace_flush_ms``; what is queued survives an outage (the test kills and restarts Redis)
+and is written when the gateway stops."""
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
 from types import SimpleNamespace
-from typing import cast
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 import pytest
 from redis.asyncio import Redis
 
+from gateway.jobstates import JobState
 from gateway.resilience import Readiness, Resilience
 from gateway.store import KeySchema
 from gateway.testing import wait_until
 from gateway.testing.services import redis_server
 from gateway_ui.settings import UiSettings
-from gateway_ui.trace import TraceEntry, TraceKind, TraceWriter
+from gateway_ui.trace import TraceEntry, TraceKind, position, read_trace
+from gateway_ui.trace_writer import TraceWriter
+
+if TYPE_CHECKING:
+    from tests.plugins.gateway_ui.conftest import TraceBench
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
+SCOPE = "cell1"
 Entry = tuple[str, dict[str, str]]
+
+
+def started(job: str) -> TraceEntry:
+    fields = {"method": "StoreAndStart", "previous": JobState.INITIAL, "current": "Running"}
+    return TraceEntry(TraceKind.STATE, job, SCOPE, fields)
+
+
+def step(job: str, name: str, active: bool = True) -> TraceEntry:
+    return TraceEntry(TraceKind.STEP, job, SCOPE, {"step": name, "active": active})
+
+
+def refused(job: str) -> TraceEntry:
+    fields = {"method": "Clear", "status": "INVALID_JOB_ORDER_STATUS", "requested_by": "MES m"}
+    return TraceEntry(TraceKind.METHOD, job, SCOPE, fields)
+
+
+async def trace(bench: TraceBench, job: str) -> list[dict[str, Any]]:
+    return await read_trace(bench.store, SCOPE, job)
+
+
+async def test_a_flush_writes_one_stream_entry_per_job_read_back_as_its_happenings_in_order(
+    trace_bench: TraceBench,
+) -> None:
+    writer = trace_bench.writer()
+    writer.add(started("J1"))
+    writer.add(started("J2"))
+    command = {"correlation_id": "J1:tighten:1", "action": "tighten", "type": "t", "error": None}
+    writer.add(TraceEntry(TraceKind.COMMAND, "J1", SCOPE, command, ts=100.0))
+    writer.add(step("J2", "S1"))
+    reply = {"correlation_id": "J1:tighten:1", "error": None, "data": {"nm": 85}}
+    writer.add(TraceEntry(TraceKind.REPLY, "J1", None, reply, ts=100.25))  # scope: looked up
+    writer.add(step("J1", "S1", active=False))
+    await writer.flush()
+
+    assert await trace_bench.commands("xadd") == 2
+    assert await trace_bench.commands("hget") == 0  # J1's scope was known from its entries
+    one, two = await trace(trace_bench, "J1"), await trace(trace_bench, "J2")
+    assert [e["kind"] for e in one] == ["state", "command", "reply", "step"]
+    assert [e["kind"] for e in two] == ["state", "step"]
+    stream_id = one[0]["id"].partition("/")[0]
+    assert [e["id"] for e in one] == [f"{stream_id}/{n}" for n in range(4)]
+    assert one[2]["latency_ms"] == 250.0
+    assert one[2]["data"] == {"nm": 85}
+    assert one[3]["active"] is False
+    assert {e["instance"] for e in one} == {"i"}
+    assert writer.written == 6
+
+    writer.add(step("J1", "S2"))  # alone in its flush: an entry of its own, as it always was
+    await writer.flush()
+    raw = cast(list[Entry], await trace_bench.store.client.xrange(f"t:{{{SCOPE}}}:trace:J1"))
+    assert raw[-1][1]["kind"] == "step"
+    assert "fields" in raw[-1][1]
+    newest = (await trace(trace_bench, "J1"))[-1]
+    assert (newest["id"], newest["step"]) == (raw[-1][0], "S2")
+    assert position(one[-1]["id"]) < position(newest["id"])
+
+
+async def test_refused_calls_are_kept_only_for_jobs_with_a_trace_without_a_check_per_entry(
+    trace_bench: TraceBench,
+) -> None:
+    writer = trace_bench.writer()
+    writer.add(started("J1"))
+    for number in range(10):
+        writer.add(step("J1", f"S{number}"))
+    await writer.flush()
+    assert await trace_bench.commands("exists") == 0  # the common case: no refused call
+
+    writer.add(refused("J1"))
+    writer.add(refused("nope"))  # a job the station does not hold: no trace made for it
+    writer.add(refused("nope"))
+    await writer.flush()
+    assert await trace_bench.commands("exists") == 2  # one per job, in one pipeline
+    assert (await trace(trace_bench, "J1"))[-1]["status"] == "INVALID_JOB_ORDER_STATUS"
+    assert await trace(trace_bench, "nope") == []
+
+    writer.add(refused("J1"))  # with other happenings of the job: nothing to check
+    writer.add(step("J1", "S10"))
+    await writer.flush()
+    assert await trace_bench.commands("exists") == 2
+
+
+async def test_a_job_id_used_again_starts_a_fresh_trace(trace_bench: TraceBench) -> None:
+    writer = trace_bench.writer()
+    writer.add(started("J1"))
+    writer.add(step("J1", "Old"))
+    await writer.flush()
+    writer.add(step("J1", "OldEnd"))
+    writer.add(started("J1"))  # stored again in the same flush: the old trace goes
+    writer.add(step("J1", "New"))
+    await writer.flush()
+    assert [e.get("step") for e in await trace(trace_bench, "J1")] == [None, "New"]
+
+
+async def test_the_flush_interval_makes_one_write_per_job_of_what_came_meanwhile(
+    trace_bench: TraceBench,
+) -> None:
+    interval = 0.2
+    writer = trace_bench.writer(trace_flush_ms=int(interval * 1000))
+    happenings = 40
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(writer.run, trace_bench.gateway)
+        began = anyio.current_time()
+        for number in range(happenings):
+            writer.add(step(f"J{number % 2}", f"S{number}"))
+            await trace_bench.store.client.ping()  # a round trip: the writer could run
+        await wait_until(lambda: writer.written == happenings)
+        elapsed = anyio.current_time() - began
+        trace_bench.gateway.stopping.set()
+    # Flushes start at least ``interval`` apart, each with one XADD per job (2 jobs).
+    assert await trace_bench.commands("xadd") <= 2 * (elapsed // interval + 1)
+    for job, first in (("J0", 0), ("J1", 1)):
+        steps = [e["step"] for e in await trace(trace_bench, job)]
+        assert steps == [f"S{n}" for n in range(first, happenings, 2)]
+
+
+async def test_max_entries_counts_happenings_about_cutting_by_whole_entries(
+    trace_bench: TraceBench,
+) -> None:
+    writer = trace_bench.writer(trace_max_entries=10)
+    for flush in range(4):
+        for number in range(5):
+            writer.add(step("J1", f"S{flush}.{number}"))
+        await writer.flush()
+    steps = [e["step"] for e in await trace(trace_bench, "J1")]
+    assert steps == [f"S{flush}.{number}" for flush in (2, 3) for number in range(5)]
+    for number in range(30):  # one at a time: the mean size falls, the cut follows it
+        writer.add(step("J1", f"T{number}"))
+        await writer.flush()
+    assert [e["step"] for e in await trace(trace_bench, "J1")] == [f"T{n}" for n in range(20, 30)]
+
+
+async def test_stopping_writes_what_waits_for_the_interval(trace_bench: TraceBench) -> None:
+    writer = trace_bench.writer(trace_flush_ms=600_000)
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(writer.run, trace_bench.gateway)
+        writer.add(step("J1", "S0"))  # the first after a quiet spell: written at once
+        await wait_until(lambda: writer.written == 1)
+        writer.add(step("J1", "S1"))
+        writer.add(step("J1", "S2"))  # these wait ten minutes, or for the stop
+        trace_bench.gateway.stopping.set()
+    assert [e["step"] for e in await trace(trace_bench, "J1")] == ["S0", "S1", "S2"]
 
 
 async def test_a_store_outage_is_waited_out_logged_once_and_shown_on_readyz(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="gateway_ui.trace")
+    caplog.set_level(logging.INFO, logger="gateway_ui.trace_writer")
     server = redis_server(tmp_path).start()
     try:
         async with Redis(port=server.port, decode_responses=True) as client:
@@ -36,21 +185,24 @@ async def test_a_store_outage_is_waited_out_logged_once_and_shown_on_readyz(
             gateway = SimpleNamespace(
                 store=store, resilience=resilience, instance_id="i", stopping=anyio.Event()
             )
-            writer = TraceWriter(UiSettings(), gateway)
+            writer = TraceWriter(UiSettings(trace_buffer=100), gateway)
             async with anyio.create_task_group() as tasks:
                 await tasks.start(writer.run, gateway)
                 server.kill()
-                for number in range(5):
-                    fields = {"step": f"S{number}", "active": True}
-                    writer.add(TraceEntry(TraceKind.STEP, "J1", "cell1", fields))
+                for number in range(105):  # the buffer keeps the newest 100
+                    writer.add(step("J1", f"S{number}"))
                 await wait_until(lambda: "ui.trace" in readiness.failing)
                 server.start()  # with its AOF: what was written before is there again
-                await wait_until(lambda: readiness.ready and writer.written == 5, timeout=20)
+                await wait_until(lambda: readiness.ready and writer.written == 100, timeout=20)
                 gateway.stopping.set()
-            entries = cast(list[Entry], await client.xrange("t:{cell1}:trace:J1"))
+            entries = await read_trace(cast(Any, store), SCOPE, "J1")
     finally:
         server.close()
-    assert [entry[1]["kind"] for entry in entries] == ["step"] * 5
+    assert [entry["step"] for entry in entries] == [f"S{number}" for number in range(5, 105)]
     outages = [r for r in caplog.records if r.getMessage().startswith("ui.trace: ")]
     assert len(outages) == 2, [r.getMessage() for r in outages]  # its start and its end
     assert "back after" in outages[1].getMessage()
+    dropped = [r for r in caplog.records if "dropped while Redis was away" in r.getMessage()]
+    assert [r.getMessage() for r in dropped] == [
+        "job trace: 5 entries were dropped while Redis was away"
+    ]

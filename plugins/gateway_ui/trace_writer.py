@@ -1,0 +1,266 @@
+"""``TraceWriter``: the service that appends the queued trace entries to the jobs' streams.
+
+The hooks queue entries in memory (``add``: no I/O). The writer flushes at most every
+``ui.trace_flush_ms``: the first entry after a quiet spell goes at once, the ones that follow
+wait for the interval and go together. A flush costs one pipeline, one XADD per job in it
+(all the job's queued happenings in one stream entry, see ``gateway_ui.trace``), plus a
+round trip before it only when it must look something up: the scope of a job this instance
+has not seen, or whether the trace of a job that only refused calls exists (rare both).
+
+While Redis is away the queue keeps the newest ``ui.trace_buffer`` entries, the readiness
+check ``ui.trace`` fails, and the flush is retried; stopping makes one last (shielded) flush.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from anyio.abc import TaskStatus
+
+from gateway.resilience import is_transient
+from gateway_ui.settings import UiSettings
+from gateway_ui.trace import TraceEntry, job_scopes_key, stream_record, trace_key
+
+if TYPE_CHECKING:
+    from gateway.app import Gateway
+    from gateway.phases import ServicePhase
+    from gateway.store import Store
+
+log = logging.getLogger(__name__)
+
+REMEMBERED_JOBS = 10000  # jobs whose scope and entry sizes the writer keeps in memory
+STOP_FLUSH_SECONDS = 2  # how long stopping may take to write what is queued
+
+
+@dataclass
+class _JobWrite:
+    """What one flush writes for one job."""
+
+    scope: str
+    job: str
+    entries: list[TraceEntry] = field(default_factory=list)
+    starts_job: bool = False  # the trace starts afresh (a job id used again)
+
+    def add(self, entry: TraceEntry) -> None:
+        if entry.starts_job:  # what came before belongs to the trace it deletes
+            self.entries.clear()
+            self.starts_job = True
+        self.entries.append(entry)
+
+    @property
+    def only_refused(self) -> bool:
+        """Refused calls alone: written only when the job has a trace (it may not exist)."""
+        return not self.starts_job and all(entry.refused for entry in self.entries)
+
+
+class TraceWriter:
+    """Queues entries from the hooks and appends them to the jobs' streams (a service)."""
+
+    name = "ui-trace"
+    roles = frozenset({"gateway", "engine"})  # where jobs change and equipment is commanded
+
+    def __init__(self, settings: UiSettings, gateway: ServicePhase) -> None:
+        self.settings = settings
+        self.gateway = gateway
+        self.queue: deque[TraceEntry] = deque(maxlen=settings.trace_buffer)
+        self.dropped = 0
+        self.written = 0  # happenings taken from the queue and handled (written or skipped)
+        self._wake: anyio.Event | None = None
+        self._scopes: dict[str, str] = {}  # job -> scope, learned from the hooks
+        self._sizes: dict[str, _EntrySizes] = {}  # job -> its newest entries' sizes
+
+    def add(self, entry: TraceEntry) -> None:
+        if len(self.queue) == self.queue.maxlen:
+            self.dropped += 1  # the oldest goes; said in the log when Redis is back
+        self.queue.append(entry)
+        if entry.scope is not None:
+            _remember(self._scopes, entry.job, entry.scope)
+        if self._wake is not None:
+            self._wake.set()
+
+    async def run(self, gateway: Gateway, *, task_status: TaskStatus[None]) -> None:
+        self._wake = anyio.Event()
+        task_status.started()
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(self._write_loop, gateway.stopping)
+            await gateway.stopping.wait()
+            tasks.cancel_scope.cancel()
+        with anyio.move_on_after(STOP_FLUSH_SECONDS, shield=True):  # the last moments
+            try:
+                while self.queue:  # what the last flush's own hooks may have added too
+                    await self.flush()
+            except Exception as error:  # the store away at the end: the entries are lost
+                log.warning("job trace: %d entries not written: %s", len(self.queue), error)
+
+    async def _write_loop(self, stopping: anyio.Event) -> None:
+        """Write what is queued, at most every ``trace_flush_ms``; a store outage is retried
+        (logged once, the readiness check ``ui.trace`` failing meanwhile) while the queue
+        keeps the newest ``trace_buffer`` entries."""
+        resilience = self.gateway.resilience
+        interval = self.settings.trace_flush_ms / 1000
+        last_flush = -math.inf
+        while True:
+            assert self._wake is not None
+            await self._wake.wait()
+            # Pacing, not synchronisation: what arrives meanwhile joins this flush.
+            await anyio.sleep(max(0.0, last_flush + interval - anyio.current_time()))
+            self._wake = anyio.Event()
+            last_flush = anyio.current_time()
+            try:
+                await resilience.retry("ui.trace", self.flush, stop=stopping, logger=log)
+            except Exception as error:
+                if is_transient(error):
+                    return  # stopping: ``run`` makes a last attempt
+                log.exception("job trace: %d entries not written", len(self.queue))
+                self.queue.clear()  # they would fail again
+
+    async def flush(self) -> None:
+        """Write what is queued now: one stream entry per job. The entries leave the queue
+        for the write and go back to its front when it fails (the newest ``trace_buffer``
+        kept), so an outage or a cancelled write loses nothing the buffer can hold."""
+        store = self.gateway.store
+        if store is None:
+            self.queue.clear()
+            return
+        taken = list(self.queue)
+        self.queue.clear()
+        try:
+            await self._write(store, taken)
+        except BaseException:
+            self._put_back(taken)
+            raise
+        self.written += len(taken)
+        if self.dropped:
+            log.warning("job trace: %d entries were dropped while Redis was away", self.dropped)
+            self.dropped = 0
+
+    def _put_back(self, taken: list[TraceEntry]) -> None:
+        newer = list(self.queue)
+        self.queue.clear()
+        self.queue.extend(taken)  # the deque's bound drops the oldest if it must
+        self.queue.extend(newer)
+        self.dropped += max(0, len(taken) + len(newer) - len(self.queue))
+
+    async def _write(self, store: Store, entries: list[TraceEntry]) -> None:
+        writes = await self._group(store, entries)
+        await self._skip_refused_without_trace(store, writes)
+        if not writes:
+            return
+        instance = self.gateway.instance_id
+        async with store.client.pipeline(transaction=False) as pipe:
+            for write in writes:
+                self._queue_write(pipe, store, write, instance)
+            await pipe.execute()
+        most = self.settings.trace_max_entries
+        for write in writes:
+            if any(entry.ends_job for entry in write.entries):
+                self._sizes.pop(write.job, None)  # its trace is kept as it is, then goes
+                continue
+            tally = self._tally(write)
+            tally.add(len(write.entries), most)
+            _remember(self._sizes, write.job, tally)
+
+    async def _group(self, store: Store, entries: list[TraceEntry]) -> list[_JobWrite]:
+        """The entries by job, in order (a job's scope looked up when no entry names it)."""
+        unknown = {e.job for e in entries if e.scope is None and e.job not in self._scopes}
+        if unknown:
+            await self._look_up_scopes(store, unknown)
+        writes: dict[tuple[str, str], _JobWrite] = {}
+        for entry in entries:
+            scope = entry.scope or self._scopes.get(entry.job)
+            if scope is None:
+                log.debug("trace entry for unknown job %s dropped", entry.job)
+                continue
+            key = (scope, entry.job)
+            if key not in writes:
+                writes[key] = _JobWrite(scope, entry.job)
+            writes[key].add(entry)
+        return list(writes.values())
+
+    async def _look_up_scopes(self, store: Store, jobs: Iterable[str]) -> None:
+        """The scopes of jobs this instance has not seen: one round trip for all."""
+        ordered = list(jobs)
+        async with store.client.pipeline(transaction=False) as pipe:
+            for job in ordered:
+                pipe.hget(job_scopes_key(store), job)
+            found = await pipe.execute()
+        for job, scope in zip(ordered, found, strict=True):
+            if scope is not None:
+                _remember(self._scopes, job, str(scope))
+
+    async def _skip_refused_without_trace(self, store: Store, writes: list[_JobWrite]) -> None:
+        """Drop the writes of refused calls about jobs with no trace (a call may name a job
+        the station does not hold): one round trip for all, and none in the common case."""
+        doubtful = [write for write in writes if write.only_refused]
+        if not doubtful:
+            return
+        async with store.client.pipeline(transaction=False) as pipe:
+            for write in doubtful:
+                pipe.exists(trace_key(store, write.scope, write.job))
+            exists = await pipe.execute()
+        missing = {id(write) for write, found in zip(doubtful, exists, strict=True) if not found}
+        writes[:] = [write for write in writes if id(write) not in missing]
+
+    def _queue_write(self, pipe: Any, store: Store, write: _JobWrite, instance: str) -> None:
+        key = trace_key(store, write.scope, write.job)
+        if write.starts_job:
+            pipe.delete(key)
+            pipe.hset(job_scopes_key(store), write.job, write.scope)
+        pipe.xadd(
+            key,
+            stream_record(write.entries, instance),
+            maxlen=self._tally(write).kept_with(
+                len(write.entries), self.settings.trace_max_entries
+            ),
+            approximate=False,
+        )
+        if any(entry.ends_job for entry in write.entries):
+            pipe.expire(key, self.settings.trace_kept_seconds)  # cleared or cancelled: it goes
+            pipe.hdel(job_scopes_key(store), write.job)
+
+    def _tally(self, write: _JobWrite) -> _EntrySizes:
+        """The sizes of the job's newest entries as written before ``write``."""
+        tally = None if write.starts_job else self._sizes.get(write.job)
+        return tally if tally is not None else _EntrySizes()
+
+
+class _EntrySizes:
+    """How many happenings each of a job's newest stream entries holds (those this writer
+    wrote), enough of them to hold ``trace_max_entries`` happenings: which MAXLEN keeps that
+    many when entries hold several."""
+
+    def __init__(self) -> None:
+        self.sizes: deque[int] = deque()  # oldest first
+        self.total = 0
+
+    def kept_with(self, size: int, happenings: int) -> int:
+        """MAXLEN once an entry of ``size`` is added: the fewest newest entries holding at
+        least ``happenings`` happenings (all of them while they hold fewer)."""
+        total = self.total + size
+        dropped = 0
+        for oldest in self.sizes:
+            if total - oldest < happenings:
+                break
+            total -= oldest
+            dropped += 1
+        return len(self.sizes) + 1 - dropped
+
+    def add(self, size: int, happenings: int) -> None:
+        kept = self.kept_with(size, happenings)
+        self.sizes.append(size)
+        self.total += size
+        while len(self.sizes) > kept:
+            self.total -= self.sizes.popleft()
+
+
+def _remember(memory: dict[str, Any], job: str, value: Any) -> None:
+    """Keep ``value`` for ``job``, forgetting the oldest job beyond ``REMEMBERED_JOBS``."""
+    memory[job] = value
+    if len(memory) > REMEMBERED_JOBS:
+        memory.pop(next(iter(memory)))
