@@ -7,7 +7,7 @@ import logging
 from gateway.jobstates import JobState
 from gateway.recipes import JobCommand, missed_command
 from gateway_sfc.context import EngineContext
-from gateway_sfc.executions import ExecutionStore
+from gateway_sfc.executions import ExecutionStore, waiting
 from gateway_sfc.model import DATASCHEMA
 from gateway_sfc.scopes import ScopeRegistry
 from gateway_sfc.state import Status
@@ -41,7 +41,8 @@ class Reconciler:
 
         Job management changes a job's state first and tells the interpreter after; an
         instance dying in between leaves a job in AllowedToStart that nobody runs, or a chart
-        still running for a job the MES paused, stopped or aborted. Both are repaired here.
+        still running for a job the MES paused, stopped or aborted. Both are repaired here,
+        and a waiting job takes the equipment events kept for it that it missed.
         """
         control = self.context.gateway.job_control
         keys = self.context.keys
@@ -53,10 +54,16 @@ class Reconciler:
                 if recipe_job is not None and recipe_job.dataschema == DATASCHEMA:
                     log.info("job %s/%s waits in AllowedToStart: starting it", scope, job)
                     await self.work.start(scope, job)
+            kept_events = bool(await self.context.client.llen(keys.unclaimed(scope)))
             for job in await self.scopes.members(keys.active(scope)):
                 execution = await self.executions.read(scope, job)
                 if execution is None:
                     continue
+                if kept_events and waiting(execution) and self.executions.wait_started:
+                    # A job looks at the kept events when it starts waiting; that look may
+                    # have come just before its event was kept, or been lost with its
+                    # instance or with its commit's answer in a failover. Look again.
+                    await self.executions.wait_started(scope, job)
                 command = lost_command(await control.state(scope, job), execution.status)
                 if command is not None:
                     log.info("job %s/%s: the chart missed %s; applying it", scope, job, command)
