@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import signal
 from collections.abc import Awaitable, Callable
@@ -311,11 +312,12 @@ class Gateway:
 
     def _announce_start(self) -> None:
         log.info(
-            "gateway %s started (role %s): bindings %s, services %s",
+            "gateway %s started (role %s): bindings %s, services %s, event loop %s",
             self.instance_id,
             self.role,
             ", ".join(self.bindings) or "none",
             ", ".join(s.name for s in self.services_for_role()) or "none",
+            _event_loop_name(),
         )
         self.started = True
         self.plugins.hook.gateway_startup(gateway=self)
@@ -489,3 +491,9 @@ class _JobControlHandle:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._gateway.job_control, name)
+
+
+def _event_loop_name() -> str:
+    """``uvloop`` or ``asyncio``: which loop runs this gateway (``gateway.event_loop``)."""
+    loop = type(asyncio.get_running_loop())
+    return "uvloop" if loop.__module__.startswith("uvloop") else "asyncio"
