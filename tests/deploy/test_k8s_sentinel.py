@@ -27,7 +27,13 @@ from gateway.settings import SettingsRegistry, load_settings
 from gateway.testing.services import ServerProcess, find_executable, free_port, running
 from gateway_redis.settings import RedisSettings
 from gateway_redis.topology import Topology
-from tests.deploy.test_manifests import DEPLOY, DOCKERFILE, KUBERNETES_VERSIONS, read_dockerfile
+from tests.deploy.test_manifests import (
+    DEPLOY,
+    DOCKERFILE,
+    KUBERNETES_VERSIONS,
+    assert_hardened,
+    read_dockerfile,
+)
 
 OVERLAY = DEPLOY / "k8s-sentinel"
 RENDERED_KEYS = {
@@ -186,15 +192,7 @@ def test_every_workload_has_probes_resources_and_a_non_root_user(
     documents: list[dict[str, Any]],
 ) -> None:
     for workload in (d for d in documents if d["kind"] in ("Deployment", "StatefulSet")):
-        pod = workload["spec"]["template"]["spec"]
-        assert pod["securityContext"]["runAsNonRoot"] is True
-        assert pod["securityContext"]["runAsUser"] != 0
-        assert pod["enableServiceLinks"] is False, "service links set GATEWAY_* variables"
-        for container in pod["containers"]:
-            assert {"livenessProbe", "readinessProbe"} <= set(container)
-            assert {"cpu", "memory"} <= set(container["resources"]["requests"])
-            assert {"cpu", "memory"} <= set(container["resources"]["limits"])
-            assert container["securityContext"]["allowPrivilegeEscalation"] is False
+        assert_hardened(workload)
 
 
 def sentinel_pods(documents: list[dict[str, Any]]) -> set[tuple[str, int]]:

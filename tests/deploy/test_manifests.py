@@ -667,16 +667,22 @@ def test_compose_healthchecks_and_ports_match_the_http_port(dockerfile: Dockerfi
 
 def test_every_workload_has_probes_resources_and_a_non_root_user() -> None:
     for workload in workloads():
-        pod = workload["spec"]["template"]["spec"]
-        assert pod["securityContext"]["runAsNonRoot"] is True
-        assert pod["securityContext"]["runAsUser"] != 0
-        assert pod["enableServiceLinks"] is False, "service links set GATEWAY_* variables"
-        for container in pod["containers"]:
-            assert {"livenessProbe", "readinessProbe"} <= set(container)
-            resources = container["resources"]
-            assert {"cpu", "memory"} <= set(resources["requests"])
-            assert {"cpu", "memory"} <= set(resources["limits"])
-            assert container["securityContext"]["allowPrivilegeEscalation"] is False
+        assert_hardened(workload)
+
+
+def assert_hardened(workload: dict[str, Any]) -> None:
+    """A Deployment's or StatefulSet's pods: probes, resources, a non-root user, no privilege
+    escalation and no service links."""
+    pod = workload["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    assert pod["enableServiceLinks"] is False, "service links set GATEWAY_* variables"
+    for container in pod["containers"]:
+        assert {"livenessProbe", "readinessProbe"} <= set(container)
+        resources = container["resources"]
+        assert {"cpu", "memory"} <= set(resources["requests"])
+        assert {"cpu", "memory"} <= set(resources["limits"])
+        assert container["securityContext"]["allowPrivilegeEscalation"] is False
 
 
 # -- roles and replicas -----------------------------------------------------------------------
