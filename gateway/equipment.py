@@ -621,12 +621,4 @@ def _is_catch_all(driver: EquipmentDriver) -> bool:
 def _implements(kind: type, protocol: type) -> bool:
     """``isinstance`` for a runtime-checkable protocol of methods, decided once per class: the
     check looks at every member, too slow to repeat on each reply."""
-    return all(callable(getattr(kind, name, None)) for name in _members(protocol))
-
-
-def _members(protocol: type) -> list[str]:
-    return [
-        name
-        for name in vars(protocol)
-        if not name.startswith("_") and callable(getattr(protocol, name))
-    ]
+    return issubclass(kind, protocol)
