@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import socket
 import ssl
+import threading
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -196,6 +197,42 @@ class _Client(aiomqtt.Client):
         self._last_error = ""
         self._client.on_log = self._remember_error
         self.session_present = False
+        self._loop_thread = threading.get_ident()
+        self._writing = False
+
+    def _on_socket_register_write(self, client: paho.Client, userdata: Any, sock: Any) -> None:
+        """Write a packet at once instead of when the loop next finds the socket writable.
+
+        aiomqtt's way costs every packet sent (commands, replies, acknowledgements) a wake-up
+        of the loop, two loop turns and two changes of the poller's set: a tenth of a
+        millisecond on each step. Only what the socket cannot take now waits for writability,
+        the aiomqtt way; so does a packet queued off the loop's thread (paho connects in an
+        executor) or from inside one of paho's callbacks (where paho itself does not write).
+        """
+        if not self._may_write_now(client):
+            super()._on_socket_register_write(client, userdata, sock)
+            return
+        self._writing = True
+        try:
+            client.loop_write()
+        except Exception:  # a broken connection: aiomqtt's writer meets it and disconnects
+            super()._on_socket_register_write(client, userdata, sock)
+            return
+        finally:
+            self._writing = False
+        if client.want_write():  # the socket's buffer is full: the rest once it drains
+            super()._on_socket_register_write(client, userdata, sock)
+
+    def _may_write_now(self, client: paho.Client) -> bool:
+        if self._writing or threading.get_ident() != self._loop_thread:
+            return False
+        # paho's own test before it writes a queued packet itself (it takes this lock around
+        # user callbacks, and writing may call one).
+        in_callback = getattr(client, "_in_callback_mutex", None)
+        if in_callback is None or not in_callback.acquire(blocking=False):
+            return False
+        in_callback.release()
+        return True
 
     def _on_connect(
         self,

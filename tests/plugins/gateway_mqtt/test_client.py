@@ -1,0 +1,61 @@
+"""The aiomqtt client on a real mosquitto: packets leave when they are published.
+
+aiomqtt alone hands each packet to the event loop, which writes it once it next finds the
+socket writable; the gateway's client writes it at once, and leaves only what the socket
+cannot take to the loop.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import anyio
+import pytest
+
+from gateway_mqtt.client import AiomqttClient, AiomqttConnector
+from gateway_mqtt.settings import MqttSettings
+
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+
+
+async def test_a_packet_is_written_when_it_is_queued_not_a_loop_turn_later(
+    mqtt_url: str, unique: str
+) -> None:
+    connector = AiomqttConnector(MqttSettings(url=mqtt_url), f"{unique}-writer")
+    async with connector.connect() as client:
+        assert isinstance(client, AiomqttClient)
+        paho = client._client._client
+        # paho's own publish queues the packet; no await in between lets the loop write it.
+        paho.publish(f"{unique}/now", b"x", qos=0)
+        assert not paho.want_write()
+
+
+async def test_what_the_socket_cannot_take_at_once_is_written_when_it_drains(
+    mqtt_url: str, unique: str
+) -> None:
+    topic = f"{unique}/large"
+    payload = bytes(range(256)) * 4096  # 1 MiB, through a send buffer made small
+    received = anyio.Event()
+    got: list[bytes] = []
+    async with (
+        AiomqttConnector(MqttSettings(url=mqtt_url), f"{unique}-reader").connect() as reader,
+        AiomqttConnector(MqttSettings(url=mqtt_url), f"{unique}-writer").connect() as writer,
+    ):
+        await reader.subscribe({topic: 1})
+
+        async def read() -> None:
+            async for incoming in reader.messages():
+                incoming.ack()
+                got.append(bytes(incoming.message.payload))
+                received.set()
+                return
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(read)
+            paho = writer._client._client  # type: ignore[attr-defined]
+            paho.socket().setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+            paho.publish(topic, payload, qos=1)
+            assert paho.want_write()  # the rest waits for the socket to drain
+            with anyio.fail_after(30):
+                await received.wait()
+    assert got == [payload]

@@ -1,0 +1,83 @@
+"""The engine's commit script, on every Redis deployment: the compare-and-swap of a job's state.
+
+The script reads the stored version off the head of the document instead of decoding all of
+it; these tests pin that the version it compares is the document's own, whatever the job id
+holds, and that a document of another shape is still compared by its version.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from gateway.testing.redis_ha import redis_client
+from gateway_sfc.scripts import COMMIT
+from gateway_sfc.state import Execution, dump_execution
+
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+
+
+def keys(unique: str) -> list[str]:
+    """The six keys of one commit, in one hash slot (Cluster) as the engine's are."""
+    return [
+        f"{{{unique}}}:{name}" for name in ("exec", "work", "timers", "waiting", "active", "outbox")
+    ]
+
+
+def ops(job: str) -> str:
+    return json.dumps(
+        {
+            "work": [],
+            "cancel": [],
+            "timers": [],
+            "done": [],
+            "outbox": [],
+            "waiting": False,
+            "active": True,
+            "job": job,
+            "now": 0,
+            "ttl": 0,
+        }
+    )
+
+
+async def commit(client: Any, unique: str, expected: int, document: str, job: str) -> int:
+    return int(await client.eval(COMMIT, 6, *keys(unique), expected, document, ops(job)))
+
+
+async def test_a_commit_applies_only_to_the_version_it_read(redis_url: str, unique: str) -> None:
+    job = "J-1"
+    async with redis_client(redis_url) as client:
+        first = dump_execution(Execution(scope="cell", job=job, version=0))
+        assert await commit(client, unique, -1, first, job) == 1
+        assert await commit(client, unique, -1, first, job) == 0  # created once only
+
+        second = dump_execution(Execution(scope="cell", job=job, version=1))
+        assert await commit(client, unique, 1, second, job) == 0  # stale: it holds 0
+        assert await commit(client, unique, 0, second, job) == 1
+        assert await client.get(keys(unique)[0]) == second
+        assert await commit(client, unique, 0, second, job) == 0  # 0 is gone now
+
+
+async def test_a_version_spelled_inside_the_job_id_is_not_taken_for_the_documents(
+    redis_url: str, unique: str
+) -> None:
+    job = 'J","version":7,"x":"'
+    async with redis_client(redis_url) as client:
+        stored = dump_execution(Execution(scope="cell", job=job, version=2))
+        assert await commit(client, unique, -1, stored, job) == 1
+        assert await commit(client, unique, 7, stored, job) == 0
+        assert await commit(client, unique, 2, stored, job) == 1
+
+
+async def test_a_document_of_another_shape_is_compared_by_its_version(
+    redis_url: str, unique: str
+) -> None:
+    job = "J-2"
+    async with redis_client(redis_url) as client:
+        reordered = json.dumps({"version": 4, "job": job, "scope": "cell"})
+        await client.set(keys(unique)[0], reordered)
+        assert await commit(client, unique, 3, reordered, job) == 0
+        assert await commit(client, unique, 4, reordered, job) == 1
