@@ -16,7 +16,10 @@ Redis commands per step (INFO commandstats) and MQTT PUBLISH packets per step (m
 $SYS counters, every client included), the StoreAndStart reply latency, the gateway's CPU per
 step, and the jobs that aborted.
 
-    python benchmarks/step_path.py [--levels 1,10,40,200] [--seconds 10] [--steps 10]
+    python benchmarks/step_path.py [--levels 1,10,40,200] [--seconds 10] [--steps 10] [--repeat 3]
+
+The figures of one run move by a fifth from run to run on a shared 2-core machine: ``--repeat``
+runs the levels several times over and ends with a table of each figure's median.
 """
 
 from __future__ import annotations
@@ -501,6 +504,23 @@ class Level:
     ended: int
     errors: int
 
+    @property
+    def ratio(self) -> float:
+        return self.steps_per_second / self.raw_rate
+
+
+def median_level(runs: list[Level]) -> Level:
+    """Each figure's median over the runs of one level (counts: the median too). The ratio is
+    taken of the medians; each run's own ratio is in its row of the per-run table."""
+    middle = len(runs) // 2
+    figures: dict[str, Any] = {}
+    for name, value in runs[0].__dict__.items():
+        if isinstance(value, int | float):
+            figures[name] = sorted(getattr(run, name) for run in runs)[middle]
+        else:
+            figures[name] = value
+    return Level(**figures)
+
 
 def percentile(values: list[float], fraction: float) -> float:
     if not values:
@@ -613,7 +633,7 @@ def report(level: Level) -> None:
         f"  raw MQTT QoS 1 request/reply : {level.raw_rate:8.0f} /s   round trip p50 "
         f"{level.raw_p50 * ms:.2f} ms, p99 {level.raw_p99 * ms:.2f} ms\n"
         f"  gateway steps                : {level.steps_per_second:8.0f} /s   ratio "
-        f"{level.steps_per_second / level.raw_rate:.2f}\n"
+        f"{level.ratio:.2f}\n"
         f"  step time                    : p50 {level.step_p50 * ms:.2f} ms, p99 "
         f"{level.step_p99 * ms:.2f} ms (adds {(level.step_p50 - level.raw_p50) * ms:.2f} / "
         f"{(level.step_p99 - level.raw_p99) * ms:.2f} ms to a raw round trip)\n"
@@ -643,7 +663,7 @@ def table(levels: list[Level]) -> None:
     for level in levels:
         print(
             f"| {level.jobs} | {level.raw_rate:.0f} | {level.steps_per_second:.0f} | "
-            f"{level.steps_per_second / level.raw_rate:.2f} | "
+            f"{level.ratio:.2f} | "
             f"{level.step_p50 * 1000:.2f} / {level.step_p99 * 1000:.2f} | "
             f"{(level.step_p50 - level.raw_p50) * 1000:.2f} / "
             f"{(level.step_p99 - level.raw_p99) * 1000:.2f} | "
@@ -661,6 +681,12 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds before each window")
     parser.add_argument("--steps", type=int, default=10, help="push_command steps per recipe")
     parser.add_argument("--timeout", type=float, default=3.0, help="action timeout, seconds")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run the levels this many times over (then a table of medians follows)",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument(
         "--monitor-seconds", type=float, default=2.0, help="MONITOR after each window"
@@ -707,7 +733,8 @@ def main() -> None:
                 f"gateway pid {gateway[0]} (log {log}); {args.steps} push_command steps per job, "
                 f"{args.timeout:g} s action timeouts, {args.seconds:g} s per level"
             )
-            for jobs in levels:
+            rounds = [jobs for _ in range(args.repeat) for jobs in levels]  # 1,10,..,1,10,..
+            for jobs in rounds:
                 level = measure_level(
                     jobs,
                     args,
@@ -722,6 +749,9 @@ def main() -> None:
                 report(level)
                 results.append(level)
         table(results)
+        if args.repeat > 1:
+            print(f"\nMedians of {args.repeat} runs:")
+            table([median_level([r for r in results if r.jobs == jobs]) for jobs in levels])
         if args.json:
             args.json.write_text(json.dumps([level.__dict__ for level in results], indent=1))
     finally:
