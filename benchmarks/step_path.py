@@ -503,15 +503,12 @@ class Level:
     aborted: int
     ended: int
     errors: int
-
-    @property
-    def ratio(self) -> float:
-        return self.steps_per_second / self.raw_rate
+    ratio: float  # steps/s to raw MQTT requests/s, both of this run
 
 
 def median_level(runs: list[Level]) -> Level:
-    """Each figure's median over the runs of one level (counts: the median too). The ratio is
-    taken of the medians; each run's own ratio is in its row of the per-run table."""
+    """Each figure's median over the runs of one level (the upper one of an even number): the
+    ratio is the median of each run's own ratio, as every other figure."""
     middle = len(runs) // 2
     figures: dict[str, Any] = {}
     for name, value in runs[0].__dict__.items():
@@ -623,6 +620,7 @@ def measure_level(
         aborted=run.outcomes["Aborted"],
         ended=run.outcomes["Ended"],
         errors=len(run.errors),
+        ratio=window["answered"] / window["elapsed"] / raw_rate,
     )
 
 
