@@ -66,7 +66,8 @@ async def test_a_write_that_fails_at_once_ends_the_connection_as_aiomqtt_would(
 ) -> None:
     broken = BrokenPipeError("the broker went away mid-write")
     connector = AiomqttConnector(MqttSettings(url=mqtt_url), f"{unique}-broken")
-    with pytest.raises(ConnectionLost):
+
+    async def publish_on_a_broken_socket() -> None:
         async with connector.connect() as client:
             aiomqtt_client = client._client  # type: ignore[attr-defined]
 
@@ -78,3 +79,6 @@ async def test_a_write_that_fails_at_once_ends_the_connection_as_aiomqtt_would(
             assert aiomqtt_client._disconnected.exception() is broken
             async for _ in client.messages():  # the connection reports itself lost
                 pass
+
+    with pytest.raises(ConnectionLost):
+        await publish_on_a_broken_socket()
