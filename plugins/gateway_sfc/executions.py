@@ -96,17 +96,15 @@ class ExecutionStore:
                 continue  # the remembered state may be behind: look at the stored one
             ended = was_outstanding - outstanding(execution)
             if await self.write(execution, execution.version, effects, ended):
-                # The next commands first: observers and metrics are not on the step's path
-                # (but are told of the committed change even when sending fails).
-                try:
-                    await self._after(execution, effects, was_waiting)
-                finally:
-                    self.announce_steps(execution, was_active, now)
-                    if effects.reply is not None:
-                        seconds, failed = effects.reply
-                        self.context.metrics.replies.labels("error" if failed else "ok").observe(
-                            seconds
-                        )
+                # Observers first: sending waits for the broker, and meanwhile the reply to
+                # what was sent may already be committed and announced by another task.
+                self.announce_steps(execution, was_active, now)
+                if effects.reply is not None:
+                    seconds, failed = effects.reply
+                    self.context.metrics.replies.labels("error" if failed else "ok").observe(
+                        seconds
+                    )
+                await self._after(execution, effects, was_waiting)
                 # Remembered only now: the steps above may wait, and another task must not
                 # change this object meanwhile (it reads the stored state instead).
                 self._remember(execution)
