@@ -25,12 +25,37 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# Ports handed out below the kernel's ephemeral range: a port the kernel picked (bind to 0)
+# may be taken, before the server binds it, as the source port of any outgoing connection on
+# the machine (a test's servers open hundreds), and the server then fails with "Address
+# already in use".
+_PORTS_FROM = 10_000
+
 
 def free_port() -> int:
+    """A port free on 127.0.0.1 now, outside the ephemeral range where the kernel has one."""
+    first_ephemeral = _first_ephemeral_port()
+    for _ in range(200):
+        if first_ephemeral <= _PORTS_FROM:
+            break
+        port = secrets.choice(range(_PORTS_FROM, first_ephemeral))
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+        chosen: int = probe.getsockname()[1]
+        return chosen
+
+
+def _first_ephemeral_port() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0  # unknown (not Linux): the kernel picks
 
 
 def _wait_for_port(port: int, process: subprocess.Popen[bytes], log: Path, timeout: float) -> None:
