@@ -509,11 +509,10 @@ class Level:
 def median_level(runs: list[Level]) -> Level:
     """Each figure's median over the runs of one level (the upper one of an even number): the
     ratio is the median of each run's own ratio, as every other figure."""
-    middle = len(runs) // 2
     figures: dict[str, Any] = {}
     for name, value in runs[0].__dict__.items():
         if isinstance(value, int | float):
-            figures[name] = sorted(getattr(run, name) for run in runs)[middle]
+            figures[name] = percentile([getattr(run, name) for run in runs], 0.5)
         else:
             figures[name] = value
     return Level(**figures)

@@ -34,11 +34,9 @@ _PORTS_FROM = 10_000
 
 def free_port() -> int:
     """A port free on 127.0.0.1 now, outside the ephemeral range where the kernel has one."""
-    first_ephemeral = _first_ephemeral_port()
-    for _ in range(200):
-        if first_ephemeral <= _PORTS_FROM:
-            break
-        port = secrets.choice(range(_PORTS_FROM, first_ephemeral))
+    candidates = range(_PORTS_FROM, _first_ephemeral_port())  # empty where it is unknown
+    for _ in range(200 if candidates else 0):
+        port = secrets.choice(candidates)
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             try:
                 probe.bind(("127.0.0.1", port))

@@ -195,11 +195,13 @@ class StationConfig:
             pipeline.exists(exists)
         acceptance, *replies = await pipeline.execute()
         return ConfigSnapshot(
-            JobAcceptance() if acceptance is None else from_json(_loads(acceptance), JobAcceptance),
+            JobAcceptance()
+            if acceptance is None
+            else from_json(json.loads(acceptance), JobAcceptance),
             {
                 work_master_id: None
                 if text is None
-                else from_json(_loads(text), WorkMaster, element="WorkMaster")
+                else from_json(json.loads(text), WorkMaster, element="WorkMaster")
                 for work_master_id, text in zip(work_master_ids, replies, strict=False)
             },
             exists=exists is not None and bool(replies[-1]),
@@ -310,10 +312,6 @@ class StationConfig:
         else:
             await self.store.set_json(key, to_json(from_json(data, Online)))
         return Outcome(ReturnStatus.NO_ERROR)
-
-
-def _loads(text: str) -> Any:
-    return json.loads(text)
 
 
 def _items(data: Any, model: type[Any]) -> list[Any]:

@@ -91,26 +91,21 @@ class RedisScopeTransaction:
 
     async def get_json(self, key: str) -> Any:
         """The document at ``key`` now; watched keys changing later make the commit fail."""
-        self._store.check_key(self.scope, key)
-        if not self._watching:
-            return await self._store.get_json(key)
-        command = getattr(self.pipeline, "immediate_execute_command", None)
-        if command is None:
-            # A Cluster pipeline has no way to send on its WATCHing connection now. Read on
-            # another: the WATCH has been answered, so a change after this read still fails
-            # the commit, which is all the compare-and-swap needs.
-            return await self._store.get_json(key)
-        # On the WATCHing connection, sent before the MULTI that ``execute`` sends.
-        return loads(await command("GET", key))
+        (document,) = await self.get_json_many([key])
+        return document
 
     async def get_json_many(self, keys: Sequence[str]) -> list[Any]:
-        """The documents at ``keys`` now, in one round trip; as ``get_json`` otherwise."""
+        """The documents at ``keys`` now, in one round trip; watched keys changing later make
+        the commit fail."""
         for key in keys:
             self._store.check_key(self.scope, key)
         command = getattr(self.pipeline, "immediate_execute_command", None)
-        if not self._watching or command is None:  # see get_json
+        if not self._watching or command is None:
+            # A Cluster pipeline has no way to send on its WATCHing connection now. Read on
+            # another: the WATCH has been answered, so a change after this read still fails
+            # the commit, which is all the compare-and-swap needs.
             texts = await self._store.client.mget(keys)
-        else:
+        else:  # on the WATCHing connection, sent before the MULTI that ``execute`` sends
             texts = await command("MGET", *keys)
         return [loads(text) for text in texts]
 

@@ -178,6 +178,7 @@ class Coordinator:
         self.scopes.start()
         self.consumer.start()
         self.executions.start()
+        self.events.start()
         await self.scopes.adopt_known()
         await self.reconciler.recovery_scan()
         await self.reconciler.reconcile()

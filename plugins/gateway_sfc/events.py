@@ -52,6 +52,11 @@ class EventRouter:
         self.executions = executions
         self.recipes = recipes
         self.scopes = scopes
+        self._claim: Any = None
+
+    def start(self) -> None:
+        """Called when the engine starts running: the store's client is new on every run."""
+        self._claim = self.context.client.register_script(CLAIM)
 
     async def _waiting_jobs(self, scope: str) -> list[str]:
         key = self.context.keys.waiting(scope)
@@ -133,7 +138,7 @@ class EventRouter:
                 scope, "claimed", hashlib.sha1(text.encode()).hexdigest()
             )
             seconds = math.ceil(self.context.settings.unclaimed_event_seconds)
-            taken = await client.eval(CLAIM, 2, key, note, text, job, seconds)
+            taken = await self._claim(keys=[key, note], args=[text, job, seconds])
             if taken and not await self.offer(scope, job, event):
                 await self._keep_unclaimed(scope, event)
 
