@@ -65,15 +65,25 @@ class RedisScopeTransaction:
 
     ``pipeline`` is already in MULTI mode: whatever is queued on it commits on exit, together
     with the change records. Reads (``get_json``) happen at once, under the WATCH when there is
-    one, and so do not see the writes queued before them.
+    one, and so do not see the writes queued before them. The watched keys were read with the
+    WATCH, in its round trip (``watched``): reading them costs no other.
     """
 
-    def __init__(self, store: RedisStore, scope: str, pipeline: Pipeline, *, watching: bool):
+    def __init__(
+        self,
+        store: RedisStore,
+        scope: str,
+        pipeline: Pipeline,
+        *,
+        watching: bool,
+        watched: Mapping[str, str | None] | None = None,
+    ):
         self.scope = scope
         self.pipeline = pipeline
         self.changed = False  # a change record was queued: the scope must be discoverable
         self._store = store
         self._watching = watching
+        self._watched = watched or {}
 
     def set_json(self, key: str, value: Any, *, ttl_seconds: int | None = None) -> None:
         self._store.check_key(self.scope, key)
@@ -95,10 +105,12 @@ class RedisScopeTransaction:
         return document
 
     async def get_json_many(self, keys: Sequence[str]) -> list[Any]:
-        """The documents at ``keys`` now, in one round trip; watched keys changing later make
-        the commit fail."""
+        """The documents at ``keys`` now, in one round trip (none when every key is watched);
+        watched keys changing later make the commit fail."""
         for key in keys:
             self._store.check_key(self.scope, key)
+        if all(key in self._watched for key in keys):
+            return [loads(self._watched[key]) for key in keys]
         command = getattr(self.pipeline, "immediate_execute_command", None)
         if not self._watching or command is None:
             # A Cluster pipeline has no way to send on its WATCHing connection now. Read on
@@ -285,11 +297,14 @@ class RedisStore:
         with connection_errors_named():  # a Cluster client relearns its nodes first if due
             pipeline = await self.client.pipeline(transaction=True).__aenter__()
         try:
+            watched = None
             if watch:
                 with connection_errors_named():  # WATCH is sent at once, outside execute
-                    await pipeline.watch(*watch)
+                    watched = await _watch(pipeline, watch)
             pipeline.multi()  # type: ignore[no-untyped-call]  # untyped in redis-py
-            transaction = RedisScopeTransaction(self, scope, pipeline, watching=bool(watch))
+            transaction = RedisScopeTransaction(
+                self, scope, pipeline, watching=bool(watch), watched=watched
+            )
             yield transaction
             await pipeline.execute()
         finally:
@@ -350,6 +365,41 @@ class RedisStore:
                 await self._make_discoverable(scope)
                 known.add(scope)
         return known
+
+
+async def _watch(pipeline: Pipeline, keys: Sequence[str]) -> dict[str, str | None] | None:
+    """WATCH ``keys`` and, in the same round trip, read them (a ``None`` value: the key holds
+    no string); ``None`` when only the WATCH can be sent (a Cluster pipeline).
+
+    Every compare-and-swap reads what it watches: one round trip instead of two. Sent as
+    redis-py's ``immediate_execute_command`` sends the WATCH: on the pipeline's connection,
+    which then holds the WATCH until the commit, with redis-py's retries until it does.
+    """
+    pool = getattr(pipeline, "connection_pool", None)
+    if pool is None or not hasattr(pipeline, "immediate_execute_command"):
+        await pipeline.watch(*keys)
+        return None
+    connection = pipeline.connection or await pool.get_connection()
+    pipeline.connection = connection  # released by ``_reset``, as after a WATCH
+    packed = connection.pack_commands([("WATCH", *keys), ("MGET", *keys)])
+
+    async def send() -> list[str | None]:
+        await connection.send_packed_command(packed)
+        await connection.read_response()
+        return cast(list[str | None], await connection.read_response())
+
+    async def drop(error: Exception) -> None:  # a retry reconnects (and so watches afresh)
+        await connection.disconnect()
+
+    try:
+        texts = await connection.retry.call_with_retry(send, drop)
+    except BaseException:
+        # A reply left unread (cancelled between the two) must not reach the next user.
+        with anyio.CancelScope(shield=True):
+            await connection.disconnect()
+        raise
+    pipeline.watching = True
+    return dict(zip(keys, texts, strict=True))
 
 
 async def _reset(pipeline: Pipeline) -> None:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.connection import Connection
 from redis.exceptions import ResponseError, WatchError
 
 from gateway.errors import GatewayError
@@ -211,6 +213,45 @@ async def test_an_unchanged_watched_key_commits_after_reading_it(store: RedisSto
         tx.set_json(key, {**current, "State": "Running"})
         tx.append_change({"change_type": "Start"})
         assert await tx.get_json(key) == {"State": "Ready"}  # reads do not see queued writes
+    assert await store.get_json(key) == {"State": "Running"}
+
+
+async def test_the_watched_keys_are_read_in_the_round_trip_of_the_watch(
+    store: RedisStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = store.keys.scoped("cell-1", "job", "J1")
+    response = store.keys.scoped("cell-1", "jobresponse", "J1")
+    await store.set_json(job, {"State": "Ready"})
+    sent: list[bytes] = []
+    send = Connection.send_packed_command
+
+    async def counted(self: Connection, command: Any, check_health: bool = True) -> None:
+        sent.append(b"".join(command) if isinstance(command, list) else command)
+        await send(self, command, check_health)
+
+    monkeypatch.setattr(Connection, "send_packed_command", counted)
+    async with store.transaction("cell-1", watch=[job, response]) as tx:
+        assert await tx.get_json_many([job, response]) == [{"State": "Ready"}, None]
+        assert await tx.get_json(job) == {"State": "Ready"}
+        tx.set_json(job, {"State": "Running"})
+    in_transaction = list(sent)
+    assert await store.get_json(job) == {"State": "Running"}
+    client: object = store.client  # a RedisCluster on a Cluster, whatever it is typed as
+    if isinstance(client, RedisCluster):
+        return  # a Cluster pipeline sends the WATCH alone (a read goes on another connection)
+    assert len(in_transaction) == 2, in_transaction  # WATCH with MGET, then MULTI ... EXEC
+    assert b"WATCH" in in_transaction[0] and b"MGET" in in_transaction[0]
+
+
+async def test_a_watch_on_a_connection_the_server_closed_is_sent_again_on_a_new_one(
+    store: RedisStore,
+) -> None:
+    key = store.keys.scoped("cell-1", "job", "J1")
+    await store.set_json(key, {"State": "Ready"})
+    await close_connections_serving(store, key)  # the pooled connections, a failover's way
+    async with store.transaction("cell-1", watch=[key]) as tx:
+        assert await tx.get_json(key) == {"State": "Ready"}
+        tx.set_json(key, {"State": "Running"})
     assert await store.get_json(key) == {"State": "Running"}
 
 
