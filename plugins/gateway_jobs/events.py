@@ -14,7 +14,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from anyio.abc import TaskStatus
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
 
 from gateway.cloudevents import JSON, CloudEvent, utc_now
 from gateway.transport import MQTT_BINDING, Binding
@@ -71,6 +72,76 @@ class EventSink(Protocol):
     """Where status events go (the MQTT binding; tests may collect them)."""
 
     async def publish(self, scope: str, event: CloudEvent) -> None: ...
+
+
+class StatusEvents:
+    """Sends each transition's status event without holding up the transition.
+
+    While served (``serve``, by ``StatusEventService``), every event is published by a task of
+    its own: the MES call or recipe step that made the change goes on at once instead of
+    waiting for the broker's acknowledgement, which under load is a turn of a busy event loop.
+    The tasks start in the order the events were given, and each sends its event before it
+    first waits, so the events leave in the order of the changes. When not served (at start,
+    at shutdown, in tests), an event is sent in the caller. Events are not stored: one the
+    broker does not take is logged, and the MES reads the state from the publisher's retained
+    topics or by asking (as before, when the caller logged it).
+    """
+
+    def __init__(self, sink: EventSink, *, pending_limit: int = 1000) -> None:
+        self.sink = sink
+        self._tasks: TaskGroup | None = None
+        self._pending = anyio.Semaphore(pending_limit)  # sent, unacknowledged: then wait
+
+    @property
+    def serving(self) -> bool:
+        return self._tasks is not None
+
+    async def announce(self, scope: str, event: CloudEvent) -> None:
+        if self._tasks is None:
+            await self._send(scope, event)
+            return
+        try:
+            self._pending.acquire_nowait()  # (``acquire`` would yield first, and reorder)
+        except anyio.WouldBlock:
+            await self._pending.acquire()  # the broker is far behind: wait for it
+        self._tasks.start_soon(self._send_pending, scope, event)
+
+    async def serve(self) -> None:
+        """Send the events given until cancelled (which abandons those not acknowledged)."""
+        async with anyio.create_task_group() as tasks:
+            self._tasks = tasks
+            try:
+                await anyio.sleep_forever()
+            finally:
+                self._tasks = None
+
+    async def _send_pending(self, scope: str, event: CloudEvent) -> None:
+        try:
+            await self._send(scope, event)
+        finally:
+            self._pending.release()
+
+    async def _send(self, scope: str, event: CloudEvent) -> None:
+        try:
+            await self.sink.publish(scope, event)
+        except Exception as error:  # stored already; the MES can query or read the publisher
+            log.warning("status event %s of scope %s not sent: %s", event.id, scope, error)
+
+
+@dataclass
+class StatusEventService:
+    """Serves ``StatusEvents`` wherever jobs change (MES calls, recipe steps)."""
+
+    events: StatusEvents
+    name: str = "jobs-status-events"
+    roles: frozenset[str] = field(default_factory=lambda: frozenset({"gateway", "engine"}))
+
+    async def run(self, gateway: Gateway, *, task_status: TaskStatus[None]) -> None:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(self.events.serve)
+            task_status.started()
+            await gateway.stopping.wait()
+            tasks.cancel_scope.cancel()
 
 
 @dataclass(frozen=True)

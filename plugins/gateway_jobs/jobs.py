@@ -25,7 +25,7 @@ from gateway.store import Store
 from gateway_jobs.acceptance import Verdict, check_job_order, named_work_masters
 from gateway_jobs.config import JOB_ACCEPTANCE, ONLINE, ConfigSnapshot, StationConfig
 from gateway_jobs.dispatcher import Dispatcher
-from gateway_jobs.events import Cause, EventSink, status_event
+from gateway_jobs.events import Cause, EventSink, StatusEvents, status_event
 from gateway_jobs.model import (
     JobAcceptance,
     JobOrder,
@@ -81,7 +81,7 @@ class JobManager:
         self.interpreters = interpreters
         self.settings = settings
         self.source = source
-        self.events = events
+        self.events = StatusEvents(events)
         self.observe = observe
         self.observe_method = observe_method  # gateway_job_method_called(...)
 
@@ -251,10 +251,7 @@ class JobManager:
             change.previous_state,
             job.state,
         )
-        try:
-            await self.events.publish(scope, status_event(self.source, scope, change, cause))
-        except Exception as error:  # stored already; the MES can query or read the publisher
-            log.warning("status event of job %s/%s not sent: %s", scope, job.job_order_id, error)
+        await self.events.announce(scope, status_event(self.source, scope, change, cause))
         try:
             self.observe(
                 scope=scope,

@@ -21,7 +21,7 @@ from gateway.transport import MQTT_BINDING, Processor, Service
 from gateway_jobs.commands import config_push_command, jobs_command, scope_command
 from gateway_jobs.control import JobsControl
 from gateway_jobs.dispatcher import DispatchService
-from gateway_jobs.events import BindingEvents, MetadataService
+from gateway_jobs.events import BindingEvents, MetadataService, StatusEventService
 from gateway_jobs.jobs import JobManager
 from gateway_jobs.methods import JobsMethods
 from gateway_jobs.metrics import count_methods, sample_jobs_by_state, sample_queues
@@ -117,6 +117,7 @@ def gateway_register_services(
     sample_queues(gateway.metrics, manager)
     jobs = settings.get(JobsSettings)
     register(DispatchService(manager.dispatcher, jobs.dispatch_poll_seconds))
+    register(StatusEventService(manager.events))
     feed = gateway.state.find(QueueFeed)
     if feed is not None:
         register(feed)

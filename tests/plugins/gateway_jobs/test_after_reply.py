@@ -1,8 +1,10 @@
-"""What follows a change runs after the reply: the dispatch pass and the retained queue.
+"""What follows a change runs after the reply: the dispatch pass, the retained queue, and the
+broker's acknowledgement of the status event.
 
-The MES's call returns once its change is stored and announced; the dispatch pass and the queue
-topic follow in the background, merged per scope (``coalesce``), the topic at most every
-``queue_feed_ms`` and bounded to ``queue_feed_jobs`` jobs per list.
+The MES's call returns once its change is stored and its status event sent; the acknowledgement
+of that event, the dispatch pass and the queue topic follow in the background, the last two
+merged per scope (``coalesce``), the topic at most every ``queue_feed_ms`` and bounded to
+``queue_feed_jobs`` jobs per list.
 """
 
 from __future__ import annotations
@@ -153,6 +155,34 @@ async def test_the_reply_does_not_wait_for_the_dispatch_pass(store: Store) -> No
         assert jobs.interpreter.started == []
         gate.opened.set()
         await wait_until(lambda: sorted(jobs.interpreter.started) == ["J1", "J2"])
+
+
+@pytest.mark.integration
+async def test_the_reply_does_not_wait_for_the_status_event_to_be_acknowledged(
+    store: Store,
+) -> None:
+    jobs = local_jobs(store, max_running_job_orders=0)
+    assert (await jobs.manager.config.apply(SCOPE, "workmaster", "PUT", work_master("wm"))).ok
+    sent: list[tuple[str, str]] = []
+    acknowledged = anyio.Event()
+
+    class SlowBroker:
+        async def publish(self, scope: str, event: CloudEvent) -> None:
+            state = event.data["JobState"][0]["StateText"]["Text"]
+            sent.append((event.data["JobOrder"]["JobOrderID"], state))
+            await acknowledged.wait()
+
+    jobs.manager.events.sink = SlowBroker()
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(jobs.manager.events.serve)
+        await wait_until(lambda: jobs.manager.events.serving)
+        with anyio.fail_after(5):  # inline, each call would wait for the acknowledgement
+            await store_and_start(jobs, "J1")
+            await store_and_start(jobs, "J2")
+        stored = [("J1", "AllowedToStart"), ("J2", "AllowedToStart")]
+        await wait_until(lambda: [event for event in sent if event in stored] == stored)
+        acknowledged.set()
+        tasks.cancel_scope.cancel()
 
 
 # -- the retained queue -----------------------------------------------------------------------
