@@ -134,6 +134,9 @@ class AiomqttConnector:
     def _client(self) -> aiomqtt.Client:
         connect_properties = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
         connect_properties.SessionExpiryInterval = self.settings.session_expiry_seconds
+        # The lane's handler budget, as the broker's window of unacknowledged messages to it
+        # (we ack once handled): without it mosquitto sends 20 at a time, whatever the budget.
+        connect_properties.ReceiveMaximum = min(self.settings.max_concurrent_handlers, 65535)
         client = _Client(
             self.address.host,
             self.address.port,
@@ -246,6 +249,12 @@ class _Client(aiomqtt.Client):
         properties: Properties | None = None,
     ) -> None:
         self.session_present = bool(flags.session_present)  # aiomqtt does not keep it
+        # Send as many unacknowledged messages as the broker takes (its Receive Maximum;
+        # 65535 when it gives none), not paho's fixed 20: beyond those, every publish waits
+        # in paho's queue for an acknowledgement to another one. paho 2.2 has no setting for
+        # it and refuses its setter once connected, for fear of a change from or to 0 (no
+        # limit); this is one positive limit for another, before paho sends what it queued.
+        client._max_inflight_messages = getattr(properties, "ReceiveMaximum", 65535)
         super()._on_connect(client, userdata, flags, reason_code, properties)
 
     async def __aenter__(self) -> Self:

@@ -12,6 +12,7 @@ import socket
 import anyio
 import pytest
 
+from gateway.testing.services import mosquitto, running
 from gateway_mqtt.client import AiomqttClient, AiomqttConnector, ConnectionLost
 from gateway_mqtt.settings import MqttSettings
 
@@ -82,3 +83,48 @@ async def test_a_write_that_fails_at_once_ends_the_connection_as_aiomqtt_would(
 
     with pytest.raises(ConnectionLost):
         await publish_on_a_broken_socket()
+
+
+# -- the windows of unacknowledged messages ------------------------------------------------------
+
+
+async def test_the_broker_hands_over_as_many_unacknowledged_messages_as_the_handler_budget(
+    mqtt_url: str, unique: str
+) -> None:
+    budget = 30  # mosquitto's own window (max_inflight_messages) is 20
+    topic = f"{unique}/work"
+    settings = MqttSettings(url=mqtt_url, max_concurrent_handlers=budget)
+    async with (
+        AiomqttConnector(settings, f"{unique}-reader").connect() as reader,
+        AiomqttConnector(MqttSettings(url=mqtt_url), f"{unique}-writer").connect() as writer,
+    ):
+        await reader.subscribe({topic: 1})
+        paho = writer._client._client  # type: ignore[attr-defined]
+        for number in range(budget + 5):
+            paho.publish(topic, str(number).encode(), qos=1)
+        held = []
+        with anyio.fail_after(10):
+            async for incoming in reader.messages():  # none acknowledged until the budget's in
+                held.append(incoming)
+                if len(held) == budget:
+                    break
+            for incoming in held:
+                incoming.ack()
+            rest = []
+            async for incoming in reader.messages():
+                incoming.ack()
+                rest.append(incoming)
+                if len(rest) == 5:
+                    break
+    numbers = [int(incoming.message.payload) for incoming in [*held, *rest]]
+    assert numbers == list(range(budget + 5))
+
+
+async def test_the_client_sends_as_many_unacknowledged_messages_as_the_broker_takes(
+    unique: str,
+) -> None:
+    with running(mosquitto(extra_config="max_inflight_messages 50")) as broker:
+        url = f"mqtt://127.0.0.1:{broker.port}"
+        async with AiomqttConnector(MqttSettings(url=url), f"{unique}-sender").connect() as client:
+            paho = client._client._client  # type: ignore[attr-defined]
+            assert paho.max_inflight_messages == 50  # the broker's Receive Maximum, not 20
