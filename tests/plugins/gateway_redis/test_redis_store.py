@@ -240,7 +240,8 @@ async def test_the_watched_keys_are_read_in_the_round_trip_of_the_watch(
     if isinstance(client, RedisCluster):
         return  # a Cluster pipeline sends the WATCH alone (a read goes on another connection)
     assert len(in_transaction) == 2, in_transaction  # WATCH with MGET, then MULTI ... EXEC
-    assert b"WATCH" in in_transaction[0] and b"MGET" in in_transaction[0]
+    assert b"WATCH" in in_transaction[0]
+    assert b"MGET" in in_transaction[0]
 
 
 async def test_a_watch_on_a_connection_the_server_closed_is_sent_again_on_a_new_one(
