@@ -136,7 +136,7 @@ class AiomqttConnector:
         connect_properties.SessionExpiryInterval = self.settings.session_expiry_seconds
         # The lane's handler budget, as the broker's window of unacknowledged messages to it
         # (we ack once handled): without it mosquitto sends 20 at a time, whatever the budget.
-        connect_properties.ReceiveMaximum = min(self.settings.max_concurrent_handlers, 65535)
+        connect_properties.ReceiveMaximum = self.settings.max_concurrent_handlers
         client = _Client(
             self.address.host,
             self.address.port,
@@ -153,8 +153,9 @@ class AiomqttConnector:
         # aiomqtt does not expose manual acknowledgement; paho (its engine) does. We ack
         # after handling so an unprocessed message is redelivered instead of lost.
         client._client.manual_ack_set(True)
-        # Many handlers publish at once by design; aiomqtt would warn from 10 pending calls on.
-        client.pending_calls_threshold = 10 * self.settings.max_concurrent_handlers
+        # Many tasks publish at once by design (handlers, status events; those wait for their
+        # acknowledgements in the background, up to 1,000); aiomqtt would warn from 10 on.
+        client.pending_calls_threshold = PENDING_PUBLISHES_WARNING
         return client
 
     def _tls_context(self) -> ssl.SSLContext | None:
@@ -184,6 +185,10 @@ class AiomqttConnector:
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
         return context
+
+
+# Publishes waiting for their acknowledgements before aiomqtt logs a warning about them.
+PENDING_PUBLISHES_WARNING = 2000
 
 
 class _Client(aiomqtt.Client):

@@ -46,10 +46,16 @@ class MqttSettings:
         "Replies to commands this instance sends arrive on <prefix>/<instance id>",
     )
     max_concurrent_handlers: int = setting(
-        64,
-        "Messages handled at once per lane (the MES's calls have one of their own); more wait "
-        "unacknowledged at the broker",
+        # 20, what mosquitto handed a lane at a time before the gateway asked for its budget:
+        # at 200 jobs on a CPU-bound 2-core machine, 64 at once more often let steps pile up
+        # past their timeouts (aborted in 6 of 7 runs of benchmarks/step_path.py, against 4
+        # of 8 at 20), for no more steps per second.
+        20,
+        "Messages handled at once per lane (the MES's calls have one of their own): the "
+        "broker is asked for no more unacknowledged messages (MQTT v5 Receive Maximum), and "
+        "keeps the rest",
         minimum=1,
+        maximum=65535,
     )
     max_payload_bytes: int = setting(
         1_048_576, "Larger incoming payloads are rejected with an error reply", minimum=1024
