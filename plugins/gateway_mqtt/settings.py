@@ -47,9 +47,9 @@ class MqttSettings:
     )
     max_concurrent_handlers: int = setting(
         # 20, what mosquitto handed a lane at a time before the gateway asked for its budget:
-        # at 200 jobs on a CPU-bound 2-core machine, 64 at once more often let steps pile up
-        # past their timeouts (aborted in 6 of 7 runs of benchmarks/step_path.py, against 4
-        # of 8 at 20), for no more steps per second.
+        # at 200 jobs on a CPU-bound 2-core machine, 64 at once let steps pile up past their
+        # timeouts somewhat more often (jobs aborted in 6 of 7 runs of step_path.py, against
+        # 6 of 11 at 20), for no more steps per second.
         20,
         "Messages handled at once per lane (the MES's calls have one of their own): the "
         "broker is asked for no more unacknowledged messages (MQTT v5 Receive Maximum), and "
