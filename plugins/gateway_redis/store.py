@@ -375,12 +375,12 @@ async def _watch(pipeline: Pipeline, keys: Sequence[str]) -> dict[str, str | Non
     redis-py's ``immediate_execute_command`` sends the WATCH: on the pipeline's connection,
     which then holds the WATCH until the commit, with redis-py's retries until it does.
     """
-    pool = getattr(pipeline, "connection_pool", None)
-    if pool is None or not hasattr(pipeline, "immediate_execute_command"):
+    if not hasattr(pipeline, "immediate_execute_command"):  # a Cluster pipeline
         await pipeline.watch(*keys)
         return None
-    connection = pipeline.connection or await pool.get_connection()
-    pipeline.connection = connection  # released by ``_reset``, as after a WATCH
+    # A new pipeline holds no connection yet; ``_reset`` releases this one, as after a WATCH.
+    connection = await pipeline.connection_pool.get_connection()  # type: ignore[no-untyped-call]
+    pipeline.connection = connection
     packed = connection.pack_commands([("WATCH", *keys), ("MGET", *keys)])
 
     async def send() -> list[str | None]:
