@@ -2,7 +2,9 @@
 
 An event goes to the job of its scope that has waited longest for an event of its type (and
 equipment, and job when the event names one). An event nobody waits for yet is kept a while
-in ``sfc:unclaimed``: it may have overtaken the state change that starts the wait.
+in ``sfc:unclaimed``: it may have overtaken the state change that starts the wait. A job takes
+a kept event in the same script that commits its effect (``gateway_sfc.scripts.COMMIT``), so a
+failure between the two can neither lose it nor leave it for a second taker.
 """
 
 from __future__ import annotations
@@ -25,18 +27,15 @@ from gateway_sfc.state import Execution, Phase
 
 log = logging.getLogger(__name__)
 
-# Take a kept event for a job: whoever removes it owns it. The owner is noted for as long as
-# events are kept, so the same claim sent again (a client retrying it after its answer was
-# lost with the connection, in a failover) is told yes, not no: else the event would be gone
-# with no owner. KEYS[1] the kept events, KEYS[2] the claim's note; ARGV[1] the event as kept,
-# ARGV[2] the job, ARGV[3] seconds to keep the note.
-CLAIM = """
-if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 1 then
-  redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[3])
-  return 1
-end
-if redis.call('GET', KEYS[2]) == ARGV[2] then return 1 end
-return 0
+# Keep an event nobody waits for yet, once: routing it again (a retry after a failure later in
+# its handling) must not keep a second copy that a later wait of the same job would take too.
+# The note lives as long as the event may be taken. KEYS[1] the kept events, KEYS[2] the
+# event's note; ARGV[1] the event as kept, ARGV[2] most events kept, ARGV[3] seconds.
+KEEP = """
+if not redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[3]) then return 0 end
+redis.call('LPUSH', KEYS[1], ARGV[1])
+redis.call('LTRIM', KEYS[1], 0, tonumber(ARGV[2]) - 1)
+return 1
 """
 
 
@@ -52,11 +51,11 @@ class EventRouter:
         self.executions = executions
         self.recipes = recipes
         self.scopes = scopes
-        self._claim: Any = None
+        self._keep: Any = None
 
     def start(self) -> None:
         """Called when the engine starts running: the store's client is new on every run."""
-        self._claim = self.context.client.register_script(CLAIM)
+        self._keep = self.context.client.register_script(KEEP)
 
     async def _waiting_jobs(self, scope: str) -> list[str]:
         key = self.context.keys.waiting(scope)
@@ -77,37 +76,49 @@ class EventRouter:
 
     async def route(self, scope: str, event: dict[str, Any]) -> None:
         """Give an equipment event to the job that has waited longest for it."""
-        for job in await self._waiting_jobs(scope):
-            if await self.offer(scope, job, event):
-                return
-        await self._keep_unclaimed(scope, event)
+        note = self._kept_note(scope, event)
+        async with self.context.client.pipeline(transaction=False) as pipe:
+            pipe.zrange(self.context.keys.waiting(scope), 0, -1)
+            pipe.exists(note)
+            waiting_jobs, kept_before = await pipe.execute()
+        # Kept by an earlier try of this event (its handling failed later on): the kept copy is
+        # the only one a job may take, or it could be taken twice.
+        if not kept_before:
+            for job in waiting_jobs:
+                if await self.offer(scope, job, event):
+                    return
+            await self._keep_unclaimed(scope, event, note)
         # A job may have started waiting after we looked and before the event was kept (its
         # own look at the kept events came too early): look once more from this side.
         for job in await self._waiting_jobs(scope):
             await self.claim_unclaimed(scope, job)
 
-    async def offer(self, scope: str, job: str, event: dict[str, Any]) -> bool:
-        taken = False
+    async def offer(
+        self, scope: str, job: str, event: dict[str, Any], kept: str | None = None
+    ) -> bool:
+        """Give the event to the job if it waits for it; ``kept``: the event as kept, taken
+        from the kept events with the change (``False`` if another job took it first)."""
 
         def apply(executor: Executor, execution: Execution, now: float) -> Effects:
-            nonlocal taken
             action = waiting_action_for(executor, execution, event)
             if action is None:
                 return Effects()
-            taken = True
             return executor.on_event(execution, action, event.get("data"), now)
 
-        await self.executions.mutate(scope, job, apply)
-        return taken
+        return await self.executions.mutate(scope, job, apply, take=kept)
 
-    async def _keep_unclaimed(self, scope: str, event: dict[str, Any]) -> None:
-        key = self.context.keys.unclaimed(scope)
-        settings = self.context.settings
-        event = {**event, "received": time.time()}
-        async with self.context.client.pipeline(transaction=True) as pipe:
-            pipe.lpush(key, json.dumps(event))
-            pipe.ltrim(key, 0, settings.unclaimed_events_kept - 1)
-            await pipe.execute()
+    def _kept_note(self, scope: str, event: dict[str, Any]) -> str:
+        identity = event.get("id") or json.dumps(event, sort_keys=True)
+        digest = hashlib.sha1(str(identity).encode()).hexdigest()
+        return self.context.keys.scoped(scope, "kept", digest)
+
+    async def _keep_unclaimed(self, scope: str, event: dict[str, Any], note: str) -> None:
+        keys, settings = self.context.keys, self.context.settings
+        kept = json.dumps({**event, "received": time.time()})
+        seconds = math.ceil(settings.unclaimed_event_seconds) or 1
+        args = [kept, settings.unclaimed_events_kept, seconds]
+        if not await self._keep(keys=[keys.unclaimed(scope), note], args=args):
+            return  # kept by an earlier try
         log.info(
             "event %s (%s) in %s: no job waits for it yet; kept %.0f s",
             event.get("id"),
@@ -128,19 +139,10 @@ class EventRouter:
             if event.get("received", 0) < oldest_wanted:
                 continue
             execution = await self.executions.read(scope, job)
-            if execution is None:
+            if execution is None or not waiting(execution):
                 return
-            if not waiting(execution):
-                return
-            if waiting_action_for(executor, execution, event) is None:
-                continue
-            note = self.context.keys.scoped(
-                scope, "claimed", hashlib.sha1(text.encode()).hexdigest()
-            )
-            seconds = math.ceil(self.context.settings.unclaimed_event_seconds)
-            taken = await self._claim(keys=[key, note], args=[text, job, seconds])
-            if taken and not await self.offer(scope, job, event):
-                await self._keep_unclaimed(scope, event)
+            if waiting_action_for(executor, execution, event) is not None:
+                await self.offer(scope, job, event, kept=text)
 
 
 def waiting_action_for(

@@ -13,6 +13,7 @@ import json
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
+from enum import IntEnum
 from typing import TYPE_CHECKING
 
 from gateway.errors import GatewayError
@@ -33,6 +34,14 @@ Try = tuple[str, int]  # action name, attempt
 # Timers of one try: at most one of these per (action, attempt), so each has a fixed name.
 TRY_TIMERS = ("timeout", "liveness")
 OUTSTANDING = (Phase.DISPATCHED, Phase.WAITING)
+
+
+class Commit(IntEnum):
+    """What the compare-and-swap script answered."""
+
+    TAKEN_FIRST = -1  # the kept event the change applies was taken by another job: no write
+    CONFLICT = 0  # the stored version is not the one read
+    WRITTEN = 1
 
 
 class ExecutionStore:
@@ -63,15 +72,17 @@ class ExecutionStore:
 
     async def create(self, execution: Execution, effects: Effects) -> bool:
         """Write a new job's first state (``False``: another instance started it first)."""
-        if not await self.write(execution, -1, effects, set()):
+        if await self.write(execution, -1, effects, set()) is not Commit.WRITTEN:
             return False
         self.announce_steps(execution, {}, time.time())
         await self._after(execution, effects, was_waiting=set())
         self._remember(execution)
         return True
 
-    async def mutate(self, scope: str, job: str, apply: Apply) -> None:
-        """Apply, compare-and-swap; on a conflict, read again and re-apply."""
+    async def mutate(self, scope: str, job: str, apply: Apply, take: str | None = None) -> bool:
+        """Apply, compare-and-swap; on a conflict, read again and re-apply. ``take``: the kept
+        event (as kept) that the change applies, taken in the same script; ``False``: nothing
+        was written (nothing to change, or the kept event was taken first)."""
         settings = self.context.settings
         key = (scope, job)
         for _ in range(settings.max_cas_retries):
@@ -80,9 +91,9 @@ class ExecutionStore:
             if execution is None:
                 execution = await self.read(scope, job)
             if execution is None:
-                return  # never started, or ended long ago
+                return False  # never started, or ended long ago
             if execution.status is Status.ENDED:
-                return
+                return False
             executor = await self.recipes.executor(scope, job)
             was_waiting = waiting(execution)
             was_active = {name: node.entered_at for name, node in execution.nodes.items()}
@@ -92,10 +103,13 @@ class ExecutionStore:
             if not (effects.changed or effects.sends or effects.timers or effects.report):
                 if fresh:
                     self._remember(execution)
-                    return
+                    return False
                 continue  # the remembered state may be behind: look at the stored one
             ended = was_outstanding - outstanding(execution)
-            if await self.write(execution, execution.version, effects, ended):
+            commit = await self.write(execution, execution.version, effects, ended, take)
+            if commit is Commit.TAKEN_FIRST:
+                return False  # the remembered state was not changed: it is read again
+            if commit is Commit.WRITTEN:
                 # Observers first: sending waits for the broker, and meanwhile the reply to
                 # what was sent may already be committed and announced by another task.
                 self.announce_steps(execution, was_active, now)
@@ -108,7 +122,7 @@ class ExecutionStore:
                 # Remembered only now: the steps above may wait, and another task must not
                 # change this object meanwhile (it reads the stored state instead).
                 self._remember(execution)
-                return
+                return True
         raise GatewayError(
             f"job {scope}/{job}: state kept changing under {settings.max_cas_retries} tries"
         )
@@ -140,10 +154,16 @@ class ExecutionStore:
             hook(scope=execution.scope, job_order_id=execution.job, step=node, active=True)
 
     async def write(
-        self, execution: Execution, expected: int, effects: Effects, ended: set[Try]
-    ) -> bool:
+        self,
+        execution: Execution,
+        expected: int,
+        effects: Effects,
+        ended: set[Try],
+        take: str | None = None,
+    ) -> Commit:
         """Compare-and-swap; ``ended``: the tries that were outstanding and are no longer (their
-        timers are cancelled and their outbox entries removed in the same step)."""
+        timers are cancelled and their outbox entries removed in the same step); ``take``: the
+        kept event the change applies, removed from the kept events with it."""
         scope, job = execution.scope, execution.job
         keys = self.context.keys
         work: list[list[str]] = []
@@ -171,6 +191,8 @@ class ExecutionStore:
             "now": now,
             "ttl": self.context.settings.ended_ttl_seconds if done else 0,
         }
+        if take is not None:
+            ops["take"] = take
         previous_version = execution.version
         execution.version = expected + 1 if expected >= 0 else 0
         redis_keys = [
@@ -180,6 +202,7 @@ class ExecutionStore:
             keys.waiting(scope),
             keys.active(scope),
             keys.outbox(scope),
+            keys.unclaimed(scope),
         ]
         assert self._commit is not None, "the engine is not running"
         try:
@@ -189,7 +212,10 @@ class ExecutionStore:
         except BaseException:
             execution.version = previous_version
             raise
-        return bool(written)
+        commit = Commit(int(written))
+        if commit is not Commit.WRITTEN:
+            execution.version = previous_version
+        return commit
 
 
 def waiting(execution: Execution) -> set[str]:

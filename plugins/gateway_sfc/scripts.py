@@ -6,10 +6,16 @@ Values travel as arguments and JSON decoded by cjson: nothing is spliced into a 
 from __future__ import annotations
 
 # Compare-and-swap of one job's execution state, with everything that must happen with it.
-# KEYS: exec doc, work stream, timers, waiting, active, outbox. ARGV[1]: the version the caller
-# read (-1: create, the doc must not exist); ARGV[2]: the new doc; ARGV[3]: JSON of the
-# follow-ups: ``work`` entries, ``cancel`` timers of tries that ended, new ``timers``, the
-# ``done`` tries whose outbox entries go, the ``outbox`` entries of the commands to send now.
+# KEYS: exec doc, work stream, timers, waiting, active, outbox, kept events. ARGV[1]: the
+# version the caller read (-1: create, the doc must not exist); ARGV[2]: the new doc; ARGV[3]:
+# JSON of the follow-ups: ``work`` entries, ``cancel`` timers of tries that ended, new
+# ``timers``, the ``done`` tries whose outbox entries go, the ``outbox`` entries of the
+# commands to send now, and ``take``: the kept event this change applies, if any.
+#
+# Returns 1 written, 0 the version was not the one read, -1 the kept event to take is gone
+# (another job took it first): nothing is written then. Taking a kept event in the same script
+# that applies it is what makes it impossible to lose one between the two, or to apply one
+# twice.
 #
 # The stored version is read off the document's head (``dump_execution`` writes scope, job and
 # version first; a quote inside a JSON string is escaped, so the pattern cannot match inside
@@ -27,6 +33,7 @@ else
   if tonumber(version) ~= expected then return 0 end
 end
 local ops = cjson.decode(ARGV[3])
+if ops['take'] and redis.call('LREM', KEYS[7], 1, ops['take']) == 0 then return -1 end
 if ops['ttl'] > 0 then
   redis.call('SET', KEYS[1], ARGV[2], 'EX', ops['ttl'])
 else

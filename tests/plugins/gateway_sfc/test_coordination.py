@@ -26,6 +26,7 @@ from gateway_jobs.model import ReturnStatus
 from gateway_jobs.testing import JobsMes, final_response, job_order, return_status, work_master
 from gateway_jobs.testing import response_data as data_of
 from gateway_jobs.testing import state_texts as state_of
+from gateway_sfc.events import EventRouter
 from gateway_sfc.model import DATASCHEMA
 from gateway_sfc.reconcile import lost_command
 from gateway_sfc.state import Status
@@ -47,7 +48,8 @@ class SfcStation:
     equipment: TestEquipment = field(default_factory=TestEquipment)
     observers: dict[str, object] = field(default_factory=dict)
 
-    def gateway(self, instance: str = "a") -> Gateway:
+    def gateway(self, instance: str = "a", **settings: str) -> Gateway:
+        """An instance; ``settings``: more ``GATEWAY_...`` variables."""
         environ = {
             "GATEWAY_MQTT_URL": self.mqtt_url,
             "GATEWAY_MQTT_SHARE_GROUP": self.name,
@@ -58,6 +60,7 @@ class SfcStation:
             "GATEWAY_JOBS_TOPIC_PREFIX": self.name,
             "GATEWAY_SFC_TIMER_POLL_SECONDS": "0.01",
             "GATEWAY_SFC_CLAIM_IDLE_SECONDS": "1",
+            **settings,
         }
         plugins = {"equipment": self.equipment, **self.observers}
         return Gateway.from_environment(None, environ, extra_plugins=plugins)
@@ -437,6 +440,39 @@ async def test_an_event_of_no_scope_goes_to_the_scope_where_a_job_waits_for_its_
         # cell0 comes first by name and has a waiting job, but not one waiting for this type.
         await station.equipment.emit(QA_RESULT, {"passed": True})
         response = await final_response(mes, "J1")
+    assert state_of(response)[:2] == ["Ended", "Completed"]
+    assert data_of(response)["wait"] == {"passed": True}
+
+
+async def test_a_kept_event_whose_taking_failed_is_taken_later(
+    station: SfcStation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The event comes before its job waits for it, so it is kept; the job's first try to take
+    # it fails (the store went away: a failover). The event must still be there for the next
+    # look (reconciliation's), not gone with a half-done claim.
+    steps = ActiveSteps()
+    station.observers["steps"] = steps
+    offer = EventRouter.offer
+    failed: list[str] = []
+
+    async def offer_failing_once(
+        self: EventRouter, scope: str, job: str, *args: Any, **kwargs: Any
+    ) -> bool:
+        if not failed:
+            failed.append(job)
+            raise ConnectionError("the store went away (test)")
+        return await offer(self, scope, job, *args, **kwargs)
+
+    monkeypatch.setattr(EventRouter, "offer", offer_failing_once)
+    gateway = station.gateway(GATEWAY_SFC_RECONCILE_SECONDS="0.2")
+    async with running(gateway), station.mes("cell1") as mes, redis_client(station.redis_url) as r:
+        await station.equipment.emit(QA_RESULT, {"passed": True}, scope="cell1")
+        kept = f"{station.name}:{{cell1}}:sfc:unclaimed"
+        await poll_until(lambda: r.llen(kept))
+        await run_job(mes, waits_for(QA_RESULT), job="J1")
+        response = await final_response(mes, "J1")
+        assert await r.llen(kept) == 0
+    assert failed == ["J1"]
     assert state_of(response)[:2] == ["Ended", "Completed"]
     assert data_of(response)["wait"] == {"passed": True}
 

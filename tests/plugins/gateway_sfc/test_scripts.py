@@ -19,32 +19,41 @@ from gateway_sfc.state import Execution, dump_execution
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 
+NAMES = ("exec", "work", "timers", "waiting", "active", "outbox", "unclaimed")
+
+
 def keys(unique: str) -> list[str]:
-    """The six keys of one commit, in one hash slot (Cluster) as the engine's are."""
-    return [
-        f"{{{unique}}}:{name}" for name in ("exec", "work", "timers", "waiting", "active", "outbox")
-    ]
+    """The seven keys of one commit, in one hash slot (Cluster) as the engine's are."""
+    return [f"{{{unique}}}:{name}" for name in NAMES]
 
 
-def ops(job: str) -> str:
-    return json.dumps(
-        {
-            "work": [],
-            "cancel": [],
-            "timers": [],
-            "done": [],
-            "outbox": [],
-            "waiting": False,
-            "active": True,
-            "job": job,
-            "now": 0,
-            "ttl": 0,
-        }
-    )
+def ops(job: str, take: str | None) -> str:
+    follow_ups: dict[str, Any] = {
+        "work": [],
+        "cancel": [],
+        "timers": [],
+        "done": [],
+        "outbox": [],
+        "waiting": False,
+        "active": True,
+        "job": job,
+        "now": 0,
+        "ttl": 0,
+    }
+    if take is not None:
+        follow_ups["take"] = take
+    return json.dumps(follow_ups)
+
+
+async def commit_to(
+    client: Any, names: list[str], expected: int, document: str, job: str, take: str | None = None
+) -> int:
+    arguments = (expected, document, ops(job, take))
+    return int(await client.eval(COMMIT, len(names), *names, *arguments))
 
 
 async def commit(client: Any, unique: str, expected: int, document: str, job: str) -> int:
-    return int(await client.eval(COMMIT, 6, *keys(unique), expected, document, ops(job)))
+    return await commit_to(client, keys(unique), expected, document, job)
 
 
 async def test_a_commit_applies_only_to_the_version_it_read(redis_url: str, unique: str) -> None:
@@ -81,3 +90,31 @@ async def test_a_document_of_another_shape_is_compared_by_its_version(
         await client.set(keys(unique)[0], reordered)
         assert await commit(client, unique, 3, reordered, job) == 0
         assert await commit(client, unique, 4, reordered, job) == 1
+
+
+async def test_a_kept_event_is_taken_with_the_change_that_applies_it_and_only_once(
+    redis_url: str, unique: str
+) -> None:
+    # Taking the event and committing its effect are one script: a failure between the two
+    # (a failover) can neither lose the event nor leave it to be taken twice.
+    first, second = keys(unique), keys(unique)
+    second[0] = f"{{{unique}}}:exec-2"  # another job's document, the same kept events
+    kept = first[6]
+    async with redis_client(redis_url) as client:
+        await client.lpush(kept, "event-1", "event-2")
+        for job, names in (("J-1", first), ("J-2", second)):
+            created = dump_execution(Execution(scope="cell", job=job, version=0))
+            assert await commit_to(client, names, -1, created, job) == 1
+
+        one = dump_execution(Execution(scope="cell", job="J-1", version=1))
+        assert await commit_to(client, first, 5, one, "J-1", take="event-1") == 0  # stale
+        assert await client.lrange(kept, 0, -1) == ["event-2", "event-1"]  # still kept
+        assert await commit_to(client, first, 0, one, "J-1", take="event-1") == 1
+        assert await client.lrange(kept, 0, -1) == ["event-2"]
+
+        two = dump_execution(Execution(scope="cell", job="J-2", version=1))
+        assert await commit_to(client, second, 0, two, "J-2", take="event-1") == -1  # gone
+        assert await client.get(second[0]) == dump_execution(  # nothing written
+            Execution(scope="cell", job="J-2", version=0)
+        )
+        assert await client.lrange(kept, 0, -1) == ["event-2"]
