@@ -113,7 +113,6 @@ class ConfigSnapshot:
 
     acceptance: JobAcceptance
     work_masters: Mapping[str, WorkMaster | None]  # the ones asked for; None: not configured
-    exists: bool = False  # the key asked about exists (the job, for a Store)
 
 
 def config_type(kind: str) -> str:
@@ -182,29 +181,33 @@ class StationConfig:
         document = await self.store.get_json(self.allowed_key(scope, JOB_ACCEPTANCE))
         return JobAcceptance() if document is None else from_json(document, JobAcceptance)
 
-    async def snapshot(
-        self, scope: str, work_master_ids: Sequence[str], *, exists: str | None = None
-    ) -> ConfigSnapshot:
-        """The scope's job acceptance and the Work Masters ``work_master_ids`` (and whether the
-        key ``exists`` of the scope exists), read in one round trip: what a Store checks."""
+    async def snapshot(self, scope: str, work_master_ids: Sequence[str]) -> ConfigSnapshot:
+        """The scope's job acceptance and the Work Masters ``work_master_ids``, read in one
+        round trip: what an Update checks (a Store reads them in its transaction)."""
         pipeline = self.store.client.pipeline(transaction=True)  # one scope: one slot
-        pipeline.get(self.allowed_key(scope, JOB_ACCEPTANCE))
-        for work_master_id in work_master_ids:  # GETs, not MGET: a Cluster pipeline refuses it
-            pipeline.get(self.work_master_key(scope, work_master_id))
-        if exists is not None:
-            pipeline.exists(exists)
-        acceptance, *replies = await pipeline.execute()
+        for key in self.snapshot_keys(scope, work_master_ids):
+            pipeline.get(key)  # GETs, not MGET: a Cluster pipeline refuses it
+        replies = await pipeline.execute()
+        documents = [None if text is None else json.loads(text) for text in replies]
+        return self.snapshot_of(work_master_ids, documents)
+
+    def snapshot_keys(self, scope: str, work_master_ids: Sequence[str]) -> list[str]:
+        """The keys a snapshot reads: the job acceptance, then each Work Master."""
+        work_masters = [self.work_master_key(scope, id_) for id_ in work_master_ids]
+        return [self.allowed_key(scope, JOB_ACCEPTANCE), *work_masters]
+
+    @staticmethod
+    def snapshot_of(work_master_ids: Sequence[str], documents: Sequence[Any]) -> ConfigSnapshot:
+        """The snapshot of the documents read from ``snapshot_keys`` (JSON, ``None``: absent)."""
+        acceptance, *work_masters = documents
         return ConfigSnapshot(
-            JobAcceptance()
-            if acceptance is None
-            else from_json(json.loads(acceptance), JobAcceptance),
+            JobAcceptance() if acceptance is None else from_json(acceptance, JobAcceptance),
             {
                 work_master_id: None
-                if text is None
-                else from_json(json.loads(text), WorkMaster, element="WorkMaster")
-                for work_master_id, text in zip(work_master_ids, replies, strict=False)
+                if document is None
+                else from_json(document, WorkMaster, element="WorkMaster")
+                for work_master_id, document in zip(work_master_ids, work_masters, strict=True)
             },
-            exists=exists is not None and bool(replies[-1]),
         )
 
     async def routing_problems(self, scope: str, work_master: WorkMaster) -> list[str]:

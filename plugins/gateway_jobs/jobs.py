@@ -21,7 +21,7 @@ from gateway.equipment import EquipmentHub
 from gateway.jobstates import JobState, StateFilter, TopState, matches
 from gateway.recipes import JobCommand, RecipeInterpreter, equipment_uses
 from gateway.routing import recipe_equipment
-from gateway.store import Store
+from gateway.store import ScopeTransaction, Store
 from gateway_jobs.acceptance import Verdict, check_job_order, named_work_masters
 from gateway_jobs.config import JOB_ACCEPTANCE, ONLINE, ConfigSnapshot, StationConfig
 from gateway_jobs.dispatcher import Dispatcher
@@ -38,6 +38,7 @@ from gateway_jobs.model import (
 )
 from gateway_jobs.queue import HOLDING, entry_json, with_position
 from gateway_jobs.repository import (
+    Admission,
     Change,
     Edit,
     JobRepository,
@@ -90,26 +91,30 @@ class JobManager:
     async def store(self, scope: str, method: str, call: JobOrderCall, cause: Cause) -> Outcome:
         """Store or StoreAndStart: a new job, if acceptable, never over an existing one."""
         order = call.job_order
-        # One round trip for what the checks read (create checks the id again, atomically).
-        known = await self.config.snapshot(
-            scope,
-            named_work_masters(order),
-            exists=self.repository.job_key(scope, order.job_order_id),
-        )
-        if known.exists:
-            return self._refused(Refusal("duplicate"), scope, order.job_order_id, method)
-        verdict = await self._check(scope, order, known)
-        if verdict.work_master is None:
-            return Outcome(ReturnStatus.UNABLE_TO_ACCEPT_JOB_ORDER, verdict.message)
         state = next_state(JobState.INITIAL, method)
         assert state is not None, f"{method} creates no job"
-        job = new_job(order, state, verdict.work_master)
+        work_master_ids = named_work_masters(order)
+        # The configuration checked is read with the job's WATCH: one round trip, and a change
+        # to it before the commit makes the Store decide again.
+        reads = self.config.snapshot_keys(scope, work_master_ids)
+
+        async def admit(transaction: ScopeTransaction) -> Admission | Refusal:
+            documents = await transaction.get_json_many(reads)
+            known = self.config.snapshot_of(work_master_ids, documents)
+            verdict = await self._check(scope, order, known)
+            if verdict.work_master is None:
+                return Refusal("unacceptable", message=verdict.message)
+            job = new_job(order, state, verdict.work_master)
+            limit = self._limit(known.acceptance)
+            return Admission(job, limit, equipment=await self.equipment(scope, job))
+
         result = await self.repository.create(
             scope,
-            job,
+            order.job_order_id,
             method,
-            limit=self._limit(known.acceptance),
-            equipment=await self.equipment(scope, job),
+            admit,
+            reads=reads,
+            limited=self.settings.max_job_orders < NO_LIMIT,
         )
         return await self._finish(scope, order.job_order_id, method, result, cause)
 
@@ -378,6 +383,8 @@ class JobManager:
                 f"invalid-state: {method} is not allowed in state {refusal.state} "
                 f"(job order {job_order_id!r})",
             )
+        if refusal.kind == "unacceptable":
+            return Outcome(ReturnStatus.UNABLE_TO_ACCEPT_JOB_ORDER, refusal.message)
         if refusal.kind == "duplicate":
             return Outcome(
                 ReturnStatus.UNABLE_TO_ACCEPT_JOB_ORDER,

@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
-from collections.abc import Awaitable, Callable, Collection, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -165,7 +165,7 @@ class Change:
         return self.before.state if self.before is not None else JobState.INITIAL
 
 
-RefusalKind = Literal["unknown", "invalid-state", "duplicate", "full"]
+RefusalKind = Literal["unknown", "invalid-state", "duplicate", "full", "unacceptable"]
 
 
 @dataclass(frozen=True)
@@ -175,6 +175,20 @@ class Refusal:
     kind: RefusalKind
     state: JobState | None = None  # invalid-state: the state the job is in
     limit: int | None = None  # full: the scope's limit
+    message: str = ""  # unacceptable: what the job order lacks
+
+
+@dataclass(frozen=True)
+class Admission:
+    """A new job as its checks accepted it: what ``JobRepository.create`` stores."""
+
+    job: StoredJob
+    limit: int | None  # the scope's job limit (``None``: none)
+    equipment: Collection[str] | None = None  # as for ``create``
+
+
+Admit = Callable[[ScopeTransaction], Awaitable[Admission | Refusal]]
+"""Decides on a new job inside its transaction (reading the watched keys it needs from it)."""
 
 
 class _Refused(Exception):
@@ -262,29 +276,42 @@ class JobRepository:
     async def create(
         self,
         scope: str,
-        job: StoredJob,
+        job_order_id: str,
         trigger: str,
+        admit: Admit,
         *,
-        limit: int | None,
-        equipment: Collection[str] | None = None,
+        reads: Sequence[str] = (),
+        limited: bool = False,
     ) -> Change | Refusal:
-        """Store a new job unless its id is taken or the scope holds ``limit`` jobs already.
+        """Store the new job ``admit`` decides on, unless its id is taken or the scope holds
+        its limit of jobs already.
 
-        ``equipment``: what the job holds once it runs, when it enters the queue (default: its
-        EquipmentRequirements)."""
-        job_key = self.job_key(scope, job.job_order_id)
-        watch = [job_key, self.response_key(scope, job.job_order_id)]
-        if limit is not None:
-            watch.append(self.priority_key(scope))
+        ``reads``: the keys ``admit`` reads (the configuration it checks against), watched and
+        read with the job's own in one round trip, so a change to them makes it decide again.
+        ``limited``: the scope may have a job limit (its count is watched from the start)."""
+        job_key = self.job_key(scope, job_order_id)
+        watch = [job_key, self.response_key(scope, job_order_id), *reads]
+        count_key = self.priority_key(scope)
+        if limited:
+            watch.append(count_key)
 
         async def attempt(transaction: ScopeTransaction) -> Change:
             if await transaction.get_json(job_key) is not None:
                 raise _Refused(Refusal("duplicate"))
+            admission = await admit(transaction)
+            if isinstance(admission, Refusal):
+                raise _Refused(admission)
+            limit = admission.limit
+            if limit is not None and count_key not in watch:
+                # A limit the configuration just read sets: decide again, the count watched.
+                watch.append(count_key)
+                raise WatchError("the job count was not watched")
             # Read on another connection, after the WATCH: a Store or Clear committed from
             # now on makes this transaction fail, and the count is taken again.
             if limit is not None and await self.count(scope) >= limit:
                 raise _Refused(Refusal("full", limit=limit))
-            return self._queue(transaction, Change(trigger, None, job), equipment)
+            change = Change(trigger, None, admission.job)
+            return self._queue(transaction, change, admission.equipment)
 
         return await self._swap(scope, watch, attempt)
 
