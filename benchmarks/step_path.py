@@ -17,6 +17,9 @@ $SYS counters, every client included), the StoreAndStart reply latency (of the c
 the window), the gateway's CPU per step, and the jobs that aborted.
 
     python benchmarks/step_path.py [--levels 1,10,40,200] [--seconds 10] [--steps 10] [--repeat 3]
+        [--roles all | jobs,engine,publisher]
+
+``--roles`` runs the gateway as one process per role (its CPU is then the sum of theirs).
 
 The figures of one run move by a fifth from run to run on a shared 2-core machine: ``--repeat``
 runs the levels several times over and ends with a table of each figure's median.
@@ -38,7 +41,7 @@ import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -318,15 +321,54 @@ class BrokerCounters:
 # -- the gateway and the MES -------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Gateways:
+    """The gateway's processes (one per role) and the HTTP port (``/metrics``) of the one that
+    answers the MES."""
+
+    pids: list[int]
+    http_port: int
+
+
+MES_ROLES = ("all", "gateway", "jobs")
+
+
+@contextmanager
+def gateway_processes(
+    mqtt: ServerProcess,
+    redis: ServerProcess,
+    log: Path,
+    roles: list[str],
+    block: str = "",
+    settings: list[str] | None = None,
+) -> Iterator[Gateways]:
+    """``gateway run --role ROLE`` for each of ``roles``."""
+    if not any(role in MES_ROLES for role in roles):
+        raise SystemExit(f"--roles: one of {', '.join(MES_ROLES)} must answer the MES")
+    with ExitStack() as stack:
+        started = [
+            stack.enter_context(
+                gateway_process(
+                    mqtt, redis, log.with_name(f"gateway-{role}.log"), role, block, settings
+                )
+            )
+            for role in roles
+        ]
+        ports = [port for _, port in started]
+        http_port = next(port for role, port in zip(roles, ports, strict=True) if role in MES_ROLES)
+        yield Gateways([pid for pid, _ in started], http_port)
+
+
 @contextmanager
 def gateway_process(
     mqtt: ServerProcess,
     redis: ServerProcess,
     log: Path,
+    role: str = "all",
     block: str = "",
     settings: list[str] | None = None,
 ) -> Iterator[tuple[int, int]]:
-    """The gateway's pid and HTTP port (``/metrics``)."""
+    """The pid and HTTP port (``/metrics``) of ``gateway run --role ROLE``."""
     http_port = free_port()
     environ = {
         **{k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")},
@@ -342,6 +384,8 @@ def gateway_process(
         # equipment, see ``work_masters``).
         "GATEWAY_JOBS_MAX_RUNNING_JOB_ORDERS": "0",
         "GATEWAY_HTTP_PORT": str(http_port),
+        "GATEWAY_GATEWAY_ROLE": role,
+        "GATEWAY_GATEWAY_INSTANCE_ID": f"bench-{role}",
         **dict(setting.split("=", 1) for setting in settings or []),
     }
     # At log level WARNING it writes no "started" line: ``configure`` waits until it serves.
@@ -534,13 +578,13 @@ def measure_level(
     mqtt: ServerProcess,
     redis: Redis,
     redis_port: int,
-    gateway: tuple[int, int],
+    gateways: Gateways,
     answered: Any,
     pipe: multiprocessing.connection.Connection,
     broker: BrokerCounters,
 ) -> Level:
     raw_rate, raw_times = raw_round_trips(mqtt.port, jobs, args.seconds)
-    gateway_pid, http_port = gateway
+    profiled, http_port = gateways.pids[0], gateways.http_port
     marks: dict[str, Any] = {}
     window: dict[str, Any] = {}
 
@@ -552,7 +596,7 @@ def measure_level(
                     "py-spy",
                     "record",
                     "--pid",
-                    str(gateway_pid),
+                    str(profiled),
                     "--duration",
                     str(int(args.seconds)),
                     "--format",
@@ -570,7 +614,7 @@ def measure_level(
         pipe.recv()  # forget steps before the window
         window["broker"] = broker.fresh()
         window["redis"] = redis_calls(redis)
-        window["cpu"] = cpu_seconds(gateway_pid)
+        window["cpu"] = sum(map(cpu_seconds, gateways.pids))
         window["mes_calls"] = mes_call_buckets(http_port)
         window["answered"] = answered.value
         window["t"] = time.perf_counter()
@@ -578,7 +622,7 @@ def measure_level(
     def end() -> None:
         window["elapsed"] = time.perf_counter() - window["t"]
         window["answered"] = answered.value - window["answered"]
-        window["cpu"] = cpu_seconds(gateway_pid) - window["cpu"]
+        window["cpu"] = sum(map(cpu_seconds, gateways.pids)) - window["cpu"]
         window["handled_p99"] = bucket_percentile(
             window["mes_calls"], mes_call_buckets(http_port), 0.99
         )
@@ -703,6 +747,11 @@ def main() -> None:
         "--py-spy", type=Path, help="profile the gateway in each window (py-spy raw output)"
     )
     parser.add_argument(
+        "--roles",
+        default="all",
+        help="one gateway process per role, comma separated (e.g. jobs,engine,publisher)",
+    )
+    parser.add_argument(
         "--block", default="", help="plugins the gateway leaves out (GATEWAY_PLUGINS_BLOCK)"
     )
     args = parser.parse_args()
@@ -725,12 +774,16 @@ def main() -> None:
     try:
         if not ready.wait(20):
             raise RuntimeError("the equipment process did not subscribe")
-        log = work / "gateway.log"
-        with gateway_process(mqtt, redis_process, log, args.block, args.setting) as gateway:
+        roles = args.roles.split(",")
+        with gateway_processes(
+            mqtt, redis_process, work / "gateway.log", roles, args.block, args.setting
+        ) as gateways:
             url = f"mqtt://127.0.0.1:{mqtt.port}"
             anyio.run(configure, url, args.steps, args.timeout, max(levels))
+            processes = zip(roles, gateways.pids, strict=True)
             print(
-                f"gateway pid {gateway[0]} (log {log}); {args.steps} push_command steps per job, "
+                f"gateway {', '.join(f'{role} pid {pid}' for role, pid in processes)} "
+                f"(logs {work}); {args.steps} push_command steps per job, "
                 f"{args.timeout:g} s action timeouts, {args.seconds:g} s per level"
             )
             rounds = [jobs for _ in range(args.repeat) for jobs in levels]  # 1,10,..,1,10,..
@@ -741,7 +794,7 @@ def main() -> None:
                     mqtt,
                     redis,
                     redis_process.port,
-                    gateway,
+                    gateways,
                     answered,
                     parent_pipe,
                     broker,

@@ -27,6 +27,7 @@ from gateway.jobstates import TopState
 from gateway.store import Store
 from gateway_jobs.coalesce import Coalescer
 from gateway_jobs.queue import DISPATCH, ENQUEUE, QueueKeys, QueueView, read_queue
+from gateway_jobs.roles import JOB_CHANGING_ROLES
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
@@ -179,7 +180,7 @@ class DispatchService:
     """Runs the dispatcher's periodic pass and StartTime wake-ups on every gateway instance."""
 
     name = "jobs-dispatch"
-    roles = frozenset({"gateway", "engine"})
+    roles = JOB_CHANGING_ROLES
 
     def __init__(self, dispatcher: Dispatcher, poll_seconds: float) -> None:
         self.dispatcher = dispatcher

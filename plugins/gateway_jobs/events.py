@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
@@ -22,6 +22,7 @@ from gateway.transport import MQTT_BINDING, Binding
 from gateway_jobs.config import CONFIG_KINDS, config_type
 from gateway_jobs.model import JobOrderStatusEvent, to_json
 from gateway_jobs.repository import Change
+from gateway_jobs.roles import JOB_CHANGING_ROLES, MES_ROLES
 from gateway_jobs.states import MES_METHODS, state_list
 
 if TYPE_CHECKING:
@@ -134,7 +135,7 @@ class StatusEventService:
 
     events: StatusEvents
     name: str = "jobs-status-events"
-    roles: frozenset[str] = field(default_factory=lambda: frozenset({"gateway", "engine"}))
+    roles: frozenset[str] = JOB_CHANGING_ROLES
 
     async def run(self, gateway: Gateway, *, task_status: TaskStatus[None]) -> None:
         async with anyio.create_task_group() as tasks:
@@ -189,7 +190,7 @@ class MetadataService:
     topic_prefix: str
     binding_name: str = MQTT_BINDING
     name: str = "jobs-metadata"
-    roles: frozenset[str] = field(default_factory=lambda: frozenset({"gateway"}))
+    roles: frozenset[str] = MES_ROLES
 
     async def run(self, gateway: Gateway, *, task_status: TaskStatus[None]) -> None:
         event = CloudEvent(

@@ -24,6 +24,7 @@ from gateway_jobs.events import method_type
 from gateway_jobs.jobs import JobManager
 from gateway_jobs.methods import JobsMethods
 from gateway_jobs.model import MethodReply, to_json
+from gateway_jobs.roles import MES_ROLES
 
 METHOD_TYPES = {method_type(method): method for method in JobMethod if not method.is_query}
 QUERY_TYPES = {method_type(method): method for method in JobMethod if method.is_query}
@@ -56,6 +57,7 @@ class JobsProcessor:
             handle=self.handle,
             event_types=frozenset({*_CALL_TYPES, *CONFIG_TYPES}),
             binding=MQTT_BINDING,
+            roles=MES_ROLES,
         )
 
     async def handle(self, event: CloudEvent) -> list[CloudEvent]:

@@ -42,6 +42,7 @@ from gateway.cloudevents import JSON, CloudEvent, format_time, utc_now
 from gateway.transport import Binding
 from gateway_jobs.coalesce import Coalescer
 from gateway_jobs.queue import QueueView, rfc3339
+from gateway_jobs.roles import JOB_CHANGING_ROLES
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
@@ -91,7 +92,7 @@ class QueueFeed:
     """
 
     name = "jobs-queue-feed"
-    roles = frozenset({"gateway", "engine"})  # where the dispatcher runs
+    roles = JOB_CHANGING_ROLES  # where the dispatcher runs
 
     def __init__(
         self,

@@ -50,7 +50,7 @@ class StartupFigures:
 class OpcUaService:
     settings: OpcUaSettings
     name: str = "opcua"
-    roles: frozenset[str] = field(default_factory=lambda: frozenset({"gateway"}))
+    roles: frozenset[str] = field(default_factory=lambda: frozenset({"gateway", "jobs"}))
     figures: StartupFigures | None = None
     endpoint: str | None = None  # once listening
     scopes: dict[str, ScopeEvents] = field(default_factory=dict)

@@ -63,7 +63,7 @@ class TraceWriter:
     """Queues entries from the hooks and appends them to the jobs' streams (a service)."""
 
     name = "ui-trace"
-    roles = frozenset({"gateway", "engine"})  # where jobs change and equipment is commanded
+    roles = frozenset({"gateway", "engine", "jobs"})  # where jobs change or steps run
 
     def __init__(self, settings: UiSettings, gateway: ServicePhase) -> None:
         self.settings = settings

@@ -508,6 +508,23 @@ async def test_an_engine_only_process_shares_the_steps_of_a_gateway_process(
     assert len(station.equipment.gateways) == 2
 
 
+async def test_a_jobs_process_answers_the_mes_and_an_engine_process_runs_the_charts(
+    station: SfcStation,
+) -> None:
+    """Role ``jobs`` runs job management alone (the MES's calls get a process of their own);
+    role ``engine`` runs the recipes and talks to the equipment."""
+    jobs = station.gateway("jobs", GATEWAY_GATEWAY_ROLE="jobs")
+    engine = station.gateway("engine", GATEWAY_GATEWAY_ROLE="engine")
+    async with running(jobs), running(engine), station.mes() as mes:
+        assert {p.name for p in jobs.processors if jobs.runs(p.roles)} == {"jobs"}
+        assert "jobs" not in {p.name for p in engine.processors if engine.runs(p.roles)}
+        assert "sfc-engine" not in {service.name for service in jobs.services_for_role()}
+        for job in ("J1", "J2"):
+            await run_job(mes, SIMPLE, job=job)
+        responses = [await final_response(mes, job) for job in ("J1", "J2")]
+    assert [state_of(response)[:2] for response in responses] == [["Ended", "Completed"]] * 2
+
+
 def fan_out_recipe(levels: int) -> dict[str, Any]:
     """The runaway recipe: ``c_i = "c_{i+1} and c_{i+1}"``, 2**(levels+2)-1 terms written out."""
     conditions = {f"c_{i}": f"c_{i + 1} and c_{i + 1}" for i in range(levels)}
