@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Any
 
 import cattrs
+import orjson
 
 
 class Status(StrEnum):
@@ -89,7 +90,13 @@ _converter = cattrs.Converter()
 
 
 def dump_execution(execution: Execution) -> str:
-    return json.dumps(_converter.unstructure(execution), separators=(",", ":"))
+    """The document, compact, its fields in their order here (the commit script reads scope,
+    job and version off its head). Written on every step: orjson encodes the dataclasses in C.
+    """
+    try:
+        return orjson.dumps(execution).decode()
+    except orjson.JSONEncodeError:  # e.g. an integer beyond 64 bits in a result
+        return json.dumps(_converter.unstructure(execution), separators=(",", ":"))
 
 
 def load_execution(text: str | bytes) -> Execution:
