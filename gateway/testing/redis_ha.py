@@ -16,15 +16,16 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.connection import Connection
 from redis.asyncio.sentinel import Sentinel
 
 from gateway.testing.services import (
@@ -270,3 +271,21 @@ async def redis_client(url: str) -> AsyncIterator[AsyncRedis]:
     else:
         async with AsyncRedis.from_url(url, decode_responses=True) as client:
             yield client
+
+
+@contextlib.contextmanager
+def packets_sent() -> Iterator[list[bytes]]:
+    """Every packet redis-py's asyncio connections send meanwhile, one per round trip (a
+    pipeline's commands in one): what a test counts round trips, and sees what they held, by."""
+    sent: list[bytes] = []
+    send = Connection.send_packed_command
+
+    async def recorded(self: Connection, command: Any, check_health: bool = True) -> None:
+        sent.append(b"".join(command) if isinstance(command, list) else command)
+        await send(self, command, check_health)
+
+    Connection.send_packed_command = recorded  # type: ignore[method-assign,assignment]
+    try:
+        yield sent
+    finally:
+        Connection.send_packed_command = send  # type: ignore[method-assign]

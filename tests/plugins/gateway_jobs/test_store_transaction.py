@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 from redis.asyncio.cluster import RedisCluster
-from redis.asyncio.connection import Connection
 
 from gateway.jobmethods import JobMethod
 from gateway.store import Store
+from gateway.testing.redis_ha import packets_sent
 from gateway_jobs.acceptance import Verdict
 from gateway_jobs.config import JOB_ACCEPTANCE, ConfigSnapshot
 from gateway_jobs.methods import JobsMethods
@@ -24,21 +24,13 @@ SCOPE = "cell1"
 
 
 async def test_a_store_reads_the_configuration_it_checks_in_the_round_trip_of_its_watch(
-    jobs: LocalJobs, store: Store, monkeypatch: pytest.MonkeyPatch
+    jobs: LocalJobs, store: Store
 ) -> None:
     await jobs.manager.config.apply(SCOPE, "workmaster", "PUT", work_master("wm"))
-    sent: list[bytes] = []
-    send = Connection.send_packed_command
-
-    async def recorded(self: Connection, command: Any, check_health: bool = True) -> None:
-        sent.append(b"".join(command) if isinstance(command, list) else command)
-        await send(self, command, check_health)
-
-    monkeypatch.setattr(Connection, "send_packed_command", recorded)
-    stored = await JobsMethods(jobs.manager).call(
-        SCOPE, JobMethod.STORE, {"JobOrder": job_order("J1")}
-    )
-    monkeypatch.undo()
+    with packets_sent() as sent:
+        stored = await JobsMethods(jobs.manager).call(
+            SCOPE, JobMethod.STORE, {"JobOrder": job_order("J1")}
+        )
     assert stored.ok, stored.message
     acceptance = jobs.manager.config.allowed_key(SCOPE, JOB_ACCEPTANCE).encode()
     reads = [packet for packet in sent if acceptance in packet]

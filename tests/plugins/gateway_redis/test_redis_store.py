@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
 from redis.asyncio.cluster import RedisCluster
-from redis.asyncio.connection import Connection
 from redis.exceptions import ResponseError, WatchError
 
 from gateway.errors import GatewayError
 from gateway.store import GLOBAL_SCOPE, Store
+from gateway.testing.redis_ha import packets_sent
 from gateway.testing.services import ServerProcess, free_port, redis_server, running
 from gateway_redis import RedisStore
 
@@ -216,25 +215,15 @@ async def test_an_unchanged_watched_key_commits_after_reading_it(store: RedisSto
     assert await store.get_json(key) == {"State": "Running"}
 
 
-async def test_the_watched_keys_are_read_in_the_round_trip_of_the_watch(
-    store: RedisStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_the_watched_keys_are_read_in_the_round_trip_of_the_watch(store: RedisStore) -> None:
     job = store.keys.scoped("cell-1", "job", "J1")
     response = store.keys.scoped("cell-1", "jobresponse", "J1")
     await store.set_json(job, {"State": "Ready"})
-    sent: list[bytes] = []
-    send = Connection.send_packed_command
-
-    async def counted(self: Connection, command: Any, check_health: bool = True) -> None:
-        sent.append(b"".join(command) if isinstance(command, list) else command)
-        await send(self, command, check_health)
-
-    monkeypatch.setattr(Connection, "send_packed_command", counted)
-    async with store.transaction("cell-1", watch=[job, response]) as tx:
-        assert await tx.get_json_many([job, response]) == [{"State": "Ready"}, None]
-        assert await tx.get_json(job) == {"State": "Ready"}
-        tx.set_json(job, {"State": "Running"})
-    in_transaction = list(sent)
+    with packets_sent() as in_transaction:
+        async with store.transaction("cell-1", watch=[job, response]) as tx:
+            assert await tx.get_json_many([job, response]) == [{"State": "Ready"}, None]
+            assert await tx.get_json(job) == {"State": "Ready"}
+            tx.set_json(job, {"State": "Running"})
     assert await store.get_json(job) == {"State": "Running"}
     client: object = store.client  # a RedisCluster on a Cluster, whatever it is typed as
     if isinstance(client, RedisCluster):
