@@ -35,6 +35,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 REMEMBERED_JOBS = 10000  # jobs whose scope and entry sizes the writer keeps in memory
+# A flush writes its jobs in pipelines of this many: building and sending a pipeline holds the
+# event loop, and one of a few hundred jobs held it for tens of milliseconds, which the MES's
+# calls and the steps waited out.
+JOBS_PER_PIPELINE = 16
 STOP_FLUSH_SECONDS = 2  # how long stopping may take to write what is queued
 
 
@@ -130,10 +134,11 @@ class TraceWriter:
             return
         taken = list(self.queue)
         self.queue.clear()
+        written: set[str] = set()  # jobs whose entries are in the store
         try:
-            await self._write(store, taken)
+            await self._write(store, taken, written)
         except BaseException:
-            self._put_back(taken)
+            self._put_back([entry for entry in taken if entry.job not in written])
             raise
         self.written += len(taken)
         if self.dropped:
@@ -147,16 +152,22 @@ class TraceWriter:
         self.queue.extend(newer)
         self.dropped += max(0, len(taken) + len(newer) - len(self.queue))
 
-    async def _write(self, store: Store, entries: list[TraceEntry]) -> None:
+    async def _write(self, store: Store, entries: list[TraceEntry], written: set[str]) -> None:
+        """Write ``entries``, adding each job to ``written`` once its entries are stored."""
         writes = await self._group(store, entries)
         await self._skip_refused_without_trace(store, writes)
-        if not writes:
-            return
         instance = self.gateway.instance_id
-        async with store.client.pipeline(transaction=False) as pipe:
-            for write in writes:
-                self._queue_write(pipe, store, write, instance)
-            await pipe.execute()
+        for start in range(0, len(writes), JOBS_PER_PIPELINE):
+            chunk = writes[start : start + JOBS_PER_PIPELINE]
+            async with store.client.pipeline(transaction=False) as pipe:
+                for write in chunk:
+                    self._queue_write(pipe, store, write, instance)
+                await pipe.execute()
+            written.update(write.job for write in chunk)
+            self._tally_written(chunk)
+
+    def _tally_written(self, writes: list[_JobWrite]) -> None:
+        """Remember how many happenings each job's newest entries hold (for MAXLEN)."""
         most = self.settings.trace_max_entries
         for write in writes:
             if any(entry.ends_job for entry in write.entries):

@@ -12,15 +12,17 @@ from typing import TYPE_CHECKING, Any, cast
 import anyio
 import pytest
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 
 from gateway.jobstates import JobState
 from gateway.resilience import Readiness, Resilience
 from gateway.store import KeySchema
 from gateway.testing import wait_until
+from gateway.testing.redis_ha import packets_sent
 from gateway.testing.services import redis_server
 from gateway_ui.settings import UiSettings
 from gateway_ui.trace import TraceEntry, TraceKind, position, read_trace
-from gateway_ui.trace_writer import TraceWriter
+from gateway_ui.trace_writer import JOBS_PER_PIPELINE, TraceWriter
 
 if TYPE_CHECKING:
     from tests.plugins.gateway_ui.conftest import TraceBench
@@ -84,6 +86,40 @@ async def test_a_flush_writes_one_stream_entry_per_job_read_back_as_its_happenin
     newest = (await trace(trace_bench, "J1"))[-1]
     assert (newest["id"], newest["step"]) == (raw[-1][0], "S2")
     assert position(one[-1]["id"]) < position(newest["id"])
+
+
+async def test_a_flush_of_many_jobs_goes_in_short_pipelines_and_a_failed_one_is_all_it_redoes(
+    trace_bench: TraceBench, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Building one pipeline of a few hundred jobs held the event loop for tens of ms.
+    writer = trace_bench.writer()
+    jobs = [f"J{number}" for number in range(40)]
+    for job in jobs:
+        writer.add(started(job))
+    with packets_sent() as sent:
+        await writer.flush()
+    xadds = [packet.count(b"XADD") for packet in sent]
+    assert sum(xadds) == len(jobs)
+    assert max(xadds) <= JOBS_PER_PIPELINE
+
+    execute, calls = Pipeline.execute, []
+
+    async def second_fails(self: Pipeline, raise_on_error: bool = True) -> Any:
+        calls.append(1)
+        if len(calls) == 2:
+            raise ConnectionError("Redis went away (test)")
+        return await execute(self, raise_on_error)
+
+    for job in jobs:
+        writer.add(step(job, "S1"))
+    monkeypatch.setattr(Pipeline, "execute", second_fails)
+    with pytest.raises(ConnectionError):
+        await writer.flush()
+    monkeypatch.undo()
+    assert len(writer.queue) == len(jobs) - JOBS_PER_PIPELINE  # the first pipeline's went
+    await writer.flush()
+    for job in jobs:  # each step written once
+        assert [entry["kind"] for entry in await trace(trace_bench, job)] == ["state", "step"]
 
 
 async def test_refused_calls_are_kept_only_for_jobs_with_a_trace_without_a_check_per_entry(
