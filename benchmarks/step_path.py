@@ -744,7 +744,9 @@ def main() -> None:
         help="GATEWAY_<SECTION>_<KEY>=value for the gateway (repeatable)",
     )
     parser.add_argument(
-        "--py-spy", type=Path, help="profile the gateway in each window (py-spy raw output)"
+        "--py-spy",
+        type=Path,
+        help="profile the gateway (the first of --roles) in each window (py-spy raw output)",
     )
     parser.add_argument(
         "--roles",
