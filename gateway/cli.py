@@ -47,9 +47,9 @@ def _configure_run(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--role",
         default=None,
-        help="run only the services of this role: all (default), gateway, engine, publisher, "
-        "simulator (when enabled), or one a third-party plugin declares; an unknown role is "
-        "refused, naming the known ones",
+        help="run only the services of this role: all (default), gateway, jobs, engine, "
+        "publisher, simulator (when enabled), or one a third-party plugin declares; an unknown "
+        "role is refused, naming the known ones",
     )
 
 

@@ -17,6 +17,7 @@ from enum import IntEnum
 from typing import TYPE_CHECKING
 
 from gateway.errors import GatewayError
+from gateway.resilience import TransientError
 from gateway_sfc.context import EngineContext
 from gateway_sfc.engine import Effects, Executor, Timer, TimerKind
 from gateway_sfc.scripts import COMMIT
@@ -39,6 +40,7 @@ OUTSTANDING = (Phase.DISPATCHED, Phase.WAITING)
 class Commit(IntEnum):
     """What the compare-and-swap script answered."""
 
+    NO_SNAPSHOT = -2  # a job to create has no recipe snapshot in the store: no write
     TAKEN_FIRST = -1  # the kept event the change applies was taken by another job: no write
     CONFLICT = 0  # the stored version is not the one read
     WRITTEN = 1
@@ -72,7 +74,14 @@ class ExecutionStore:
 
     async def create(self, execution: Execution, effects: Effects) -> bool:
         """Write a new job's first state (``False``: another instance started it first)."""
-        if await self.write(execution, -1, effects, set()) is not Commit.WRITTEN:
+        commit = await self.write(execution, -1, effects, set())
+        if commit is Commit.NO_SNAPSHOT:
+            # Saved a moment ago, so the store lost it (restarted empty, or failed over before
+            # it reached the replica): start over, from the job as the store has it now.
+            raise TransientError(
+                f"job {execution.scope}/{execution.job}: its recipe snapshot is not in the store"
+            )
+        if commit is not Commit.WRITTEN:
             return False
         self.announce_steps(execution, {}, time.time())
         await self._after(execution, effects, was_waiting=set())
@@ -203,6 +212,7 @@ class ExecutionStore:
             keys.active(scope),
             keys.outbox(scope),
             keys.unclaimed(scope),
+            keys.recipe(scope, job),
         ]
         assert self._commit is not None, "the engine is not running"
         try:

@@ -6,16 +6,18 @@ Values travel as arguments and JSON decoded by cjson: nothing is spliced into a 
 from __future__ import annotations
 
 # Compare-and-swap of one job's execution state, with everything that must happen with it.
-# KEYS: exec doc, work stream, timers, waiting, active, outbox, kept events. ARGV[1]: the
-# version the caller read (-1: create, the doc must not exist); ARGV[2]: the new doc; ARGV[3]:
+# KEYS: exec doc, work stream, timers, waiting, active, outbox, kept events, recipe snapshot.
+# ARGV[1]: the version the caller read (-1: create: the doc must not exist, and the job's recipe
+# snapshot must: a state without its recipe could never run); ARGV[2]: the new doc; ARGV[3]:
 # JSON of the follow-ups: ``work`` entries, ``cancel`` timers of tries that ended, new
 # ``timers``, the ``done`` tries whose outbox entries go, the ``outbox`` entries of the
 # commands to send now, and ``take``: the kept event this change applies, if any.
 #
 # Returns 1 written, 0 the version was not the one read, -1 the kept event to take is gone
-# (another job took it first): nothing is written then. Taking a kept event in the same script
-# that applies it is what makes it impossible to lose one between the two, or to apply one
-# twice.
+# (another job took it first), -2 a job to create has no recipe snapshot (the store lost it,
+# e.g. restarted empty between the two writes): nothing is written but on 1. Taking a kept
+# event in the same script that applies it is what makes it impossible to lose one between
+# the two, or to apply one twice.
 #
 # The stored version is read off the document's head (``dump_execution`` writes scope, job and
 # version first; a quote inside a JSON string is escaped, so the pattern cannot match inside
@@ -26,6 +28,7 @@ local current = redis.call('GET', KEYS[1])
 local expected = tonumber(ARGV[1])
 if expected < 0 then
   if current then return 0 end
+  if redis.call('EXISTS', KEYS[8]) == 0 then return -2 end
 else
   if not current then return 0 end
   local version = string.match(current, '^{"scope":"[^"]*","job":"[^"]*","version":(%-?%d+)[,}]')

@@ -92,14 +92,16 @@ def test_an_unknown_role_is_refused_naming_the_known_ones(tmp_path: Path) -> Non
     done = run_gateway("run", "--role", "bogus", environ=environ)
     assert done.returncode == 2
     assert "gateway.role: unknown role 'bogus'" in done.stderr
-    assert "know: all, engine, gateway, publisher" in done.stderr
+    assert "know: all, engine, gateway, jobs, publisher" in done.stderr
     assert_no_traceback(done.stderr)
 
 
 def test_run_help_lists_the_roles() -> None:
     done = run_gateway("run", "--help")
     assert done.returncode == 0
-    assert "all (default), gateway, engine, publisher, simulator" in " ".join(done.stdout.split())
+    assert "all (default), gateway, jobs, engine, publisher, simulator" in " ".join(
+        done.stdout.split()
+    )
 
 
 def test_unknown_keys_name_the_file_and_the_likely_key(tmp_path: Path) -> None:

@@ -19,11 +19,11 @@ from gateway_sfc.state import Execution, dump_execution
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 
-NAMES = ("exec", "work", "timers", "waiting", "active", "outbox", "unclaimed")
+NAMES = ("exec", "work", "timers", "waiting", "active", "outbox", "unclaimed", "recipe")
 
 
 def keys(unique: str) -> list[str]:
-    """The seven keys of one commit, in one hash slot (Cluster) as the engine's are."""
+    """The eight keys of one commit, in one hash slot (Cluster) as the engine's are."""
     return [f"{{{unique}}}:{name}" for name in NAMES]
 
 
@@ -56,9 +56,15 @@ async def commit(client: Any, unique: str, expected: int, document: str, job: st
     return await commit_to(client, keys(unique), expected, document, job)
 
 
+async def save_recipe(client: Any, unique: str) -> None:
+    """The recipe snapshot the engine saves before it creates a job's state."""
+    await client.set(keys(unique)[7], "{}")
+
+
 async def test_a_commit_applies_only_to_the_version_it_read(redis_url: str, unique: str) -> None:
     job = "J-1"
     async with redis_client(redis_url) as client:
+        await save_recipe(client, unique)
         first = dump_execution(Execution(scope="cell", job=job, version=0))
         assert await commit(client, unique, -1, first, job) == 1
         assert await commit(client, unique, -1, first, job) == 0  # created once only
@@ -75,6 +81,7 @@ async def test_a_version_spelled_inside_the_job_id_is_not_taken_for_the_document
 ) -> None:
     job = 'J","version":7,"x":"'
     async with redis_client(redis_url) as client:
+        await save_recipe(client, unique)
         stored = dump_execution(Execution(scope="cell", job=job, version=2))
         assert await commit(client, unique, -1, stored, job) == 1
         assert await commit(client, unique, 7, stored, job) == 0
@@ -101,6 +108,7 @@ async def test_a_kept_event_is_taken_with_the_change_that_applies_it_and_only_on
     second[0] = f"{{{unique}}}:exec-2"  # another job's document, the same kept events
     kept = first[6]
     async with redis_client(redis_url) as client:
+        await save_recipe(client, unique)
         await client.lpush(kept, "event-1", "event-2")
         for job, names in (("J-1", first), ("J-2", second)):
             created = dump_execution(Execution(scope="cell", job=job, version=0))
@@ -118,3 +126,18 @@ async def test_a_kept_event_is_taken_with_the_change_that_applies_it_and_only_on
             Execution(scope="cell", job="J-2", version=0)
         )
         assert await client.lrange(kept, 0, -1) == ["event-2"]
+
+
+async def test_a_state_is_created_only_beside_its_recipe_snapshot(
+    redis_url: str, unique: str
+) -> None:
+    # The engine saves the snapshot, then creates the state. A store that restarted empty in
+    # between took a state whose job could never run, and every event of its scope failed on it.
+    job = "J-3"
+    created = dump_execution(Execution(scope="cell", job=job, version=0))
+    async with redis_client(redis_url) as client:
+        assert await commit(client, unique, -1, created, job) == -2
+        assert await client.exists(keys(unique)[0]) == 0  # nothing written
+        assert await client.scard(keys(unique)[4]) == 0  # not active either
+        await save_recipe(client, unique)
+        assert await commit(client, unique, -1, created, job) == 1
