@@ -14,10 +14,11 @@ import json
 import logging
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any, cast
 
 from gateway.equipment import EquipmentEvent
+from gateway.resilience import is_transient
 from gateway_sfc.context import EngineContext
 from gateway_sfc.engine import Effects, Executor
 from gateway_sfc.executions import ExecutionStore, waiting
@@ -66,13 +67,16 @@ class EventRouter:
         wanted = event_fields(event)
         for scope in sorted(self.scopes.scopes):
             for job in await self._waiting_jobs(scope):
-                execution = await self.executions.read(scope, job)
-                if execution is None:
-                    continue
-                executor = await self.recipes.executor(scope, job)
-                if waiting_action_for(executor, execution, wanted) is not None:
+                if await _unless_broken(scope, job, self._waits_for(scope, job, wanted)):
                     return scope
         return None
+
+    async def _waits_for(self, scope: str, job: str, event: Mapping[str, Any]) -> bool:
+        execution = await self.executions.read(scope, job)
+        if execution is None:
+            return False
+        executor = await self.recipes.executor(scope, job)
+        return waiting_action_for(executor, execution, event) is not None
 
     async def route(self, scope: str, event: dict[str, Any]) -> None:
         """Give an equipment event to the job that has waited longest for it."""
@@ -85,13 +89,17 @@ class EventRouter:
         # the only one a job may take, or it could be taken twice.
         if not kept_before:
             for job in waiting_jobs:
-                if await self.offer(scope, job, event):
+                if await _unless_broken(scope, job, self.offer(scope, job, event)):
                     return
             await self._keep_unclaimed(scope, event, note)
         # A job may have started waiting after we looked and before the event was kept (its
         # own look at the kept events came too early): look once more from this side.
         for job in await self._waiting_jobs(scope):
-            await self.claim_unclaimed(scope, job)
+            await _unless_broken(scope, job, self._claimed(scope, job))
+
+    async def _claimed(self, scope: str, job: str) -> bool:
+        await self.claim_unclaimed(scope, job)
+        return False
 
     async def offer(
         self, scope: str, job: str, event: dict[str, Any], kept: str | None = None
@@ -143,6 +151,19 @@ class EventRouter:
                 return
             if waiting_action_for(executor, execution, event) is not None:
                 await self.offer(scope, job, event, kept=text)
+
+
+async def _unless_broken(scope: str, job: str, asking: Awaitable[bool]) -> bool:
+    """``asking`` a job about an event; ``False`` when the job cannot take events at all (its
+    state or recipe cannot be read), so that one broken job does not keep every event of its
+    scope from the others. A failure that may pass is raised: the event is tried again."""
+    try:
+        return await asking
+    except Exception as error:
+        if is_transient(error):
+            raise
+        log.error("job %s/%s cannot take equipment events (%s); asking others", scope, job, error)
+        return False
 
 
 def waiting_action_for(

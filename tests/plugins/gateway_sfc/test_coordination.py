@@ -29,7 +29,7 @@ from gateway_jobs.testing import state_texts as state_of
 from gateway_sfc.events import EventRouter
 from gateway_sfc.model import DATASCHEMA
 from gateway_sfc.reconcile import lost_command
-from gateway_sfc.state import Status
+from gateway_sfc.state import Execution, Status, dump_execution
 
 OK = ReturnStatus.NO_ERROR
 
@@ -473,6 +473,29 @@ async def test_a_kept_event_whose_taking_failed_is_taken_later(
         response = await final_response(mes, "J1")
         assert await r.llen(kept) == 0
     assert failed == ["J1"]
+    assert state_of(response)[:2] == ["Ended", "Completed"]
+    assert data_of(response)["wait"] == {"passed": True}
+
+
+async def test_a_job_that_cannot_take_events_does_not_keep_them_from_the_others(
+    station: SfcStation,
+) -> None:
+    steps = ActiveSteps()
+    station.observers["steps"] = steps
+    async with (
+        running(station.gateway()),
+        station.mes("cell1") as mes,
+        redis_client(station.redis_url) as redis,
+    ):
+        await run_job(mes, waits_for(QA_RESULT), job="J1")
+        await wait_until(lambda: ("cell1", "J1", "Wait") in steps.entered)
+        # J0 has waited longest, and its state has no recipe beside it (what an older version
+        # could leave when Redis restarted empty): asking it about an event fails for good.
+        keys = f"{station.name}:{{cell1}}:sfc"
+        await redis.set(f"{keys}:exec:J0", dump_execution(Execution(scope="cell1", job="J0")))
+        await redis.zadd(f"{keys}:waiting", {"J0": 0})
+        await station.equipment.emit(QA_RESULT, {"passed": True}, scope="cell1")
+        response = await final_response(mes, "J1")
     assert state_of(response)[:2] == ["Ended", "Completed"]
     assert data_of(response)["wait"] == {"passed": True}
 
