@@ -25,8 +25,10 @@ from paho.mqtt.properties import Properties
 from gateway.codecs.mqtt import MqttMessage, from_client_message, publish
 from gateway.errors import SettingsError, ValidationError
 from gateway.resilience import TransientError
-from gateway_mqtt import memory
+from gateway_mqtt import decoding, memory
 from gateway_mqtt.settings import MqttSettings, broker_address
+
+decoding.install()  # every message the gateway receives: see gateway_mqtt.decoding
 
 NODELAY = (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 # CONNACK reason codes that no amount of retrying will fix.

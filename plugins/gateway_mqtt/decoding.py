@@ -1,0 +1,98 @@
+"""Decoding the properties of a received PUBLISH, about five times faster than paho does.
+
+paho builds a ``Properties`` object for every PUBLISH it reads and fills it one attribute at a
+time, each assignment looking the property's name up in a list of all of them: 93 us for the
+eight user properties of an equipment reply, about a tenth of the gateway's CPU per step. The
+PUBLISH properties a CloudEvent uses (user properties, content type, response topic,
+correlation data) are read here into the same attributes, with paho's checks (lengths within
+the packet, one of each single property, no null or U+FEFF in strings); any other property
+hands the packet to paho's own decoding, as does every other packet type.
+
+``install`` puts the faster class where paho's PUBLISH decoder (``paho.mqtt._packet``) takes
+its ``Properties`` from; the tests compare both decodings property by property.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import paho.mqtt._packet as paho_packet
+from paho.mqtt.exception import MalformedPacket
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+USER_PROPERTY = 38
+CORRELATION_DATA = 9
+STRINGS = {3: "ContentType", 8: "ResponseTopic"}
+
+
+class PublishProperties(Properties):
+    """paho's ``Properties``, reading those of a PUBLISH faster (see the module docstring)."""
+
+    def unpack(self, buffer: Any) -> tuple[Properties, int]:
+        if self.packetType != PacketTypes.PUBLISH:
+            return super().unpack(buffer)  # type: ignore[no-any-return,no-untyped-call]
+        read = _Reader(bytes(buffer))
+        end = read.varint() + read.offset
+        if end > len(read.buffer):
+            raise MalformedPacket("properties longer than the packet")
+        self.clear()  # type: ignore[no-untyped-call]
+        user_properties: list[tuple[str, str]] = []
+        while read.offset < end:
+            identifier = read.varint()
+            if identifier == USER_PROPERTY:
+                user_properties.append((read.text(end), read.text(end)))
+            elif identifier in STRINGS:
+                self._set_once(STRINGS[identifier], read.text(end))
+            elif identifier == CORRELATION_DATA:
+                self._set_once("CorrelationData", read.binary(end))
+            else:  # a property CloudEvents do not use: paho reads the lot
+                return super().unpack(buffer)  # type: ignore[no-any-return,no-untyped-call]
+        if read.offset != end:
+            raise MalformedPacket("a property runs past the properties' length")
+        if user_properties:
+            object.__setattr__(self, "UserProperty", user_properties)
+        return self, end
+
+    def _set_once(self, name: str, value: object) -> None:
+        if name in self.__dict__:
+            raise MalformedPacket(f"property {name} must not exist more than once")
+        object.__setattr__(self, name, value)
+
+
+class _Reader:
+    def __init__(self, buffer: bytes) -> None:
+        self.buffer = buffer
+        self.offset = 0
+
+    def varint(self) -> int:
+        value, shift = 0, 0
+        for _ in range(4):
+            byte = self.buffer[self.offset]  # IndexError past the end: paho's MalformedPacket
+            self.offset += 1
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+            shift += 7
+        raise MalformedPacket("variable byte integer longer than 4 bytes")
+
+    def binary(self, end: int) -> bytes:
+        if self.offset + 2 > end:
+            raise MalformedPacket("not enough data to read a length")
+        length = int.from_bytes(self.buffer[self.offset : self.offset + 2], "big")
+        start = self.offset + 2
+        if start + length > end:
+            raise MalformedPacket("length delimited data too long")
+        self.offset = start + length
+        return self.buffer[start : self.offset]
+
+    def text(self, end: int) -> str:
+        text = self.binary(end).decode("utf-8")  # surrogates are refused by the codec
+        if "\x00" in text or "\ufeff" in text:
+            raise MalformedPacket("null or U+FEFF in UTF-8 data")
+        return text
+
+
+def install() -> None:
+    """Make paho decode PUBLISH properties with ``PublishProperties`` (idempotent)."""
+    paho_packet.Properties = PublishProperties  # type: ignore[attr-defined]

@@ -1,0 +1,82 @@
+"""``gateway_mqtt.decoding`` reads PUBLISH properties as paho does, property by property."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from paho.mqtt._packet import DECODE_ERRORS
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from gateway_mqtt.decoding import PublishProperties
+
+NAMES = ("UserProperty", "ContentType", "ResponseTopic", "CorrelationData", "MessageExpiryInterval")
+TEXT = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00\ufeff"))
+
+
+def packed(**values: Any) -> bytes:
+    """The properties as a sender packs them (paho's own encoder)."""
+    properties = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+    for name, value in values.items():
+        setattr(properties, name, value)
+    return bytes(properties.pack())  # type: ignore[no-untyped-call]
+
+
+def decoded(kind: type[Properties], buffer: bytes) -> tuple[dict[str, Any], int]:
+    properties, length = kind(PacketTypes.PUBLISH).unpack(buffer)  # type: ignore[no-untyped-call]
+    return {name: getattr(properties, name) for name in NAMES if hasattr(properties, name)}, length
+
+
+@given(
+    users=st.lists(st.tuples(TEXT, TEXT), max_size=12),
+    content_type=st.none() | TEXT,
+    response_topic=st.none() | TEXT.filter(bool),
+    correlation=st.none() | st.binary(max_size=64),
+    expiry=st.none() | st.integers(0, 2**32 - 1),
+    payload=st.binary(max_size=16),
+)
+def test_the_properties_read_are_the_ones_paho_reads(
+    users: list[tuple[str, str]],
+    content_type: str | None,
+    response_topic: str | None,
+    correlation: bytes | None,
+    expiry: int | None,
+    payload: bytes,
+) -> None:
+    values: dict[str, Any] = {"UserProperty": users} if users else {}
+    for name, value in (
+        ("ContentType", content_type),
+        ("ResponseTopic", response_topic),
+        ("CorrelationData", correlation),
+        ("MessageExpiryInterval", expiry),  # not read here: paho reads the lot
+    ):
+        if value is not None:
+            values[name] = value
+    buffer = packed(**values) + payload  # the payload follows the properties
+    assert decoded(PublishProperties, buffer) == decoded(Properties, buffer)
+
+
+def test_what_paho_refuses_is_refused() -> None:
+    whole = packed(ContentType="application/json", UserProperty=[("id", "e1")])
+    twice = packed(ContentType="a")[1:] * 2
+    malformed = [
+        whole[:-3],  # cut short
+        bytes([len(twice)]) + twice,  # ContentType twice
+        packed(UserProperty=[("k", "v")]).replace(b"v", b"\x00"),  # null in a string
+        b"\xff\xff\xff\xff\x01",  # a length of more than four bytes
+    ]
+    for buffer in malformed:
+        for kind in (Properties, PublishProperties):
+            with pytest.raises(DECODE_ERRORS):
+                kind(PacketTypes.PUBLISH).unpack(buffer)  # type: ignore[no-untyped-call]
+
+
+def test_paho_decodes_publish_packets_with_it() -> None:
+    import paho.mqtt._packet as paho_packet
+
+    import gateway_mqtt.client  # noqa: F401  (installs it)
+
+    assert vars(paho_packet)["Properties"] is PublishProperties
