@@ -13,7 +13,14 @@ from paho.mqtt.properties import Properties
 
 from gateway_mqtt.decoding import PublishProperties
 
-NAMES = ("UserProperty", "ContentType", "ResponseTopic", "CorrelationData", "MessageExpiryInterval")
+NAMES = (
+    "UserProperty",
+    "ContentType",
+    "ResponseTopic",
+    "CorrelationData",
+    "MessageExpiryInterval",
+    "SubscriptionIdentifier",
+)
 TEXT = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00\ufeff"))
 
 
@@ -36,6 +43,7 @@ def decoded(kind: type[Properties], buffer: bytes) -> tuple[dict[str, Any], int]
     response_topic=st.none() | TEXT.filter(bool),
     correlation=st.none() | st.binary(max_size=64),
     expiry=st.none() | st.integers(0, 2**32 - 1),
+    subscriptions=st.none() | st.lists(st.integers(1, 2**28 - 1), min_size=1, max_size=2),
     payload=st.binary(max_size=16),
 )
 def test_the_properties_read_are_the_ones_paho_reads(
@@ -44,6 +52,7 @@ def test_the_properties_read_are_the_ones_paho_reads(
     response_topic: str | None,
     correlation: bytes | None,
     expiry: int | None,
+    subscriptions: list[int] | None,
     payload: bytes,
 ) -> None:
     values: dict[str, Any] = {"UserProperty": users} if users else {}
@@ -52,6 +61,7 @@ def test_the_properties_read_are_the_ones_paho_reads(
         ("ResponseTopic", response_topic),
         ("CorrelationData", correlation),
         ("MessageExpiryInterval", expiry),  # not read here: paho reads the lot
+        ("SubscriptionIdentifier", subscriptions),  # the same, after some read here
     ):
         if value is not None:
             values[name] = value
