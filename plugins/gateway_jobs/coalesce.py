@@ -29,6 +29,25 @@ log = logging.getLogger(__name__)
 Work = Callable[[str], Awaitable[object]]
 
 
+class ServedTasks:
+    """The task group that runs work off its callers' path while a service serves it
+    (``group`` is ``None`` otherwise: the callers then do the work themselves)."""
+
+    def __init__(self) -> None:
+        self.group: TaskGroup | None = None
+
+    async def serve(self, stopped: Callable[[], object] = lambda: None) -> None:
+        """Hold the group open until cancelled (which cancels the work in it); ``stopped``
+        runs once it no longer takes work."""
+        async with anyio.create_task_group() as tasks:
+            self.group = tasks
+            try:
+                await anyio.sleep_forever()
+            finally:
+                self.group = None
+                stopped()
+
+
 class Coalescer:
     """Runs ``work(scope)`` after requests for it: one run at a time per scope, merged."""
 
@@ -44,24 +63,25 @@ class Coalescer:
         self.work = work
         self.interval = interval
         self.clock = clock
-        self._tasks: TaskGroup | None = None  # set while served
+        self._served = ServedTasks()
         self._wanted: set[str] = set()  # scopes with a request not yet taken by a run
         self._draining: set[str] = set()  # scopes with a task running their work
         self._last_start: dict[str, float] = {}
 
     @property
     def serving(self) -> bool:
-        return self._tasks is not None
+        return self._served.group is not None
 
     async def request(self, scope: str) -> None:
         """Have ``work(scope)`` run after this call (in the background when served)."""
-        if self._tasks is None:
+        tasks = self._served.group
+        if tasks is None:
             await self._run(scope)
             return
         self._wanted.add(scope)
         if scope not in self._draining:
             self._draining.add(scope)
-            self._tasks.start_soon(self._drain, scope)
+            tasks.start_soon(self._drain, scope)
 
     def idle(self) -> bool:
         """Nothing requested is waiting or running."""
@@ -69,13 +89,7 @@ class Coalescer:
 
     async def serve(self) -> None:
         """Run the requested work until cancelled (which cancels the runs in progress)."""
-        async with anyio.create_task_group() as tasks:
-            self._tasks = tasks
-            try:
-                await anyio.sleep_forever()
-            finally:
-                self._tasks = None
-                self._wanted.clear()
+        await self._served.serve(stopped=self._wanted.clear)
 
     async def _drain(self, scope: str) -> None:
         try:

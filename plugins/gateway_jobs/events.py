@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
-from anyio.abc import TaskGroup, TaskStatus
+from anyio.abc import TaskStatus
 
 from gateway.cloudevents import JSON, CloudEvent, utc_now
 from gateway.transport import MQTT_BINDING, Binding
+from gateway_jobs.coalesce import ServedTasks
 from gateway_jobs.config import CONFIG_KINDS, config_type
 from gateway_jobs.model import JobOrderStatusEvent, to_json
 from gateway_jobs.repository import Change
@@ -90,31 +91,32 @@ class StatusEvents:
 
     def __init__(self, sink: EventSink, *, pending_limit: int = 1000) -> None:
         self.sink = sink
-        self._tasks: TaskGroup | None = None
+        self._served = ServedTasks()
         self._pending = anyio.Semaphore(pending_limit)  # sent, unacknowledged: then wait
 
     @property
     def serving(self) -> bool:
-        return self._tasks is not None
+        return self._served.group is not None
 
     async def announce(self, scope: str, event: CloudEvent) -> None:
-        if self._tasks is None:
+        tasks = self._served.group
+        if tasks is None:
             await self._send(scope, event)
             return
         try:
             self._pending.acquire_nowait()  # (``acquire`` would yield first, and reorder)
         except anyio.WouldBlock:
             await self._pending.acquire()  # the broker is far behind: wait for it
-        self._tasks.start_soon(self._send_pending, scope, event)
+            tasks = self._served.group  # still served after the wait?
+            if tasks is None:
+                self._pending.release()
+                await self._send(scope, event)
+                return
+        tasks.start_soon(self._send_pending, scope, event)
 
     async def serve(self) -> None:
         """Send the events given until cancelled (which abandons those not acknowledged)."""
-        async with anyio.create_task_group() as tasks:
-            self._tasks = tasks
-            try:
-                await anyio.sleep_forever()
-            finally:
-                self._tasks = None
+        await self._served.serve()
 
     async def _send_pending(self, scope: str, event: CloudEvent) -> None:
         try:

@@ -15,7 +15,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Mapping
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from gateway.equipment import EquipmentEvent
 from gateway.resilience import is_transient
@@ -27,6 +27,8 @@ from gateway_sfc.snapshots import RecipeCache
 from gateway_sfc.state import Execution, Phase
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 # Keep an event nobody waits for yet, once: routing it again (a retry after a failure later in
 # its handling) must not keep a second copy that a later wait of the same job would take too.
@@ -67,7 +69,7 @@ class EventRouter:
         wanted = event_fields(event)
         for scope in sorted(self.scopes.scopes):
             for job in await self._waiting_jobs(scope):
-                if await _unless_broken(scope, job, self._waits_for(scope, job, wanted)):
+                if await _unless_broken(scope, job, self._waits_for(scope, job, wanted), False):
                     return scope
         return None
 
@@ -89,17 +91,13 @@ class EventRouter:
         # the only one a job may take, or it could be taken twice.
         if not kept_before:
             for job in waiting_jobs:
-                if await _unless_broken(scope, job, self.offer(scope, job, event)):
+                if await _unless_broken(scope, job, self.offer(scope, job, event), False):
                     return
             await self._keep_unclaimed(scope, event, note)
         # A job may have started waiting after we looked and before the event was kept (its
         # own look at the kept events came too early): look once more from this side.
         for job in await self._waiting_jobs(scope):
-            await _unless_broken(scope, job, self._claimed(scope, job))
-
-    async def _claimed(self, scope: str, job: str) -> bool:
-        await self.claim_unclaimed(scope, job)
-        return False
+            await _unless_broken(scope, job, self.claim_unclaimed(scope, job), None)
 
     async def offer(
         self, scope: str, job: str, event: dict[str, Any], kept: str | None = None
@@ -153,8 +151,8 @@ class EventRouter:
                 await self.offer(scope, job, event, kept=text)
 
 
-async def _unless_broken(scope: str, job: str, asking: Awaitable[bool]) -> bool:
-    """``asking`` a job about an event; ``False`` when the job cannot take events at all (its
+async def _unless_broken(scope: str, job: str, asking: Awaitable[T], broken: T) -> T:
+    """``asking`` a job about an event; ``broken`` when the job cannot take events at all (its
     state or recipe cannot be read), so that one broken job does not keep every event of its
     scope from the others. A failure that may pass is raised: the event is tried again."""
     try:
@@ -163,7 +161,7 @@ async def _unless_broken(scope: str, job: str, asking: Awaitable[bool]) -> bool:
         if is_transient(error):
             raise
         log.error("job %s/%s cannot take equipment events (%s); asking others", scope, job, error)
-        return False
+        return broken
 
 
 def waiting_action_for(
