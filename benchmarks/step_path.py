@@ -34,6 +34,7 @@ import multiprocessing.connection
 import os
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -223,6 +224,16 @@ def raw_round_trips(port: int, in_flight: int, seconds: float) -> tuple[float, l
         time.sleep(0.2)
         client.disconnect()
         client.loop_stop()
+
+
+def stack_floor(mqtt_port: int, redis_port: int, in_flight: int, seconds: float) -> Any:
+    """The least a step can cost on the gateway's libraries: benchmarks/stack_floor.py."""
+    script = Path(__file__).with_name("stack_floor.py")
+    command = [sys.executable, str(script), "--mqtt-port", str(mqtt_port)]
+    command += ["--redis-port", str(redis_port), "--in-flight", str(in_flight)]
+    command += ["--seconds", str(seconds), "--topic", RAW_TOPIC]
+    output = subprocess.run(command, check=True, capture_output=True, text=True, timeout=120)
+    return json.loads(output.stdout.splitlines()[-1])
 
 
 # -- counters: Redis, mosquitto, CPU -----------------------------------------------------------
@@ -551,6 +562,9 @@ class Level:
     ended: int
     errors: int
     ratio: float  # steps/s to raw MQTT requests/s, both of this run
+    floor_rate: float  # steps/s of benchmarks/stack_floor.py: the least work per step
+    floor_cpu_per_step: float
+    floor_ratio: float  # floor_rate to raw MQTT requests/s: the most this stack could reach
 
 
 def median_level(runs: list[Level]) -> Level:
@@ -584,6 +598,7 @@ def measure_level(
     broker: BrokerCounters,
 ) -> Level:
     raw_rate, raw_times = raw_round_trips(mqtt.port, jobs, args.seconds)
+    floor = stack_floor(mqtt.port, redis_port, jobs, args.seconds)
     profiled, http_port = gateways.pids[0], gateways.http_port
     marks: dict[str, Any] = {}
     window: dict[str, Any] = {}
@@ -667,6 +682,9 @@ def measure_level(
         ended=run.outcomes["Ended"],
         errors=len(run.errors),
         ratio=window["answered"] / window["elapsed"] / raw_rate,
+        floor_rate=floor["steps_per_s"],
+        floor_cpu_per_step=floor["cpu_ms_per_step"] / 1000,
+        floor_ratio=floor["steps_per_s"] / raw_rate,
     )
 
 
@@ -678,6 +696,9 @@ def report(level: Level) -> None:
         f"{level.raw_p50 * ms:.2f} ms, p99 {level.raw_p99 * ms:.2f} ms\n"
         f"  gateway steps                : {level.steps_per_second:8.0f} /s   ratio "
         f"{level.ratio:.2f}\n"
+        f"  stack floor                  : {level.floor_rate:8.0f} /s   ratio "
+        f"{level.floor_ratio:.2f}, {level.floor_cpu_per_step * ms:.2f} ms CPU per step "
+        "(receive, 1 Redis script, publish: benchmarks/stack_floor.py)\n"
         f"  step time                    : p50 {level.step_p50 * ms:.2f} ms, p99 "
         f"{level.step_p99 * ms:.2f} ms (adds {(level.step_p50 - level.raw_p50) * ms:.2f} / "
         f"{(level.step_p99 - level.raw_p99) * ms:.2f} ms to a raw round trip)\n"
@@ -699,15 +720,16 @@ def report(level: Level) -> None:
 
 def table(levels: list[Level]) -> None:
     print(
-        "\n| jobs | raw MQTT/s | steps/s | ratio | step p50/p99 ms | adds p50/p99 ms | "
+        "\n| jobs | raw MQTT/s | steps/s | ratio | floor ratio | step p50/p99 ms | "
+        "adds p50/p99 ms | "
         "Redis cmd/step (run) | MQTT msg/step | StoreAndStart p99 ms (handled in gateway) | "
         "CPU ms/step | aborted |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for level in levels:
         print(
             f"| {level.jobs} | {level.raw_rate:.0f} | {level.steps_per_second:.0f} | "
-            f"{level.ratio:.2f} | "
+            f"{level.ratio:.2f} | {level.floor_ratio:.2f} | "
             f"{level.step_p50 * 1000:.2f} / {level.step_p99 * 1000:.2f} | "
             f"{(level.step_p50 - level.raw_p50) * 1000:.2f} / "
             f"{(level.step_p99 - level.raw_p99) * 1000:.2f} | "
