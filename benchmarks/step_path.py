@@ -8,7 +8,9 @@ each StoreAndStart -> Ended (status event) -> Clear, on a recipe of ``--steps`` 
 steps with ``--timeout`` second action timeouts.
 
 Before each level, the same responder answers raw MQTT v5 QoS 1 requests from a paho client
-here, as many in flight as the level has jobs: the baseline the gateway is compared with.
+here, as many in flight as the level has jobs: the baseline the gateway is compared with. Then
+``benchmarks/stack_floor.py`` runs as many jobs on the same libraries as the gateway doing only
+what a step must (receive, one Redis script, publish): the most a gateway process could reach.
 
 Printed per level: steps/s and the ratio to raw MQTT, step time p50/p99 (from one command of
 a job to its next, as the equipment sees it) and what the gateway adds to a raw round trip,
