@@ -89,7 +89,8 @@ async def _floor(args: argparse.Namespace) -> dict[str, float]:
             correlation = bytes(getattr(message.properties, "CorrelationData", b""))
             job = int(correlation.decode().split(":")[0].removeprefix("floor-"))
             step = steps[job]
-            await commit(keys=[f"floor:{job}"], args=[str(step), str(step + 1)])
+            if not await commit(keys=[f"floor:{job}"], args=[str(step), str(step + 1)]):
+                raise RuntimeError(f"job {job}: step {step} was committed twice")
             client._client.ack(message.mid, message.qos)
             steps[job] = step + 1
             if counted["measuring"]:
