@@ -172,12 +172,14 @@ def _check_text(name: str, value: object, *, required: bool) -> None:
     if len(value) > _MAX_STRING:
         raise CloudEventError(name, f"is longer than {_MAX_STRING} characters")
     if not _is_mqtt_text(value):
-        raise CloudEventError(name, "must be UTF-8 text without U+0000 (MQTT strings)")
+        raise CloudEventError(name, "must be UTF-8 text without U+0000 or U+FEFF (MQTT strings)")
 
 
 def _is_mqtt_text(value: str) -> bool:
-    """MQTT strings are UTF-8 without NUL: brokers drop clients that send anything else."""
-    if "\x00" in value:
+    """MQTT strings are UTF-8 without NUL: brokers drop clients that send anything else. U+FEFF
+    is allowed by MQTT, but paho (and so this gateway, and many an MES) refuses a packet that
+    holds it and drops the connection: an event with it would never be read."""
+    if "\x00" in value or "\ufeff" in value:
         return False
     try:
         value.encode("utf-8")
@@ -187,8 +189,9 @@ def _is_mqtt_text(value: str) -> bool:
 
 
 def mqtt_safe_text(value: str) -> str:
-    """``value`` with what MQTT strings cannot carry replaced by U+FFFD."""
-    return value.encode("utf-8", "replace").decode().replace("\x00", "\ufffd")
+    """``value`` with what MQTT strings cannot carry (or paho cannot read) replaced by U+FFFD."""
+    safe = value.encode("utf-8", "replace").decode()
+    return safe.replace("\x00", "\ufffd").replace("\ufeff", "\ufffd")
 
 
 def format_time(value: datetime) -> str:

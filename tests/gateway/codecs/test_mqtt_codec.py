@@ -43,8 +43,9 @@ CORE = [("specversion", "1.0"), ("id", "1"), ("source", "urn:x"), ("type", "com.
 
 # -- strategies for valid events -------------------------------------------------------------
 
-# MQTT strings must not contain U+0000 (MQTT-1.5.4-2): see test_a_nul_character_*.
-mqtt_text = st.characters(codec="utf-8", exclude_characters="\x00")
+# MQTT strings must not contain U+0000 (MQTT-1.5.4-2), and paho refuses U+FEFF: see
+# test_attribute_text_mqtt_cannot_carry_is_refused_by_name.
+mqtt_text = st.characters(codec="utf-8", exclude_characters="\x00\ufeff")
 short_text = st.text(mqtt_text, max_size=30)
 required_text = st.text(mqtt_text, min_size=1, max_size=30)
 fixed_offsets = st.integers(min_value=-(24 * 60) + 1, max_value=24 * 60 - 1).map(
@@ -227,12 +228,24 @@ def test_an_empty_content_type_is_refused_or_survives_the_wire() -> None:
         {"extensions": {"note": "a\x00b"}},
         {"extensions": {"note": "\ud800"}},
         {"causationid": "x\udfff"},
+        {"errormessage": "\ufeff"},
+        {"extensions": {"note": "a\ufeffb"}},
     ],
-    ids=["nul-subject", "nul-id", "nul-errormessage", "nul-extension", "surrogate", "surrogate-2"],
+    ids=[
+        "nul-subject",
+        "nul-id",
+        "nul-errormessage",
+        "nul-extension",
+        "surrogate",
+        "surrogate-2",
+        "bom-errormessage",
+        "bom-extension",
+    ],
 )
 def test_attribute_text_mqtt_cannot_carry_is_refused_by_name(changes: dict[str, Any]) -> None:
     """U+0000 is forbidden in MQTT strings (a broker drops the connection), surrogates are not
-    UTF-8: such an event must be refused with a ``CloudEventError``, never reach the client."""
+    UTF-8, U+FEFF makes paho refuse the packet (and drop the connection): such an event must be
+    refused with a ``CloudEventError``, never reach the client."""
     event = CloudEvent(type="t", source="s", **changes)
     element = next(iter(changes["extensions"])) if "extensions" in changes else next(iter(changes))
     with pytest.raises(CloudEventError) as caught:
@@ -244,7 +257,9 @@ def test_an_error_reply_can_always_be_sent() -> None:
     """A handler's error text may quote anything (JSON strings can hold U+0000 and lone
     surrogates); the error reply must still be an event the binding can publish."""
     request = from_mqtt(
-        MqttMessage(topic="t", payload=b'{"JobOrderID": "\\u0000\\ud800"}', user_properties=CORE)
+        MqttMessage(
+            topic="t", payload=b'{"JobOrderID": "\\u0000\\ud800\\ufeff"}', user_properties=CORE
+        )
     )
     job_order_id = request.data["JobOrderID"]
     reply = request.error_reply(
