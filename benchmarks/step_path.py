@@ -61,6 +61,7 @@ from gateway.codecs.mqtt import from_mqtt
 from gateway.testing.mqtt import MqttTestClient, connect_test_client
 from gateway.testing.processes import GatewayProcess
 from gateway.testing.services import ServerProcess, free_port, mosquitto, redis_server
+from gateway_jobs.roles import MES_ROLES as JOB_MANAGEMENT_ROLES
 from gateway_sfc.testing import linear_recipe
 
 EQUIPMENT_PREFIX = "bench-eq"
@@ -343,7 +344,7 @@ class Gateways:
     http_port: int
 
 
-MES_ROLES = ("all", "gateway", "jobs")
+MES_ROLES = ("all", *sorted(JOB_MANAGEMENT_ROLES))  # the roles that answer the MES
 
 
 @contextmanager

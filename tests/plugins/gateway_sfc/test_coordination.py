@@ -450,8 +450,6 @@ async def test_a_kept_event_whose_taking_failed_is_taken_later(
     # The event comes before its job waits for it, so it is kept; the job's first try to take
     # it fails (the store went away: a failover). The event must still be there for the next
     # look (reconciliation's), not gone with a half-done claim.
-    steps = ActiveSteps()
-    station.observers["steps"] = steps
     offer = EventRouter.offer
     failed: list[str] = []
 

@@ -14,7 +14,7 @@ import pytest
 
 from gateway.recipes import JobCommand
 from gateway_sfc.engine import Effects, Executor, Timer
-from gateway_sfc.state import Execution, Phase, Status
+from gateway_sfc.state import ActionRun, Execution, Phase, Status, dump_execution, load_execution
 from gateway_sfc.validation import load_chart
 
 
@@ -635,8 +635,6 @@ def test_execution_state_round_trips_through_json() -> None:
 
 
 def test_execution_state_is_compact_json_headed_by_scope_job_and_version() -> None:
-    from gateway_sfc.state import ActionRun, dump_execution, load_execution
-
     execution = Execution(scope="cell1", job='J "1"', version=7)
     execution.actions["a"] = ActionRun(name="a", step="A", phase=Phase.DONE, deadline=2.5)
     execution.results["a"] = {"torque": 85.2, "serial": 2**70}  # beyond orjson's 64 bits
