@@ -177,8 +177,9 @@ def _check_text(name: str, value: object, *, required: bool) -> None:
 
 def _is_mqtt_text(value: str) -> bool:
     """MQTT strings are UTF-8 without NUL: brokers drop clients that send anything else. U+FEFF
-    is allowed by MQTT, but paho (and so this gateway, and many an MES) refuses a packet that
-    holds it and drops the connection: an event with it would never be read."""
+    is allowed by MQTT, but paho (and so many an MES) refuses a packet that holds it and drops the
+    connection: an event with it would never be read. The gateway reads such a packet
+    (``gateway_mqtt.decoding``) and refuses the event here, naming the attribute."""
     if "\x00" in value or "\ufeff" in value:
         return False
     try:

@@ -224,6 +224,34 @@ async def test_missing_attribute_is_named_in_the_error_reply(harness: Harness) -
     assert (error.errormessage or "").startswith("id:")
 
 
+async def test_u_feff_in_an_attribute_gets_error_reply_and_next_command_is_handled(
+    harness: Harness,
+) -> None:
+    """MQTT allows U+FEFF and the broker forwards it; paho alone would drop the connection, and
+    the persistent session would bring the command back on every reconnect."""
+    async with running(harness.gateway("a")), harness.mes() as mes:
+        raw_reply = await mes.request_raw(
+            MqttMessage(
+                topic=commands_topic(harness),
+                payload=b"{}",
+                content_type="application/json",
+                user_properties=(
+                    ("specversion", "1.0"),
+                    ("id", "m\ufeff1"),
+                    ("source", "urn:test"),
+                    ("type", ECHO),
+                ),
+            )
+        )
+        after = command(data={"after": 1})
+        good = await mes.request(commands_topic(harness), after)
+    error = from_mqtt(raw_reply)
+    assert error.errorcode == "invalid-request"
+    assert (error.errormessage or "").startswith("id: must be UTF-8 text without")
+    assert good.data["echo"] == {"after": 1}
+    assert harness.plugin.handled == [(f"{harness.plugin.topic_root}-a", after.id)]
+
+
 async def test_failing_handler_gets_error_reply_and_next_command_is_handled(
     harness: Harness,
 ) -> None:

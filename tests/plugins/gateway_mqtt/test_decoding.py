@@ -1,4 +1,5 @@
-"""``gateway_mqtt.decoding`` reads PUBLISH properties as paho does, property by property."""
+"""``gateway_mqtt.decoding`` reads PUBLISH properties as paho does, property by property, except
+that it accepts U+FEFF in strings, as MQTT v5 does."""
 
 from __future__ import annotations
 
@@ -20,7 +21,10 @@ NAMES = (
     "CorrelationData",
     "MessageExpiryInterval",
     "SubscriptionIdentifier",
+    "PayloadFormatIndicator",
+    "TopicAlias",
 )
+# paho refuses U+FEFF: the comparison leaves it out, test_u_feff_is_read_as_mqtt_allows covers it
 TEXT = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00\ufeff"))
 
 
@@ -44,6 +48,8 @@ def decoded(kind: type[Properties], buffer: bytes) -> tuple[dict[str, Any], int]
     correlation=st.none() | st.binary(max_size=64),
     expiry=st.none() | st.integers(0, 2**32 - 1),
     subscriptions=st.none() | st.lists(st.integers(1, 2**28 - 1), min_size=1, max_size=2),
+    payload_format=st.none() | st.integers(0, 1),
+    topic_alias=st.none() | st.integers(1, 2**16 - 1),
     payload=st.binary(max_size=16),
 )
 def test_the_properties_read_are_the_ones_paho_reads(
@@ -53,6 +59,8 @@ def test_the_properties_read_are_the_ones_paho_reads(
     correlation: bytes | None,
     expiry: int | None,
     subscriptions: list[int] | None,
+    payload_format: int | None,
+    topic_alias: int | None,
     payload: bytes,
 ) -> None:
     values: dict[str, Any] = {"UserProperty": users} if users else {}
@@ -60,8 +68,10 @@ def test_the_properties_read_are_the_ones_paho_reads(
         ("ContentType", content_type),
         ("ResponseTopic", response_topic),
         ("CorrelationData", correlation),
-        ("MessageExpiryInterval", expiry),  # not read here: paho reads the lot
-        ("SubscriptionIdentifier", subscriptions),  # the same, after some read here
+        ("MessageExpiryInterval", expiry),
+        ("SubscriptionIdentifier", subscriptions),
+        ("PayloadFormatIndicator", payload_format),
+        ("TopicAlias", topic_alias),
     ):
         if value is not None:
             values[name] = value
@@ -77,11 +87,25 @@ def test_what_paho_refuses_is_refused() -> None:
         bytes([len(twice)]) + twice,  # ContentType twice
         packed(UserProperty=[("k", "v")]).replace(b"v", b"\x00"),  # null in a string
         b"\xff\xff\xff\xff\x01",  # a length of more than four bytes
+        bytes([3, 35, 0, 0]),  # TopicAlias 0
+        bytes([2, 1, 2]),  # PayloadFormatIndicator 2
+        bytes([2, 11, 0]),  # SubscriptionIdentifier 0
+        bytes([5, 17, 0, 0, 0, 1]),  # SessionExpiryInterval: not a PUBLISH property
+        bytes([4, 2, 0, 0, 1]),  # MessageExpiryInterval cut short
     ]
     for buffer in malformed:
         for kind in (Properties, PublishProperties):
             with pytest.raises(DECODE_ERRORS):
                 kind(PacketTypes.PUBLISH).unpack(buffer)  # type: ignore[no-untyped-call]
+
+
+def test_u_feff_is_read_as_mqtt_allows() -> None:
+    """MQTT-1.5.4-3: U+FEFF is a character like any other; paho alone drops the connection."""
+    buffer = packed(UserProperty=[("id", "a\ufeffb")], ContentType="\ufeff")
+    with pytest.raises(DECODE_ERRORS):
+        Properties(PacketTypes.PUBLISH).unpack(buffer)  # type: ignore[no-untyped-call]
+    read, _ = decoded(PublishProperties, buffer)
+    assert read == {"UserProperty": [("id", "a\ufeffb")], "ContentType": "\ufeff"}
 
 
 def test_paho_decodes_publish_packets_with_it() -> None:
