@@ -1,10 +1,16 @@
-"""Who may connect: Basic256Sha256 message security, the server certificate, user and password.
+"""Who may connect: Basic256Sha256 message security, the server certificate, user and password,
+and (with ``trusted_clients``) the client application certificates trusted.
 
 The server offers Basic256Sha256 with SignAndEncrypt, with Sign too when ``security = "Sign"``,
 and without security only when ``security = "None"``. Every client logs in with the configured
-user name and password; anonymous sessions are refused. Client application certificates are
-accepted without a trust list (the password authenticates): with ``SignAndEncrypt`` the password
-travels encrypted either way.
+user name and password; anonymous sessions are refused. Without ``trusted_clients`` any client
+application certificate is accepted (the password authenticates; with ``SignAndEncrypt`` it
+travels encrypted either way). With it, a client's certificate must be in that directory or
+issued by a CA there, valid now, not revoked (``revocation_lists``), made out for the client's
+ApplicationUri and for client use. It is checked twice: when the session is created, which
+answers an honest client with the precise status (``BadCertificateUntrusted``...), and when it
+is activated, on the certificate the secure channel was opened with: a client that leaves its
+certificate out of CreateSession gets no further than ``BadUserAccessDenied``.
 """
 
 from __future__ import annotations
@@ -13,14 +19,20 @@ import hmac
 import logging
 import re
 import socket
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from asyncua import Server, ua
+from asyncua.common.utils import ServiceError
 from asyncua.crypto.cert_gen import setup_self_signed_certificate
 from asyncua.crypto.permission_rules import User, UserRole
-from cryptography.x509.oid import ExtendedKeyUsageOID
+from asyncua.crypto.truststore import TrustStore
+from asyncua.crypto.validator import CertificateValidator, CertificateValidatorOptions
+from cryptography import x509
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from gateway.errors import GatewayError
 from gateway_opcua.settings import OpcUaSettings, SecurityMode
 
 if TYPE_CHECKING:
@@ -42,12 +54,88 @@ POLICIES = {
 }
 
 
-class PasswordUsers:
-    """asyncua's user manager: one user, its password compared in constant time."""
+class ClientTrust:
+    """The client application certificates trusted: ``trusted_clients`` and its CRLs."""
 
-    def __init__(self, username: str, password: str) -> None:
+    def __init__(self, store: TrustStore) -> None:
+        self._store = store
+        self._validator = CertificateValidator(
+            CertificateValidatorOptions.TRUSTED_VALIDATION
+            | CertificateValidatorOptions.PEER_CLIENT,
+            store,
+        )
+
+    @classmethod
+    async def load(cls, trusted: Path, revocation_lists: Path | None) -> ClientTrust:
+        """Read the directories (once, at start); a trust list that trusts nobody is refused."""
+        _check_directories(trusted, revocation_lists)
+        store = TrustStore([trusted], [] if revocation_lists is None else [revocation_lists])
+        try:
+            await store.load()
+        except (OSError, ValueError) as error:
+            raise GatewayError(
+                f"opcua.trusted_clients / revocation_lists: a file is not a certificate or CRL "
+                f"(DER or PEM; keep private keys elsewhere): {error}"
+            ) from None
+        # asyncua logs each untrusted certificate with a traceback; ``refused`` says it once.
+        logging.getLogger("asyncuagds.validate").setLevel(logging.CRITICAL)
+        return cls(store)
+
+    async def check_session(
+        self, certificate: x509.Certificate, client: ua.ApplicationDescription
+    ) -> None:
+        """asyncua's certificate validator (CreateSession): raises the status that says why."""
+        try:
+            await self._validator.validate(certificate, client)
+        except ServiceError as error:
+            reason = ua.StatusCode(error.code).name
+            refused(certificate, client.ApplicationUri, reason)
+            raise
+
+    def trusts_channel(self, der: bytes | None) -> bool:
+        """Whether the certificate the secure channel was opened with is trusted and valid."""
+        if der is None:
+            return False
+        certificate = x509.load_der_x509_certificate(der)
+        now = datetime.now(UTC)
+        if not certificate.not_valid_before_utc <= now <= certificate.not_valid_after_utc:
+            refused(certificate, None, "BadCertificateTimeInvalid")
+            return False
+        if not self._store.is_trusted(certificate):
+            refused(certificate, None, "BadCertificateUntrusted")
+            return False
+        if self._store.is_revoked(certificate):
+            refused(certificate, None, "BadCertificateRevoked")
+            return False
+        return True
+
+
+def refused(certificate: x509.Certificate, uri: str | None, reason: str) -> None:
+    names = certificate.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    name = str(names[0].value) if names else certificate.subject.rfc4514_string()
+    client = f"client {uri!r}" if uri else "a client"
+    log.warning("OPC UA: %s refused: certificate CN=%s: %s", client, name, reason)
+
+
+def _check_directories(trusted: Path, revocation_lists: Path | None) -> None:
+    for setting, directory in (
+        ("trusted_clients", trusted),
+        ("revocation_lists", revocation_lists),
+    ):
+        if directory is not None and not directory.is_dir():
+            raise GatewayError(f"opcua.{setting}: {directory} is not a directory")
+    if not any(path.suffix.lower() in (".der", ".pem") for path in trusted.iterdir()):
+        raise GatewayError(f"opcua.trusted_clients: no certificate (.der, .pem) in {trusted}")
+
+
+class PasswordUsers:
+    """asyncua's user manager: one user, its password compared in constant time; with
+    ``trust``, on a secure channel opened with a trusted client certificate only."""
+
+    def __init__(self, username: str, password: str, trust: ClientTrust | None = None) -> None:
         self._username = username.encode()
         self._password = password.encode()
+        self._trust = trust
 
     def get_user(
         self,
@@ -64,13 +152,30 @@ class PasswordUsers:
         if not (name_ok and password_ok):
             log.warning("OPC UA: login refused for user %r (wrong user name or password)", username)
             return None
+        if self._trust is not None and not self._trust.trusts_channel(certificate):
+            return None  # logged by ``trusts_channel``
         return User(role=UserRole.User, name=username)
 
 
-async def secure(server: Server, settings: OpcUaSettings, data_dir: Path, app_uri: str) -> None:
+async def client_trust(settings: OpcUaSettings) -> ClientTrust | None:
+    """The trust list ``settings`` configure (``None``: any client certificate is accepted)."""
+    if settings.trusted_clients is None:
+        return None
+    return await ClientTrust.load(settings.trusted_clients, settings.revocation_lists)
+
+
+async def secure(
+    server: Server,
+    settings: OpcUaSettings,
+    data_dir: Path,
+    app_uri: str,
+    trust: ClientTrust | None,
+) -> None:
     """Apply the security settings to ``server`` (initialised, not started)."""
     server.set_security_policy(POLICIES[settings.security_mode])
     server.set_identity_tokens([ua.UserNameIdentityToken])
+    if trust is not None:
+        server.set_certificate_validator(trust.check_session)
     certificate, private_key = settings.certificate, settings.private_key
     if certificate is None or private_key is None:
         certificate, private_key = await _self_signed(data_dir / "opcua", app_uri)

@@ -25,7 +25,7 @@ from gateway_opcua.addressspace import ScopeNodes, add_scope
 from gateway_opcua.calls import MethodCalls
 from gateway_opcua.events import ScopeEvents
 from gateway_opcua.model import load_information_model
-from gateway_opcua.security import PasswordUsers, secure
+from gateway_opcua.security import PasswordUsers, client_trust, secure
 from gateway_opcua.settings import OpcUaSettings
 
 if TYPE_CHECKING:
@@ -62,15 +62,16 @@ class OpcUaService:
         if not log.isEnabledFor(logging.DEBUG):  # asyncua logs every publish at INFO
             logging.getLogger("asyncua").setLevel(logging.WARNING)
         started, rss_before = time.perf_counter(), _peak_rss_mb()
+        trust = await client_trust(self.settings)
         server = Server(
-            user_manager=PasswordUsers(self.settings.username, _password(self.settings))
+            user_manager=PasswordUsers(self.settings.username, _password(self.settings), trust)
         )
         await server.init()
         host, port = self.settings.host_and_port()
         server.set_endpoint(f"opc.tcp://{host}:{port}")
         server.set_server_name(f"{SERVER_NAME} {gateway.instance_id}")
         await server.set_application_uri(app_uri)
-        await secure(server, self.settings, core.data_dir, app_uri)
+        await secure(server, self.settings, core.data_dir, app_uri, trust)
         model = await load_information_model(server)
         for scope in self.settings.scopes:
             nodes = await add_scope(server, model, scope, app_uri)

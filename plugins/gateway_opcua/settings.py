@@ -44,6 +44,16 @@ class OpcUaSettings:
         "<gateway.data_dir>/opcua/",
     )
     private_key: Path | None = setting(None, "Private key of the server certificate (PEM)")
+    trusted_clients: Path | None = setting(
+        None,
+        "Directory of the trusted client application certificates, or of the CAs that issued "
+        "them (DER or PEM, read at start); set: only clients with such a certificate, valid now "
+        "and made out for their ApplicationUri, open a session. Empty: any client certificate "
+        "(the password authenticates)",
+    )
+    revocation_lists: Path | None = setting(
+        None, "Directory of certificate revocation lists (DER or PEM) for trusted_clients"
+    )
     application_uri: str = setting(
         "",
         "ApplicationUri of the server (must match the certificate's); "
@@ -63,6 +73,13 @@ class OpcUaSettings:
                 raise ValueError(f"scopes: {error}") from None
         if (self.certificate is None) != (self.private_key is None):
             raise ValueError("certificate and private_key go together: set both or neither")
+        if self.revocation_lists is not None and self.trusted_clients is None:
+            raise ValueError("revocation_lists: they apply to trusted_clients, which is not set")
+        if self.trusted_clients is not None and self.security_mode is SecurityMode.NONE:
+            raise ValueError(
+                "trusted_clients needs security Sign or SignAndEncrypt: on the None endpoint "
+                "a client shows no certificate"
+            )
         if self.enabled:
             if not self.scopes:
                 raise ValueError("scopes: name at least one scope to serve")

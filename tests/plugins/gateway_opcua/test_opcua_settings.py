@@ -51,6 +51,15 @@ def test_bad_values_stop_start_up_naming_the_key(key: str, value: str, named: st
         opcua_settings(**{**ENABLED, f"GATEWAY_OPCUA_{key}": value})
 
 
+def test_a_trust_list_needs_message_security() -> None:
+    trusting = {**ENABLED, "GATEWAY_OPCUA_TRUSTED_CLIENTS": "/etc/opcua/trusted"}
+    assert opcua_settings(**trusting).trusted_clients is not None
+    with pytest.raises(SettingsError, match="trusted_clients needs security"):
+        opcua_settings(**{**trusting, "GATEWAY_OPCUA_SECURITY": "None"})
+    with pytest.raises(SettingsError, match="revocation_lists"):
+        opcua_settings(**{**ENABLED, "GATEWAY_OPCUA_REVOCATION_LISTS": "/etc/opcua/crl"})
+
+
 def test_the_password_is_masked() -> None:
     plugins = build_plugin_manager(ENABLED)
     shown = load_gateway_settings(plugins, None, ENABLED).masked()
