@@ -139,7 +139,7 @@ def summary(job: StoredJob) -> JobSummary:
         stored_at=job.stored_at,
         start_time=job.response.start_time,
         end_time=job.response.end_time,
-        work_master_id=job.work_master.id,
+        work_master_id=job.work_master_id,
         recipe_version=version if isinstance(version, str) else None,
     )
 

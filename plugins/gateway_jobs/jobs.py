@@ -283,13 +283,13 @@ class JobManager:
     async def _tell(
         self, scope: str, job: StoredJob, call: JobCommand | Literal["start"], why: str
     ) -> None:
-        interpreter = self.interpreters.get(job.work_master.data_schema or "")
+        interpreter = self.interpreters.get(job.recipe_schema or "")
         if interpreter is None:
             log.error(
                 "job %s/%s: no recipe interpreter for %r here; it will not run",
                 scope,
                 job.job_order_id,
-                job.work_master.data_schema,
+                job.recipe_schema,
             )
             return
         try:
@@ -348,8 +348,8 @@ class JobManager:
         if not self.settings.equipment_allocation:
             return []
         needed = set(required_equipment(job))
-        interpreter = self.interpreters.get(job.work_master.data_schema or "")
-        uses = equipment_uses(interpreter, job.work_master.data)
+        interpreter = self.interpreters.get(job.recipe_schema or "")
+        uses = equipment_uses(interpreter, job.recipe)
         if self.hub is None:
             needed.update(use.equipment for use in uses if use.equipment)
         else:
