@@ -50,6 +50,7 @@ levels of nesting (only where the bound is crossed is it reported).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -118,6 +119,12 @@ class Chart:
     nodes: Mapping[str, Node]
     branches: Mapping[str, BranchInfo]
     conditions: Mapping[str, Condition]  # the named conditions
+
+    @functools.cached_property
+    def dispatchable(self) -> Mapping[str, Action]:
+        """The actions that send or wait (every one but R, which only resets), by name: built
+        once per chart, not per step (an executor is built for every stimulus)."""
+        return {a.name: a for a in self.recipe.actions if a.qualifier is not Qualifier.R}
 
     def is_final(self, name: str) -> bool:
         """Whether finishing ``name`` ends the recipe."""

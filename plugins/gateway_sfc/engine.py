@@ -88,7 +88,7 @@ class Executor:
         # Actions without a timeout on equipment that may go offline are checked this often
         # (0: never), so they fail as "equipment offline" instead of waiting forever.
         self.liveness_seconds = liveness_seconds
-        self._actions = {a.name: a for a in chart.recipe.actions if a.qualifier is not Qualifier.R}
+        self._actions = chart.dispatchable
         self._entries = 0
 
     # -- stimuli ----------------------------------------------------------------------------

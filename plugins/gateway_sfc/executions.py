@@ -74,7 +74,8 @@ class ExecutionStore:
 
     async def create(self, execution: Execution, effects: Effects) -> bool:
         """Write a new job's first state (``False``: another instance started it first)."""
-        commit = await self.write(execution, -1, effects, set())
+        now_waiting = bool(waiting(execution))
+        commit = await self.write(execution, -1, effects, set(), waits_for_event=now_waiting)
         if commit is Commit.NO_SNAPSHOT:
             # Saved a moment ago, so the store lost it (restarted empty, or failed over before
             # it reached the replica): start over, from the job as the store has it now.
@@ -84,7 +85,7 @@ class ExecutionStore:
         if commit is not Commit.WRITTEN:
             return False
         self.announce_steps(execution, {}, time.time())
-        await self._after(execution, effects, was_waiting=set())
+        await self._after(execution, effects, started_waiting=now_waiting)
         self._remember(execution)
         return True
 
@@ -104,9 +105,8 @@ class ExecutionStore:
             if execution.status is Status.ENDED:
                 return False
             executor = await self.recipes.executor(scope, job)
-            was_waiting = waiting(execution)
+            was_waiting, was_outstanding = in_flight(execution)
             was_active = {name: node.entered_at for name, node in execution.nodes.items()}
-            was_outstanding = outstanding(execution)
             now = time.time()
             effects = apply(executor, execution, now)
             if not (effects.changed or effects.sends or effects.timers or effects.report):
@@ -114,8 +114,16 @@ class ExecutionStore:
                     self._remember(execution)
                     return False
                 continue  # the remembered state may be behind: look at the stored one
-            ended = was_outstanding - outstanding(execution)
-            commit = await self.write(execution, execution.version, effects, ended, take)
+            now_waiting, now_outstanding = in_flight(execution)
+            ended = was_outstanding - now_outstanding
+            commit = await self.write(
+                execution,
+                execution.version,
+                effects,
+                ended,
+                take,
+                waits_for_event=bool(now_waiting),
+            )
             if commit is Commit.TAKEN_FIRST:
                 return False  # the remembered state was not changed: it is read again
             if commit is Commit.WRITTEN:
@@ -127,7 +135,9 @@ class ExecutionStore:
                     self.context.metrics.replies.labels("error" if failed else "ok").observe(
                         seconds
                     )
-                await self._after(execution, effects, was_waiting)
+                await self._after(
+                    execution, effects, started_waiting=bool(now_waiting - was_waiting)
+                )
                 # Remembered only now: the steps above may wait, and another task must not
                 # change this object meanwhile (it reads the stored state instead).
                 self._remember(execution)
@@ -136,8 +146,9 @@ class ExecutionStore:
             f"job {scope}/{job}: state kept changing under {settings.max_cas_retries} tries"
         )
 
-    async def _after(self, execution: Execution, effects: Effects, was_waiting: set[str]) -> None:
-        started_waiting = bool(waiting(execution) - was_waiting)
+    async def _after(
+        self, execution: Execution, effects: Effects, *, started_waiting: bool
+    ) -> None:
         tries = [(action, execution.actions[action].attempt) for action in effects.sends]
         if tries and self.committed is not None:
             await self.committed(execution.scope, execution.job, tries)
@@ -169,10 +180,13 @@ class ExecutionStore:
         effects: Effects,
         ended: set[Try],
         take: str | None = None,
+        *,
+        waits_for_event: bool,
     ) -> Commit:
         """Compare-and-swap; ``ended``: the tries that were outstanding and are no longer (their
         timers are cancelled and their outbox entries removed in the same step); ``take``: the
-        kept event the change applies, removed from the kept events with it."""
+        kept event the change applies, removed from the kept events with it;
+        ``waits_for_event``: whether the job now waits for an equipment event."""
         scope, job = execution.scope, execution.job
         keys = self.context.keys
         work: list[list[str]] = []
@@ -194,7 +208,7 @@ class ExecutionStore:
                 [resend_at, outbox_member(job, action, execution.actions[action].attempt)]
                 for action in effects.sends
             ],
-            "waiting": bool(waiting(execution)) and not done,
+            "waiting": waits_for_event and not done,
             "active": not done,
             "job": job,
             "now": now,
@@ -233,11 +247,17 @@ def waiting(execution: Execution) -> set[str]:
     return {run.name for run in execution.actions.values() if run.phase is Phase.WAITING}
 
 
-def outstanding(execution: Execution) -> set[Try]:
-    """The tries sent (or waiting) and not answered yet."""
-    return {
-        (run.name, run.attempt) for run in execution.actions.values() if run.phase in OUTSTANDING
-    }
+def in_flight(execution: Execution) -> tuple[set[str], set[Try]]:
+    """``waiting`` and the tries sent (or waiting) and not answered yet, in one pass over the
+    job's actions (every action run so far: a long recipe has hundreds)."""
+    waiting_for: set[str] = set()
+    outstanding: set[Try] = set()
+    for run in execution.actions.values():
+        if run.phase in OUTSTANDING:
+            outstanding.add((run.name, run.attempt))
+            if run.phase is Phase.WAITING:
+                waiting_for.add(run.name)
+    return waiting_for, outstanding
 
 
 def mark_ended(executor: Executor, execution: Execution, now: float) -> Effects:
