@@ -32,7 +32,8 @@ from gateway.recipes import (
 from gateway_jobs.events import Cause
 from gateway_jobs.jobs import JobManager
 from gateway_jobs.model import EUInformation, JobOrderIDCall, LocalizedText, Parameter, to_json
-from gateway_jobs.repository import Edit, StoredJob
+from gateway_jobs.repository import Edit
+from gateway_jobs.stored import StoredJob
 
 log = logging.getLogger(__name__)
 

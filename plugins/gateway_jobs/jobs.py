@@ -37,18 +37,10 @@ from gateway_jobs.model import (
     ReturnStatus,
 )
 from gateway_jobs.queue import HOLDING, entry_json, with_position
-from gateway_jobs.repository import (
-    Admission,
-    Change,
-    Edit,
-    JobRepository,
-    Refusal,
-    StoredJob,
-    new_job,
-    required_equipment,
-)
+from gateway_jobs.repository import Admission, Change, Edit, JobRepository, Refusal
 from gateway_jobs.settings import NO_LIMIT, JobsSettings
 from gateway_jobs.states import job_state, next_state
+from gateway_jobs.stored import StoredJob, new_job, required_equipment
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import pytest
 from gateway.logs import ContextFilter
 from gateway.recipes import JobCommand, JobOutcome, ProcessValue, recipe_version
 from gateway.store import Store
-from gateway_jobs import repository
+from gateway_jobs import stored as stored_jobs
 from gateway_jobs.events import Cause
 from gateway_jobs.model import (
     JobOrder,
@@ -125,7 +125,7 @@ async def test_state_changes_carry_the_work_master_as_stored_without_checking_it
             converted.append(value)
         return from_json(value, kind, **options)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(repository, "from_json", counting)
+    monkeypatch.setattr(stored_jobs, "from_json", counting)
     control = jobs.control
     assert await control.job(SCOPE, "j1") is not None
     assert await control.run(SCOPE, "j1")
