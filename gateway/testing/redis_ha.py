@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -271,6 +271,32 @@ async def redis_client(url: str) -> AsyncIterator[AsyncRedis]:
     else:
         async with AsyncRedis.from_url(url, decode_responses=True) as client:
             yield client
+
+
+async def lasting_keys(redis_url: str, prefix: str) -> dict[str, int]:
+    """Every key under ``prefix`` that does not expire, with its size (fields, members);
+    streams are left out: they are capped (``MAXLEN``)."""
+    sizes: dict[str, int] = {}
+    async with redis_client(redis_url) as redis:
+        async for key in redis.scan_iter(match=f"{prefix}:*", count=1000):
+            if await redis.ttl(key) != -1:
+                continue
+            kind = cast(str, await redis.type(key))  # decode_responses: a str
+            if kind == "stream":
+                continue
+            size = {
+                "hash": redis.hlen,
+                "set": redis.scard,
+                "zset": redis.zcard,
+                "list": redis.llen,
+            }.get(kind)
+            sizes[key] = 1 if size is None else await size(key)
+    return sizes
+
+
+def grown_keys(before: Mapping[str, int], after: Mapping[str, int]) -> dict[str, tuple[int, int]]:
+    """The keys of ``after`` new since ``before`` (size 0 then) or bigger: (before, after)."""
+    return {key: (before.get(key, 0), n) for key, n in after.items() if n > before.get(key, 0)}
 
 
 @contextlib.contextmanager

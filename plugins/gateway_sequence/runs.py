@@ -7,8 +7,8 @@ Keys (through the store's key schema, so every scoped key carries the scope's ha
   sent until its publication is confirmed (an instance that dies in between leaves it, and
   another sends it again); every instance looks for due ones;
 - ``seq:active`` per scope: the jobs whose run has not ended, for reconciliation;
-- ``seq:scopes`` and ``seq:job-scopes`` (global): the scopes that ran a sequence, and job ->
-  scope for equipment replies that do not say their scope.
+- ``seq:scopes`` and ``seq:job-scope:<job>`` (global): the scopes that ran a sequence, and the
+  job's scope for equipment replies that do not say it (it expires with the ended run).
 
 A change is read, applied and written in one ``Store.transaction`` watching the run's key, with
 its timers in the same commit: a conflict with another instance reads again and re-applies.
@@ -85,8 +85,13 @@ class RunStore:
     def scopes_key(self) -> str:
         return self.store.keys.global_key("seq", "scopes")
 
+    def job_scope_key(self, job: str) -> str:
+        """The job's scope, for replies that do not say it; it expires with the ended run."""
+        return self.store.keys.global_key("seq", "job-scope", job)
+
     @property
     def job_scopes_key(self) -> str:
+        """The job -> scope hash earlier versions wrote (read for their runs still going)."""
         return self.store.keys.global_key("seq", "job-scopes")
 
     # -- reads ------------------------------------------------------------------------------
@@ -96,7 +101,9 @@ class RunStore:
         return None if data is None else load_run(data)
 
     async def job_scope(self, job: str) -> str | None:
-        scope = await self.store.client.hget(self.job_scopes_key, job)
+        scope = await self.store.client.get(self.job_scope_key(job))
+        if scope is None:  # a run an earlier version started
+            scope = await self.store.client.hget(self.job_scopes_key, job)
         return None if scope is None else str(scope)
 
     async def scopes(self) -> list[str]:
@@ -123,7 +130,7 @@ class RunStore:
         client = self.store.client
         # Global keys first (a key of its own slot): a reply that comes before the run exists
         # finds the scope, and discovery finds the scope's timers.
-        await client.hset(self.job_scopes_key, run.job, run.scope)
+        await client.set(self.job_scope_key(run.job), run.scope)
         await client.sadd(self.scopes_key, run.scope)
         key = self.run_key(run.scope, run.job)
         try:
@@ -155,16 +162,26 @@ class RunStore:
                     effects = apply(run, now)
                     if not effects.changed:
                         raise _Unchanged
-                    self._queue(transaction, run, effects, outstanding - run.outstanding(), now)
+                    answered = outstanding - run.outstanding()
+                    ended = self._queue(transaction, run, effects, answered, now)
             except _Unchanged:
                 return run, effects
             except WatchError:
                 continue  # another instance changed the run: read it again
+            if ended:
+                await self._forget_scope(job)
             return run, effects
         raise GatewayError(
             f"sequence {scope}/{job}: its state kept changing under "
             f"{self.settings.max_cas_retries} tries"
         )
+
+    async def _forget_scope(self, job: str) -> None:
+        """Kept as long as the ended run (a late reply still finds its job), then gone."""
+        async with self.store.client.pipeline(transaction=False) as pipe:
+            pipe.expire(self.job_scope_key(job), self.settings.ended_ttl_seconds)
+            pipe.hdel(self.job_scopes_key, job)  # an earlier version's entry
+            await pipe.execute()
 
     def _queue(
         self,
@@ -173,7 +190,8 @@ class RunStore:
         effects: Effects,
         answered: set[tuple[str, int]],
         now: float,
-    ) -> None:
+    ) -> bool:
+        """Queue the run's write and its timers; ``True``: the run has ended."""
         scope, job = run.scope, run.job
         run.version += 1
         ended = run.status is Status.ENDED
@@ -200,3 +218,4 @@ class RunStore:
             pipeline.zadd(timers, due)
         if ended:
             pipeline.srem(self.active_key(scope), job)
+        return ended

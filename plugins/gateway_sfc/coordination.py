@@ -54,7 +54,7 @@ class Coordinator:
         self.executions = ExecutionStore(context, self.recipes)
         self.events = EventRouter(context, self.executions, self.recipes, self.scopes)
         self.executions.wait_started = self.events.claim_unclaimed
-        self.steps = StepHandlers(context, self.executions, self.recipes, self.events)
+        self.steps = StepHandlers(context, self.scopes, self.executions, self.recipes, self.events)
         self.executions.committed = self.steps.publish
         self.work = WorkQueue(context, self.scopes)
         self.consumer = WorkConsumer(context, self.scopes, self.steps.handle)

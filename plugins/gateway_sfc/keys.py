@@ -20,8 +20,9 @@ Per scope:
   which they count as lost (the instance died between commit and publish) and are sent again.
 - ``sfc:active`` set: jobs not ended, for the recovery scan at start.
 
-Globally: ``sfc:scopes`` (every scope that ran a job, for discovery) and ``sfc:job-scopes``
-(job id -> scope, for replies that do not say their scope).
+Globally: ``sfc:scopes`` (every scope that ran a job, for discovery) and ``sfc:job-scope:<job>``
+(its scope, for replies that do not say it; it expires with the job's ended state, so a late
+reply still finds its job).
 """
 
 from __future__ import annotations
@@ -68,8 +69,12 @@ class SfcKeys:
     def scopes(self) -> str:
         return self.schema.global_key("sfc", "scopes")
 
+    def job_scope(self, job: str) -> str:
+        return self.schema.global_key("sfc", "job-scope", job)
+
     @property
     def job_scopes(self) -> str:
+        """The job -> scope hash earlier versions wrote (read for their jobs still running)."""
         return self.schema.global_key("sfc", "job-scopes")
 
 

@@ -73,8 +73,20 @@ class ScopeRegistry:
             await self._scope_added.wait()
 
     async def remember_job(self, scope: str, job: str) -> None:
-        await self.context.client.hset(self.context.keys.job_scopes, job, scope)
+        await self.context.client.set(self.context.keys.job_scope(job), scope)
+
+    async def forget_job(self, job: str) -> None:
+        """The job's chart has ended (or will never run): its scope is kept as long as its
+        ended state (a late reply still finds its job), then goes."""
+        keys, ttl = self.context.keys, self.context.settings.ended_ttl_seconds
+        async with self.context.client.pipeline(transaction=False) as pipe:
+            pipe.expire(keys.job_scope(job), ttl)
+            pipe.hdel(keys.job_scopes, job)  # an earlier version's entry
+            await pipe.execute()
 
     async def job_scope(self, job: str) -> str | None:
-        scope = await self.context.client.hget(self.context.keys.job_scopes, job)
+        client, keys = self.context.client, self.context.keys
+        scope = await client.get(keys.job_scope(job))
+        if scope is None:  # a job an earlier version started
+            scope = await client.hget(keys.job_scopes, job)
         return str(scope) if scope is not None else None

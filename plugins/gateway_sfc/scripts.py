@@ -13,6 +13,9 @@ from __future__ import annotations
 # ``timers``, the ``done`` tries whose outbox entries go, the ``outbox`` entries of the
 # commands to send now, and ``take``: the kept event this change applies, if any.
 #
+# ``ttl`` > 0 (the job has ended): the state expires after that many seconds, and the recipe
+# snapshot with it (the operator view shows both until then).
+#
 # Returns 1 written, 0 the version was not the one read, -1 the kept event to take is gone
 # (another job took it first), -2 a job to create has no recipe snapshot (the store lost it,
 # e.g. restarted empty between the two writes): nothing is written but on 1. Taking a kept
@@ -39,6 +42,7 @@ local ops = cjson.decode(ARGV[3])
 if ops['take'] and redis.call('LREM', KEYS[7], 1, ops['take']) == 0 then return -1 end
 if ops['ttl'] > 0 then
   redis.call('SET', KEYS[1], ARGV[2], 'EX', ops['ttl'])
+  redis.call('EXPIRE', KEYS[8], ops['ttl'])
 else
   redis.call('SET', KEYS[1], ARGV[2])
 end

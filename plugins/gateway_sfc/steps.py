@@ -18,6 +18,7 @@ from gateway_sfc.context import EngineContext
 from gateway_sfc.engine import Timer, TimerKind
 from gateway_sfc.events import EventRouter
 from gateway_sfc.executions import ExecutionStore, mark_ended, outbox_member, timer_from_json
+from gateway_sfc.scopes import ScopeRegistry
 from gateway_sfc.snapshots import RecipeCache
 from gateway_sfc.state import Execution, Phase, Status
 
@@ -30,11 +31,13 @@ class StepHandlers:
     def __init__(
         self,
         context: EngineContext,
+        scopes: ScopeRegistry,
         executions: ExecutionStore,
         recipes: RecipeCache,
         events: EventRouter,
     ) -> None:
         self.context = context
+        self.scopes = scopes
         self.executions = executions
         self.recipes = recipes
         self.events = events
@@ -90,22 +93,23 @@ class StepHandlers:
         recipe_job = await control.job(scope, job)
         if recipe_job is None:
             log.warning("job %s/%s to start no longer exists", scope, job)
+            await self.scopes.forget_job(job)
             return
         if not await control.run(scope, job):
             state = await control.state(scope, job)
             if state is None or state.top is not TopState.RUNNING:  # revoked, aborted...
                 log.info("job %s/%s not started: it is %s", scope, job, state)
+                await self.scopes.forget_job(job)
                 return
         try:
             chart = self.recipes.chart(recipe_job.recipe)
         except ValidationError as error:
-            await control.abort(scope, job, JobOutcome(error=f"invalid recipe: {error}"))
+            await self._never_runs(scope, job, f"invalid recipe: {error}")
             return
         # Routed by type now (the configuration may have changed since Store), once for the run.
         recipe, problems = await bind_equipment(self.context.gateway.equipment, scope, chart)
         if problems:
-            unroutable = "unroutable recipe: " + "; ".join(problems)
-            await control.abort(scope, job, JobOutcome(error=unroutable))
+            await self._never_runs(scope, job, "unroutable recipe: " + "; ".join(problems))
             return
         if recipe is None:
             recipe = recipe_job.recipe
@@ -117,6 +121,10 @@ class StepHandlers:
         execution, effects = executor.start(scope, job, time.time())
         if await self.executions.create(execution, effects):
             log.info("job %s/%s: chart started at %s", scope, job, chart.initial)
+
+    async def _never_runs(self, scope: str, job: str, error: str) -> None:
+        await self.context.gateway.job_control.abort(scope, job, JobOutcome(error=error))
+        await self.scopes.forget_job(job)
 
     async def _offline_reason(self, scope: str, job: str, timer: Timer) -> str | None:
         """Why the equipment of a timed-out action is offline (``None``: online or unknown)."""
@@ -230,6 +238,7 @@ class StepHandlers:
             await control.record_results(scope, job, outcome.results)
         await self.executions.mutate(scope, job, mark_ended)
         self.recipes.forget(scope, job)
+        await self.scopes.forget_job(job)
         self.context.metrics.charts.labels(execution.outcome or "unknown").inc()
         log.info("job %s/%s: chart %s", scope, job, execution.outcome)
 

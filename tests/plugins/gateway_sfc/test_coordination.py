@@ -3,6 +3,7 @@ equipment through the driver API (in-process test equipment)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -18,18 +19,22 @@ from gateway.equipment import EquipmentCommand
 from gateway.hookspecs import hookimpl
 from gateway.jobstates import JobState
 from gateway.recipes import JobCommand
+from gateway.store import KeySchema
 from gateway.testing import poll_until, running, wait_until
 from gateway.testing.equipment import EquipmentFailure, NoAnswer, TestEquipment
 from gateway.testing.mqtt import connect_test_client
-from gateway.testing.redis_ha import redis_client
+from gateway.testing.redis_ha import grown_keys, lasting_keys, redis_client
 from gateway_jobs.model import ReturnStatus
 from gateway_jobs.testing import JobsMes, final_response, job_order, return_status, work_master
 from gateway_jobs.testing import response_data as data_of
 from gateway_jobs.testing import state_texts as state_of
 from gateway_sfc.events import EventRouter
+from gateway_sfc.keys import SfcKeys
 from gateway_sfc.model import DATASCHEMA
 from gateway_sfc.reconcile import lost_command
+from gateway_sfc.settings import SfcSettings
 from gateway_sfc.state import Execution, Status, dump_execution
+from gateway_sfc.testing import linear_recipe
 
 OK = ReturnStatus.NO_ERROR
 
@@ -585,3 +590,38 @@ async def test_a_condition_reading_a_field_the_equipment_did_not_send_aborts_nam
         "transition from Tighten to Done: condition 'tighten.printd': the result of action "
         "'tighten' has no field 'printd' (it has: printed)"
     )
+
+
+async def test_a_job_run_and_cleared_leaves_nothing_that_lasts(station: SfcStation) -> None:
+    """A station runs for years: what a job writes expires or goes with it (the recipe
+    snapshot, the job's scope for replies that do not say it), or the store grows per job."""
+
+    async def run_and_clear(mes: JobsMes, job: str) -> None:
+        order = job_order(job, work_masters=["WM"])
+        assert return_status(await mes.store(order, method="StoreAndStart")) == OK
+        assert state_of(await final_response(mes, job))[:2] == ["Ended", "Completed"]
+        assert return_status(await mes.act("Clear", job)) == OK
+        await engine_settled(station, "cell1")
+
+    async with running(station.gateway()), station.mes() as mes:
+        wm = work_master("WM", linear_recipe(3), dataschema=DATASCHEMA)
+        assert return_status(await mes.configure("workmaster", wm)) == OK
+        await run_and_clear(mes, "J0")  # the station's own keys exist from here on
+        before = await lasting_keys(station.redis_url, station.name)
+        for job in ("J1", "J2", "J3"):
+            await run_and_clear(mes, job)
+
+        async def grown() -> dict[str, tuple[int, int]]:
+            return grown_keys(before, await lasting_keys(station.redis_url, station.name))
+
+        async def nothing_grown() -> bool:
+            return not await grown()
+
+        # The operator view's trace writer flushes a moment after the Clear.
+        with contextlib.suppress(TimeoutError):
+            await poll_until(nothing_grown, timeout=5)
+        assert await grown() == {}
+        async with redis_client(station.redis_url) as redis:  # a late reply finds its job
+            key = SfcKeys(KeySchema(station.name)).job_scope("J3")
+            assert await redis.get(key) == "cell1"
+            assert 0 < await redis.ttl(key) <= SfcSettings().ended_ttl_seconds
