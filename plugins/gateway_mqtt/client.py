@@ -221,20 +221,45 @@ class _Client(aiomqtt.Client):
         paho itself does not write).
         """
         if not self._may_write_now(client):
-            super()._on_socket_register_write(client, userdata, sock)
+            self._loop.call_soon_threadsafe(self._write_when_writable, client, sock)
             return
         self._writing = True
         try:
             client.loop_write()
         except Exception as error:  # what aiomqtt's writer does: the connection is lost
-            if not self._disconnected.done():
-                self._disconnected.set_exception(error)
+            self._lose(error)
             return
         finally:
             self._writing = False
-        # The socket's buffer is full: the rest once it drains (unless paho closed the socket).
-        if client.want_write() and client.socket() is not None:
-            super()._on_socket_register_write(client, userdata, sock)
+        # The socket's buffer is full: the rest once it drains.
+        if client.want_write():
+            self._write_when_writable(client, sock)
+
+    def _write_when_writable(self, client: paho.Client, sock: Any) -> None:
+        """aiomqtt's writer (on the loop's thread), only while paho still has this socket open.
+
+        aiomqtt asks for it from paho's connecting thread with the socket's number, and the
+        loop registers it later: a broker that refuses the TLS handshake (a client
+        certificate required) has had the socket closed by then, and registering the number
+        fails in the loop (``EBADF``), or watches another socket that took the number.
+        """
+        current = client.socket()
+        if current is None or current is not sock or current.fileno() < 0:
+            return
+        fileno = current.fileno()
+
+        def write() -> None:
+            try:
+                client.loop_write()
+            except Exception as error:
+                self._lose(error)
+
+        self._loop.add_writer(fileno, write)
+
+    def _lose(self, error: Exception) -> None:
+        """What aiomqtt does when a write fails: the connection is lost."""
+        if not self._disconnected.done():
+            self._disconnected.set_exception(error)
 
     def _may_write_now(self, client: paho.Client) -> bool:
         if self._writing or threading.get_ident() != self._loop_thread:

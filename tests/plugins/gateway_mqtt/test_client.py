@@ -10,6 +10,8 @@ from __future__ import annotations
 import socket
 
 import anyio
+import anyio.lowlevel
+import anyio.to_thread
 import pytest
 
 from gateway.testing.services import mosquitto, running
@@ -83,6 +85,28 @@ async def test_a_write_that_fails_at_once_ends_the_connection_as_aiomqtt_would(
 
     with pytest.raises(ConnectionLost):
         await publish_on_a_broken_socket()
+
+
+async def test_a_writer_asked_for_off_the_loop_is_not_registered_once_the_socket_closed(
+    mqtt_url: str, unique: str
+) -> None:
+    """paho asks for a writer from its connecting thread; when the broker refuses the TLS
+    handshake, the socket is closed before the loop registers it. aiomqtt registered the
+    stale number, and the loop failed on it (seen in CI as an error after the test)."""
+    connector = AiomqttConnector(MqttSettings(url=mqtt_url), f"{unique}-stale")
+    async with connector.connect() as client:
+        aiomqtt_client = client._client  # type: ignore[attr-defined]
+        paho = aiomqtt_client._client
+        stale = socket.socket()
+
+        def connect_and_fail() -> None:  # paho's connecting thread, as the broker refuses
+            aiomqtt_client._on_socket_register_write(paho, None, stale)
+            stale.close()
+
+        await anyio.to_thread.run_sync(connect_and_fail)
+        await anyio.lowlevel.checkpoint()  # the loop has run what the thread scheduled
+        paho.publish(f"{unique}/after", b"x", qos=0)  # the real socket still writes
+        assert not paho.want_write()
 
 
 # -- the windows of unacknowledged messages ------------------------------------------------------
