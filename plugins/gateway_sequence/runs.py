@@ -17,6 +17,7 @@ its timers in the same commit: a conflict with another instance reads again and 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,10 +27,13 @@ from typing import Any
 from redis.exceptions import WatchError
 
 from gateway.errors import GatewayError
+from gateway.resilience import is_transient
 from gateway.store import Store
 from gateway_sequence.executor import Effects
 from gateway_sequence.settings import SequenceSettings
 from gateway_sequence.state import Run, Status, dump_run, load_run
+
+log = logging.getLogger(__name__)
 
 Apply = Callable[[Run, float], Effects]
 
@@ -177,11 +181,19 @@ class RunStore:
         )
 
     async def _forget_scope(self, job: str) -> None:
-        """Kept as long as the ended run (a late reply still finds its job), then gone."""
-        async with self.store.client.pipeline(transaction=False) as pipe:
-            pipe.expire(self.job_scope_key(job), self.settings.ended_ttl_seconds)
-            pipe.hdel(self.job_scopes_key, job)  # an earlier version's entry
-            await pipe.execute()
+        """Kept as long as the ended run (a late reply still finds its job), then gone. The
+        run's end is committed already: a failure here leaves the key, and is only logged."""
+        try:
+            async with self.store.client.pipeline(transaction=False) as pipe:
+                pipe.expire(self.job_scope_key(job), self.settings.ended_ttl_seconds)
+                pipe.hdel(self.job_scopes_key, job)  # an earlier version's entry
+                await pipe.execute()
+        except Exception as error:
+            if not is_transient(error):
+                raise
+            log.warning(
+                "sequence %s ended; its scope key stays (not set to expire): %s", job, error
+            )
 
     def _queue(
         self,

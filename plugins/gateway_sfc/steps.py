@@ -236,9 +236,10 @@ class StepHandlers:
             await control.abort(scope, job, outcome)
         else:  # stopped or aborted by the MES: the job's state is already set
             await control.record_results(scope, job, outcome.results)
+        # Before the state is closed: if this fails, the report is handled again, and forgets.
+        await self.scopes.forget_job(job)
         await self.executions.mutate(scope, job, mark_ended)
         self.recipes.forget(scope, job)
-        await self.scopes.forget_job(job)
         self.context.metrics.charts.labels(execution.outcome or "unknown").inc()
         log.info("job %s/%s: chart %s", scope, job, execution.outcome)
 
