@@ -22,7 +22,15 @@ from gateway_sfc.context import EngineContext
 from gateway_sfc.engine import Effects, Executor, Timer, TimerKind
 from gateway_sfc.scripts import COMMIT
 from gateway_sfc.snapshots import RecipeCache
-from gateway_sfc.state import Execution, Phase, Status, dump_execution, load_execution
+from gateway_sfc.state import (
+    Execution,
+    Phase,
+    Status,
+    dump_action_run,
+    dump_execution,
+    load_execution,
+    take_done,
+)
 
 if TYPE_CHECKING:
     from redis.commands.core import AsyncScript
@@ -216,6 +224,8 @@ class ExecutionStore:
         }
         if take is not None:
             ops["take"] = take
+        done_runs = take_done(execution)
+        ops["history"] = [[name, dump_action_run(run)] for name, run in done_runs.items()]
         previous_version = execution.version
         execution.version = expected + 1 if expected >= 0 else 0
         redis_keys = [
@@ -227,6 +237,7 @@ class ExecutionStore:
             keys.outbox(scope),
             keys.unclaimed(scope),
             keys.recipe(scope, job),
+            keys.history(scope, job),
         ]
         assert self._commit is not None, "the engine is not running"
         try:
@@ -235,10 +246,12 @@ class ExecutionStore:
             )
         except BaseException:
             execution.version = previous_version
+            execution.actions.update(done_runs)
             raise
         commit = Commit(int(written))
         if commit is not Commit.WRITTEN:
             execution.version = previous_version
+            execution.actions.update(done_runs)
         return commit
 
 

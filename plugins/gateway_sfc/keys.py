@@ -10,6 +10,9 @@ Per scope:
   script (``gateway_sfc.scripts``), which also writes the follow-up entries and timers.
 - ``sfc:recipe:<job>``: the recipe and parameters the job started with (a snapshot, so a
   Work Master changed meanwhile does not change a running job).
+- ``sfc:history:<job>`` hash: the job's actions that are done, by name (the last activation
+  of each), moved out of the state by the commit that finishes them: the state, written on
+  every step, holds what is still going on, however long the recipe. For the operator view.
 - ``sfc:timers`` sorted set: durable timers by due time; any instance moves due ones to the
   stream atomically (so each fires once) — they survive every restart.
 - ``sfc:waiting`` sorted set: jobs with a ``pull_event`` waiting, oldest first, where an
@@ -49,6 +52,9 @@ class SfcKeys:
 
     def recipe(self, scope: str, job: str) -> str:
         return self.scoped(scope, "recipe", job)
+
+    def history(self, scope: str, job: str) -> str:
+        return self.scoped(scope, "history", job)
 
     def timers(self, scope: str) -> str:
         return self.scoped(scope, "timers")

@@ -6,15 +6,17 @@ Values travel as arguments and JSON decoded by cjson: nothing is spliced into a 
 from __future__ import annotations
 
 # Compare-and-swap of one job's execution state, with everything that must happen with it.
-# KEYS: exec doc, work stream, timers, waiting, active, outbox, kept events, recipe snapshot.
+# KEYS: exec doc, work stream, timers, waiting, active, outbox, kept events, recipe snapshot,
+# history.
 # ARGV[1]: the version the caller read (-1: create: the doc must not exist, and the job's recipe
 # snapshot must: a state without its recipe could never run); ARGV[2]: the new doc; ARGV[3]:
 # JSON of the follow-ups: ``work`` entries, ``cancel`` timers of tries that ended, new
 # ``timers``, the ``done`` tries whose outbox entries go, the ``outbox`` entries of the
-# commands to send now, and ``take``: the kept event this change applies, if any.
+# commands to send now, ``take``: the kept event this change applies, if any, and ``history``:
+# the actions done since the last write ([name, JSON]), moved out of the doc into the history.
 #
 # ``ttl`` > 0 (the job has ended): the state expires after that many seconds, and the recipe
-# snapshot with it (the operator view shows both until then).
+# snapshot and the history with it (the operator view shows them until then).
 #
 # Returns 1 written, 0 the version was not the one read, -1 the kept event to take is gone
 # (another job took it first), -2 a job to create has no recipe snapshot (the store lost it,
@@ -32,6 +34,7 @@ local expected = tonumber(ARGV[1])
 if expected < 0 then
   if current then return 0 end
   if redis.call('EXISTS', KEYS[8]) == 0 then return -2 end
+  redis.call('DEL', KEYS[9])  -- an earlier job's of the same id
 else
   if not current then return 0 end
   local version = string.match(current, '^{"scope":"[^"]*","job":"[^"]*","version":(%-?%d+)[,}]')
@@ -40,9 +43,13 @@ else
 end
 local ops = cjson.decode(ARGV[3])
 if ops['take'] and redis.call('LREM', KEYS[7], 1, ops['take']) == 0 then return -1 end
+for _, entry in ipairs(ops['history']) do
+  redis.call('HSET', KEYS[9], entry[1], entry[2])
+end
 if ops['ttl'] > 0 then
   redis.call('SET', KEYS[1], ARGV[2], 'EX', ops['ttl'])
   redis.call('EXPIRE', KEYS[8], ops['ttl'])
+  redis.call('EXPIRE', KEYS[9], ops['ttl'])
 else
   redis.call('SET', KEYS[1], ARGV[2])
 end

@@ -101,3 +101,22 @@ def dump_execution(execution: Execution) -> str:
 
 def load_execution(text: str | bytes) -> Execution:
     return _converter.structure(json.loads(text), Execution)
+
+
+def dump_action_run(run: ActionRun) -> str:
+    """A finished action's run, as the history keeps it (``keys``: ``sfc:history:<job>``)."""
+    return orjson.dumps(run).decode()
+
+
+def load_action_run(text: str | bytes) -> ActionRun:
+    return _converter.structure(json.loads(text), ActionRun)
+
+
+def take_done(execution: Execution) -> dict[str, ActionRun]:
+    """Remove the runs that are done from ``execution`` and return them: nothing the engine
+    decides looks at a run that is done (a reply or timer for it changes nothing, as for a run
+    that is gone), and the state written on every step stays the size of what goes on."""
+    done = {name: run for name, run in execution.actions.items() if run.phase is Phase.DONE}
+    for name in done:
+        del execution.actions[name]
+    return done

@@ -249,7 +249,7 @@ def _noting_late_reply(execution: Execution, action: str, attempt: int) -> Execu
     taken off the work stream and changes nothing."""
     run = execution.actions.get(action)
     if run is None or run.attempt != attempt or run.phase is not Phase.DISPATCHED:
-        now = f"try {run.attempt} {run.phase.value}" if run is not None else "gone"
+        now = f"try {run.attempt} {run.phase.value}" if run is not None else "done or gone"
         log.info("reply to %s try %d came after that try ended (%s); ignored", action, attempt, now)
     return execution
 

@@ -31,9 +31,10 @@ from gateway_jobs.testing import state_texts as state_of
 from gateway_sfc.events import EventRouter
 from gateway_sfc.keys import SfcKeys
 from gateway_sfc.model import DATASCHEMA
+from gateway_sfc.progress import read_progress
 from gateway_sfc.reconcile import lost_command
 from gateway_sfc.settings import SfcSettings
-from gateway_sfc.state import Execution, Status, dump_execution
+from gateway_sfc.state import Execution, Status, dump_execution, load_execution
 from gateway_sfc.testing import linear_recipe
 
 OK = ReturnStatus.NO_ERROR
@@ -625,3 +626,32 @@ async def test_a_job_run_and_cleared_leaves_nothing_that_lasts(station: SfcStati
             key = SfcKeys(KeySchema(station.name)).job_scope("J3")
             assert await redis.get(key) == "cell1"
             assert 0 < await redis.ttl(key) <= SfcSettings().ended_ttl_seconds
+
+
+async def test_the_state_holds_what_goes_on_and_the_actions_done_go_to_the_history(
+    station: SfcStation,
+) -> None:
+    """The state is written on every step: with the actions done kept in it, a 200-step
+    recipe wrote 50 KB per step at its end. They go to the history, which the view reads."""
+    steps = 30
+    gateway = station.gateway()
+    async with running(gateway), station.mes() as mes:
+        await run_job(mes, linear_recipe(steps))
+        assert state_of(await final_response(mes))[:2] == ["Ended", "Completed"]
+        await engine_settled(station, "cell1")
+        assert gateway.store is not None
+        progress = await read_progress(gateway.store, "cell1", "J1")
+        keys = SfcKeys(KeySchema(station.name))
+        async with redis_client(station.redis_url) as redis:
+            state = await redis.get(keys.execution("cell1", "J1"))
+            history = await redis.hgetall(keys.history("cell1", "J1"))
+            history_ttl = await redis.ttl(keys.history("cell1", "J1"))
+    assert state is not None
+    assert load_execution(state).actions == {}
+    assert sorted(history) == sorted(f"a{index}" for index in range(steps))
+    assert 0 < history_ttl <= SfcSettings().ended_ttl_seconds
+    assert progress is not None
+    assert [(action.name, action.phase) for action in progress.actions] == [
+        (f"a{index}", "done") for index in range(steps)
+    ]
+    assert progress.results == {f"a{index}": {"ok": True} for index in range(steps)}

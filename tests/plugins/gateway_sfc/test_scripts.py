@@ -19,15 +19,25 @@ from gateway_sfc.state import Execution, dump_execution
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 
-NAMES = ("exec", "work", "timers", "waiting", "active", "outbox", "unclaimed", "recipe")
+NAMES = (
+    "exec",
+    "work",
+    "timers",
+    "waiting",
+    "active",
+    "outbox",
+    "unclaimed",
+    "recipe",
+    "history",
+)
 
 
 def keys(unique: str) -> list[str]:
-    """The eight keys of one commit, in one hash slot (Cluster) as the engine's are."""
+    """The nine keys of one commit, in one hash slot (Cluster) as the engine's are."""
     return [f"{{{unique}}}:{name}" for name in NAMES]
 
 
-def ops(job: str, take: str | None) -> str:
+def ops(job: str, take: str | None, history: list[list[str]] | None = None, ttl: int = 0) -> str:
     follow_ups: dict[str, Any] = {
         "work": [],
         "cancel": [],
@@ -38,7 +48,8 @@ def ops(job: str, take: str | None) -> str:
         "active": True,
         "job": job,
         "now": 0,
-        "ttl": 0,
+        "ttl": ttl,
+        "history": history or [],
     }
     if take is not None:
         follow_ups["take"] = take
@@ -141,3 +152,24 @@ async def test_a_state_is_created_only_beside_its_recipe_snapshot(
         assert await client.scard(keys(unique)[4]) == 0  # not active either
         await save_recipe(client, unique)
         assert await commit(client, unique, -1, created, job) == 1
+
+
+async def test_the_runs_done_go_to_the_history_which_goes_with_the_state(
+    redis_url: str, unique: str
+) -> None:
+    job = "J-1"
+    names = keys(unique)
+    async with redis_client(redis_url) as client:
+        await client.hset(names[8], "old", "{}")  # an earlier job's of the same id
+        await save_recipe(client, unique)
+        document = dump_execution(Execution(scope="cell", job=job, version=0))
+        created = (-1, document, ops(job, None, [["a1", '{"name":"a1"}']]))
+        assert await client.eval(COMMIT, len(names), *names, *created) == 1
+        assert await client.hgetall(names[8]) == {"a1": '{"name":"a1"}'}
+        assert await client.ttl(names[8]) == -1  # kept while the job runs
+        ended = dump_execution(Execution(scope="cell", job=job, version=1))
+        last = (0, ended, ops(job, None, [["a2", '{"name":"a2"}']], ttl=60))
+        assert await client.eval(COMMIT, len(names), *names, *last) == 1
+        assert set(await client.hgetall(names[8])) == {"a1", "a2"}
+        for key in (names[0], names[7], names[8]):  # state, recipe snapshot, history
+            assert 0 < await client.ttl(key) <= 60
