@@ -230,6 +230,17 @@ async def final_response(mes: JobsMes, job: str = "J1", timeout: float = 15) -> 
             await anyio.sleep(0.05)
 
 
+async def complete_and_clear(mes: JobsMes, job: str, work_master_id: str) -> None:
+    """StoreAndStart ``job`` on a configured Work Master, wait until it has completed, Clear
+    it; ``AssertionError`` unless each succeeds."""
+    order = job_order(job, work_masters=[work_master_id])
+    stored = await mes.store(order, method="StoreAndStart")
+    assert return_status(stored) == ReturnStatus.NO_ERROR, stored.data
+    assert state_texts(await final_response(mes, job))[:2] == ["Ended", "Completed"]
+    cleared = await mes.act("Clear", job)
+    assert return_status(cleared) == ReturnStatus.NO_ERROR, cleared.data
+
+
 def state_texts(response: Mapping[str, Any]) -> list[str]:
     """A Job Response's state, top level first: ``["Ended", "Completed"]``."""
     return [state["StateText"]["Text"] for state in response.get("JobState", [])]

@@ -122,6 +122,16 @@ def commands_topic(harness: Harness, scope: str = "s1") -> str:
     return f"{harness.plugin.topic_root}/{scope}/commands"
 
 
+def raw_command(harness: Harness, payload: bytes, **attributes: str) -> MqttMessage:
+    """A command as raw MQTT: its CloudEvent attributes are the user properties given."""
+    return MqttMessage(
+        topic=commands_topic(harness),
+        payload=payload,
+        content_type="application/json",
+        user_properties=tuple(attributes.items()),
+    )
+
+
 async def test_request_reply_round_trip_keeps_correlation(harness: Harness) -> None:
     async with running(harness.gateway("a")), harness.mes() as mes:
         request = command(data={"answer": 42}).replace(correlationid="corr-1")
@@ -183,17 +193,14 @@ async def test_command_sent_while_the_only_instance_is_stopped_is_handled_after_
 async def test_malformed_payload_gets_error_reply_and_next_command_is_handled(
     harness: Harness,
 ) -> None:
-    malformed = MqttMessage(
-        topic=commands_topic(harness),
-        payload=b"{not json",
-        content_type="application/json",
-        user_properties=(
-            ("specversion", "1.0"),
-            ("id", "m1"),
-            ("source", "urn:test"),
-            ("type", ECHO),
-            ("subject", "s1"),
-        ),
+    malformed = raw_command(
+        harness,
+        b"{not json",
+        specversion="1.0",
+        id="m1",
+        source="urn:test",
+        type=ECHO,
+        subject="s1",
     )
     async with running(harness.gateway("a")), harness.mes() as mes:
         raw_reply = await mes.request_raw(
@@ -212,12 +219,7 @@ async def test_malformed_payload_gets_error_reply_and_next_command_is_handled(
 async def test_missing_attribute_is_named_in_the_error_reply(harness: Harness) -> None:
     async with running(harness.gateway("a")), harness.mes() as mes:
         raw_reply = await mes.request_raw(
-            MqttMessage(
-                topic=commands_topic(harness),
-                payload=b"{}",
-                content_type="application/json",
-                user_properties=(("specversion", "1.0"), ("source", "urn:test"), ("type", ECHO)),
-            )
+            raw_command(harness, b"{}", specversion="1.0", source="urn:test", type=ECHO)
         )
     error = from_mqtt(raw_reply)
     assert error.errorcode == "invalid-request"
@@ -230,19 +232,10 @@ async def test_u_feff_in_an_attribute_gets_error_reply_and_next_command_is_handl
     """MQTT allows U+FEFF and the broker forwards it; paho alone would drop the connection, and
     the persistent session would bring the command back on every reconnect."""
     async with running(harness.gateway("a")), harness.mes() as mes:
-        raw_reply = await mes.request_raw(
-            MqttMessage(
-                topic=commands_topic(harness),
-                payload=b"{}",
-                content_type="application/json",
-                user_properties=(
-                    ("specversion", "1.0"),
-                    ("id", "m\ufeff1"),
-                    ("source", "urn:test"),
-                    ("type", ECHO),
-                ),
-            )
+        with_u_feff = raw_command(
+            harness, b"{}", specversion="1.0", id="m\ufeff1", source="urn:test", type=ECHO
         )
+        raw_reply = await mes.request_raw(with_u_feff)
         after = command(data={"after": 1})
         good = await mes.request(commands_topic(harness), after)
     error = from_mqtt(raw_reply)

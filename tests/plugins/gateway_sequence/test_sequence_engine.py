@@ -6,7 +6,6 @@ behaviour each test scripts), so every answer, failure and silence is the test's
 
 from __future__ import annotations
 
-import contextlib
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,13 +19,13 @@ from gateway.jobstates import JobState
 from gateway.recipes import RecipeJob
 from gateway.testing import poll_until, running, wait_until
 from gateway.testing.equipment import EquipmentFailure, NoAnswer, TestEquipment
-from gateway.testing.redis_ha import grown_keys, lasting_keys
+from gateway.testing.redis_ha import grown_since, lasting_keys
 from gateway_jobs.model import ReturnStatus
 from gateway_jobs.testing import (
     JobsMes,
+    complete_and_clear,
     connect_mes,
     final_response,
-    job_order,
     return_status,
     store_and_start,
     work_master,
@@ -321,27 +320,11 @@ async def test_a_sequence_run_and_cleared_leaves_nothing_that_lasts(station: Sta
     """What a run writes expires or goes with it (the job's scope for replies that do not
     say it), or the store grows with every job."""
 
-    async def run_and_clear(mes: JobsMes, job: str) -> None:
-        order = job_order(job, work_masters=["WM"])
-        assert return_status(await mes.store(order, method="StoreAndStart")) == OK
-        assert state_of(await final_response(mes, job))[:2] == ["Ended", "Completed"]
-        assert return_status(await mes.act("Clear", job)) == OK
-
     async with running(station.gateway()), station.mes() as mes:
         wm = work_master("WM", {"steps": [step("a")]}, dataschema=DATASCHEMA)
         assert return_status(await mes.configure("workmaster", wm)) == OK
-        await run_and_clear(mes, "J0")  # the station's own keys exist from here on
+        await complete_and_clear(mes, "J0", "WM")  # the station's own keys exist from here on
         before = await lasting_keys(station.redis_url, station.name)
         for job in ("J1", "J2", "J3"):
-            await run_and_clear(mes, job)
-
-        async def grown() -> dict[str, tuple[int, int]]:
-            return grown_keys(before, await lasting_keys(station.redis_url, station.name))
-
-        async def nothing_grown() -> bool:
-            return not await grown()
-
-        # The operator view's trace writer flushes a moment after the Clear.
-        with contextlib.suppress(TimeoutError):
-            await poll_until(nothing_grown, timeout=5)
-        assert await grown() == {}
+            await complete_and_clear(mes, job, "WM")
+        assert await grown_since(station.redis_url, station.name, before) == {}

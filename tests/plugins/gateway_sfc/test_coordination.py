@@ -3,7 +3,6 @@ equipment through the driver API (in-process test equipment)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -23,9 +22,16 @@ from gateway.store import KeySchema
 from gateway.testing import poll_until, running, wait_until
 from gateway.testing.equipment import EquipmentFailure, NoAnswer, TestEquipment
 from gateway.testing.mqtt import connect_test_client
-from gateway.testing.redis_ha import grown_keys, lasting_keys, redis_client
+from gateway.testing.redis_ha import grown_since, lasting_keys, redis_client
 from gateway_jobs.model import ReturnStatus
-from gateway_jobs.testing import JobsMes, final_response, job_order, return_status, work_master
+from gateway_jobs.testing import (
+    JobsMes,
+    complete_and_clear,
+    final_response,
+    job_order,
+    return_status,
+    work_master,
+)
 from gateway_jobs.testing import response_data as data_of
 from gateway_jobs.testing import state_texts as state_of
 from gateway_sfc.events import EventRouter
@@ -598,10 +604,7 @@ async def test_a_job_run_and_cleared_leaves_nothing_that_lasts(station: SfcStati
     snapshot, the job's scope for replies that do not say it), or the store grows per job."""
 
     async def run_and_clear(mes: JobsMes, job: str) -> None:
-        order = job_order(job, work_masters=["WM"])
-        assert return_status(await mes.store(order, method="StoreAndStart")) == OK
-        assert state_of(await final_response(mes, job))[:2] == ["Ended", "Completed"]
-        assert return_status(await mes.act("Clear", job)) == OK
+        await complete_and_clear(mes, job, "WM")
         await engine_settled(station, "cell1")
 
     async with running(station.gateway()), station.mes() as mes:
@@ -612,16 +615,7 @@ async def test_a_job_run_and_cleared_leaves_nothing_that_lasts(station: SfcStati
         for job in ("J1", "J2", "J3"):
             await run_and_clear(mes, job)
 
-        async def grown() -> dict[str, tuple[int, int]]:
-            return grown_keys(before, await lasting_keys(station.redis_url, station.name))
-
-        async def nothing_grown() -> bool:
-            return not await grown()
-
-        # The operator view's trace writer flushes a moment after the Clear.
-        with contextlib.suppress(TimeoutError):
-            await poll_until(nothing_grown, timeout=5)
-        assert await grown() == {}
+        assert await grown_since(station.redis_url, station.name, before) == {}
         async with redis_client(station.redis_url) as redis:  # a late reply finds its job
             key = SfcKeys(KeySchema(station.name)).job_scope("J3")
             assert await redis.get(key) == "cell1"
