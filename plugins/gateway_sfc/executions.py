@@ -262,7 +262,7 @@ def waiting(execution: Execution) -> set[str]:
 
 def in_flight(execution: Execution) -> tuple[set[str], set[Try]]:
     """``waiting`` and the tries sent (or waiting) and not answered yet, in one pass over the
-    job's actions (every action run so far: a long recipe has hundreds)."""
+    job's runs."""
     waiting_for: set[str] = set()
     outstanding: set[Try] = set()
     for run in execution.actions.values():

@@ -3,8 +3,8 @@
 Read from the execution state the engine keeps per job (``sfc:exec:<job>``, see ``keys``), the
 actions it has done (``sfc:history:<job>``) and the recipe snapshot it started with
 (``sfc:recipe:<job>``), never written: a display may be a moment behind, it never gets in the
-engine's way. The state of an ended job expires
-(``sfc.ended_ttl_seconds``); then there is no progress, only the Job Response.
+engine's way. The state of an ended job expires (``sfc.ended_ttl_seconds``); then there is no
+progress, only the Job Response.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
 """The execution state of one job's chart, as stored in Redis (one JSON document per job).
 
 Everything the engine knows about a running chart is in this document, so any instance can pick
-up any job: which nodes are active, each action's phase and attempt, the results so far. The
-``version`` is the compare-and-swap token: every write must name the version it read.
+up any job: which nodes are active, the phase and attempt of each action not done yet, the
+results so far. The runs that are done leave it for the job's history (``take_done``), which
+only the operator view reads. The ``version`` is the compare-and-swap token: every write must
+name the version it read.
 """
 
 from __future__ import annotations
