@@ -295,20 +295,16 @@ async def lasting_keys(redis_url: str, prefix: str) -> dict[str, int]:
     return sizes
 
 
-def grown_keys(before: Mapping[str, int], after: Mapping[str, int]) -> dict[str, tuple[int, int]]:
-    """The keys of ``after`` new since ``before`` (size 0 then) or bigger: (before, after)."""
-    return {key: (before.get(key, 0), n) for key, n in after.items() if n > before.get(key, 0)}
-
-
 async def grown_since(
     redis_url: str, prefix: str, before: Mapping[str, int], *, settle_seconds: float = 5.0
 ) -> dict[str, tuple[int, int]]:
-    """``grown_keys`` from ``before`` to now, once none is left or ``settle_seconds`` have
-    passed: a service may still be tidying up (the operator view's trace writer flushes a
-    moment after a job is cleared)."""
+    """The ``lasting_keys`` new since ``before`` (size 0 then) or bigger, as (before, now),
+    once none is left or ``settle_seconds`` have passed: a service may still be tidying up
+    (the operator view's trace writer flushes a moment after a job is cleared)."""
 
     async def grown() -> dict[str, tuple[int, int]]:
-        return grown_keys(before, await lasting_keys(redis_url, prefix))
+        now = await lasting_keys(redis_url, prefix)
+        return {key: (before.get(key, 0), n) for key, n in now.items() if n > before.get(key, 0)}
 
     async def none_grown() -> bool:
         return not await grown()

@@ -244,7 +244,7 @@ class _Client(aiomqtt.Client):
         fails in the loop (``EBADF``), or watches another socket that took the number.
         """
         current = client.socket()
-        if current is None or current is not sock or current.fileno() < 0:
+        if current is None or current is not sock or current.fileno() < 0:  # closed, or another
             return
         fileno = current.fileno()
 
