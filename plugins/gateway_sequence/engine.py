@@ -47,6 +47,8 @@ class SequenceEngine:
         self.gateway = gateway
         self.runs = RunStore(lambda: self.store, settings)
         self._sequencers: OrderedDict[str, Sequencer] = OrderedDict()
+        self._scopes: set[str] = set()
+        self._scopes_read_at: float | None = None
         self.tasks: TaskGroup | None = None  # the engine service's, while it runs
 
     @property
@@ -75,7 +77,9 @@ class SequenceEngine:
             status=Status.STARTING,
             started_at=time.time(),
         )
-        if not await self.runs.create(run):
+        created = await self.runs.create(run)
+        self._scopes.add(run.scope)
+        if not created:
             log.info("job %s/%s has a sequence already; continuing it", job.scope, run.job)
         # Stored: the rest may happen later (a crash before it leaves the run ``starting``,
         # which reconciliation begins), so the MES's call is not held up by the equipment.
@@ -151,7 +155,7 @@ class SequenceEngine:
     async def equipment_online(self, equipment_id: str) -> None:
         """``gateway.equipment.OnlineObserver``: the commands still waiting for this equipment's
         reply go out again (same correlation id), as it may have missed them while away."""
-        for scope in await self.runs.scopes():
+        for scope in await self.scopes():
             for job in await self.runs.active(scope):
                 run = await self.runs.read(scope, job)
                 if run is None:
@@ -169,12 +173,23 @@ class SequenceEngine:
     async def fire_due_timers(self) -> None:
         """Apply every due timeout, and send again what was not confirmed sent, of all scopes."""
         now = time.time()
-        for scope in await self.runs.scopes():
+        for scope in await self.scopes():
             for entry in await self.runs.due(scope, now):
                 with log_context(scope=scope, job=entry.job):
                     await self._fire(scope, entry)
                 # Only now: an instance dying before this leaves the entry to another one.
                 await self.runs.drop(scope, entry)
+
+    async def scopes(self) -> list[str]:
+        """The scopes that ran a sequence. The store's set is read at most every
+        ``scope_poll_seconds`` (the timer poll would read it 20 times a second, most often on
+        an idle station); a scope this instance starts a run in is known at once."""
+        now = time.monotonic()
+        last = self._scopes_read_at
+        if last is None or now - last >= self.settings.scope_poll_seconds:
+            self._scopes.update(await self.runs.scopes())
+            self._scopes_read_at = now
+        return sorted(self._scopes)
 
     async def _fire(self, scope: str, entry: TimerEntry) -> None:
         if entry.kind is TimerKind.SEND:

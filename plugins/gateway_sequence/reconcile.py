@@ -35,7 +35,7 @@ async def reconcile(engine: SequenceEngine) -> None:
             if recipe_job is not None and recipe_job.dataschema == DATASCHEMA:
                 log.info("job %s/%s waits in AllowedToStart: starting it", scope, job)
                 await engine.start(recipe_job)
-    for scope in await engine.runs.scopes():
+    for scope in await engine.scopes():
         for job in await engine.runs.active(scope):
             run = await engine.runs.read(scope, job)
             if run is not None:

@@ -12,6 +12,12 @@ class SequenceSettings:
     timer_poll_seconds: float = setting(
         0.05, "How often due step timeouts (and unconfirmed commands) are looked for", minimum=0.005
     )
+    scope_poll_seconds: float = setting(
+        1.0,
+        "How often the scopes where other instances started sequences are looked for (the "
+        "timer poll looks only at the scopes known)",
+        minimum=0.05,
+    )
     reconcile_seconds: float = setting(
         5.0,
         "How often jobs are compared with their sequences, to repair what a crash interrupted",

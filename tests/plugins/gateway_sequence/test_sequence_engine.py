@@ -328,3 +328,48 @@ async def test_a_sequence_run_and_cleared_leaves_nothing_that_lasts(station: Sta
         for job in ("J1", "J2", "J3"):
             await complete_and_clear(mes, job, "WM")
         assert await grown_since(station.redis_url, station.name, before) == {}
+
+
+async def test_the_timer_poll_reads_the_known_scopes_only_once_per_scope_poll(
+    station: Station,
+) -> None:
+    """An idle station's timer poll (20 times a second by default) costs the store nothing per
+    poll: the set of scopes that ran a sequence is read once per ``scope_poll_seconds``."""
+    gateway = station.gateway(timer_poll_seconds="0.01", scope_poll_seconds="3600")
+    async with running(gateway):
+        engine = gateway.state.find(SequenceEngine)
+        assert engine is not None
+        reads: list[list[str]] = []
+        polls: list[list[str]] = []
+        read_store, known = engine.runs.scopes, engine.scopes
+
+        async def counted_read() -> list[str]:
+            reads.append(await read_store())
+            return reads[-1]
+
+        async def counted_poll() -> list[str]:  # each timer poll asks for the scopes once
+            polls.append(await known())
+            return polls[-1]
+
+        engine.runs.scopes = counted_read  # type: ignore[method-assign]
+        engine.scopes = counted_poll  # type: ignore[method-assign]
+        await wait_until(lambda: len(polls) >= 10)
+    assert len(reads) <= 1  # the first, if the poll had not asked yet when counting began
+
+
+async def test_a_scope_another_instance_started_a_sequence_in_is_found_by_the_poll(
+    station: Station,
+) -> None:
+    """The scopes known are read again after ``scope_poll_seconds``: a scope where another
+    instance stored a run (its timers included) is looked at from then on."""
+    async with running(gateway := station.gateway(scope_poll_seconds="0.05")):
+        engine = gateway.state.find(SequenceEngine)
+        assert engine is not None
+        assert "cell9" not in await engine.scopes()
+        # What another instance's ``RunStore.create`` writes first.
+        await engine.store.client.sadd(engine.runs.scopes_key, "cell9")
+
+        async def found() -> bool:
+            return "cell9" in await engine.scopes()
+
+        await poll_until(found)
