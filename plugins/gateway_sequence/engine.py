@@ -49,6 +49,7 @@ class SequenceEngine:
         self._sequencers: OrderedDict[str, Sequencer] = OrderedDict()
         self._scopes: set[str] = set()
         self._scopes_read_at: float | None = None
+        self._legacy_cursor = 0  # where dropping an earlier version's job -> scope entries is
         self.tasks: TaskGroup | None = None  # the engine service's, while it runs
 
     @property
@@ -190,6 +191,24 @@ class SequenceEngine:
             self._scopes.update(await self.runs.scopes())
             self._scopes_read_at = now
         return sorted(self._scopes)
+
+    async def drop_ended_legacy_scopes(self) -> None:
+        """Versions before the per-job ``seq:job-scope:<job>`` kept every job's scope in one
+        hash, and removed an entry only when its run ended under the new version: the entries
+        of jobs that had ended before the upgrade stayed for good. A bounded part of the hash
+        is looked at per call (reconciliation); an entry goes once its run has ended, or its
+        job has no run and is gone from job management (one that exists may be starting)."""
+        self._legacy_cursor, entries = await self.runs.legacy_job_scopes(self._legacy_cursor)
+        ended = [job for job, scope in entries.items() if await self._has_ended(scope, job)]
+        if ended:
+            await self.runs.drop_legacy_job_scopes(ended)
+            log.info("dropped %d job scopes an earlier version kept for ended jobs", len(ended))
+
+    async def _has_ended(self, scope: str, job: str) -> bool:
+        run = await self.runs.read(scope, job)
+        if run is not None:
+            return run.status is Status.ENDED
+        return await self.gateway.job_control.state(scope, job) is None
 
     async def _fire(self, scope: str, entry: TimerEntry) -> None:
         if entry.kind is TimerKind.SEND:

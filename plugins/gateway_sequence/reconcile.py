@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 async def reconcile(engine: SequenceEngine) -> None:
     control = engine.gateway.job_control
+    await engine.drop_ended_legacy_scopes()
     for scope in sorted(await engine.store.known_scopes()):
         for job in await control.startable(scope):
             if await engine.runs.read(scope, job) is not None:

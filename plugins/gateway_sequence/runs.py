@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, cast
 
 from redis.exceptions import WatchError
 
@@ -34,6 +34,8 @@ from gateway_sequence.settings import SequenceSettings
 from gateway_sequence.state import Run, Status, dump_run, load_run
 
 log = logging.getLogger(__name__)
+
+LEGACY_BATCH = 100  # entries of an earlier version's job -> scope hash looked at per call
 
 Apply = Callable[[Run, float], Effects]
 
@@ -109,6 +111,17 @@ class RunStore:
         if scope is None:  # a run an earlier version started
             scope = await self.store.client.hget(self.job_scopes_key, job)
         return None if scope is None else str(scope)
+
+    async def legacy_job_scopes(self, cursor: int) -> tuple[int, dict[str, str]]:
+        """A part of an earlier version's job -> scope hash, from ``cursor`` (``0``: from the
+        start; the next cursor is ``0`` again once all was seen)."""
+        next_cursor, entries = await self.store.client.hscan(
+            self.job_scopes_key, cursor, count=LEGACY_BATCH
+        )
+        return int(next_cursor), cast(dict[str, str], entries)
+
+    async def drop_legacy_job_scopes(self, jobs: list[str]) -> None:
+        await self.store.client.hdel(self.job_scopes_key, *jobs)
 
     async def scopes(self) -> list[str]:
         return sorted(str(scope) for scope in await self.store.client.smembers(self.scopes_key))

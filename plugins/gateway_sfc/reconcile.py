@@ -28,6 +28,7 @@ class Reconciler:
         self.scopes = scopes
         self.executions = executions
         self.work = work
+        self._legacy_cursor = 0  # where dropping an earlier version's job -> scope entries is
 
     async def recovery_scan(self) -> None:
         """Re-examine every unfinished job once: re-send what waits, advance what can."""
@@ -46,6 +47,7 @@ class Reconciler:
         """
         control = self.context.gateway.job_control
         keys = self.context.keys
+        await self.drop_ended_legacy_scopes()
         for scope in self.scopes.scopes | await self.context.store.known_scopes():
             for job in await control.startable(scope):
                 if await self.executions.exists(scope, job):
@@ -68,6 +70,24 @@ class Reconciler:
                 if command is not None:
                     log.info("job %s/%s: the chart missed %s; applying it", scope, job, command)
                     await self.work.command(scope, job, command)
+
+    async def drop_ended_legacy_scopes(self) -> None:
+        """Versions before the per-job ``sfc:job-scope:<job>`` kept every job's scope in one
+        hash and removed a job's entry only when its chart ended under the new version: the
+        entries of jobs that had ended before the upgrade stayed for good. A bounded part of
+        the hash is looked at per call; an entry goes once its job's chart has ended, or its
+        job has no chart and is gone from job management (one that exists may be starting)."""
+        self._legacy_cursor, entries = await self.scopes.legacy_job_scopes(self._legacy_cursor)
+        ended = [job for job, scope in entries.items() if await self._has_ended(scope, job)]
+        if ended:
+            await self.scopes.drop_legacy_job_scopes(ended)
+            log.info("dropped %d job scopes an earlier version kept for ended jobs", len(ended))
+
+    async def _has_ended(self, scope: str, job: str) -> bool:
+        execution = await self.executions.read(scope, job)
+        if execution is not None:
+            return execution.status is Status.ENDED
+        return await self.context.gateway.job_control.state(scope, job) is None
 
 
 def lost_command(state: JobState | None, status: Status) -> JobCommand | None:

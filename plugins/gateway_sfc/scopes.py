@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import cast
 
 import anyio
 from redis.exceptions import ResponseError
@@ -11,6 +12,8 @@ from gateway_sfc.context import EngineContext
 from gateway_sfc.keys import GROUP
 
 log = logging.getLogger(__name__)
+
+LEGACY_BATCH = 100  # entries of an earlier version's job -> scope hash looked at per call
 
 
 def is_nogroup(error: Exception) -> bool:
@@ -90,3 +93,13 @@ class ScopeRegistry:
         if scope is None:  # a job an earlier version started
             scope = await client.hget(keys.job_scopes, job)
         return str(scope) if scope is not None else None
+
+    async def legacy_job_scopes(self, cursor: int) -> tuple[int, dict[str, str]]:
+        """A part of an earlier version's job -> scope hash, from ``cursor`` (``0``: from the
+        start; the next cursor is ``0`` again once all was seen)."""
+        client, key = self.context.client, self.context.keys.job_scopes
+        next_cursor, entries = await client.hscan(key, cursor, count=LEGACY_BATCH)
+        return int(next_cursor), cast(dict[str, str], entries)
+
+    async def drop_legacy_job_scopes(self, jobs: list[str]) -> None:
+        await self.context.client.hdel(self.context.keys.job_scopes, *jobs)

@@ -26,6 +26,7 @@ from gateway_jobs.testing import (
     complete_and_clear,
     connect_mes,
     final_response,
+    job_order,
     return_status,
     store_and_start,
     work_master,
@@ -34,6 +35,7 @@ from gateway_jobs.testing import response_data as data_of
 from gateway_jobs.testing import state_texts as state_of
 from gateway_sequence import DATASCHEMA
 from gateway_sequence.engine import SequenceEngine
+from gateway_sequence.reconcile import reconcile
 from gateway_sfc.model import DATASCHEMA as SFC_DATASCHEMA
 from gateway_simulator.testing import station_environ
 
@@ -373,3 +375,31 @@ async def test_a_scope_another_instance_started_a_sequence_in_is_found_by_the_po
             return "cell9" in await engine.scopes()
 
         await poll_until(found)
+
+
+async def test_an_earlier_versions_job_scopes_of_ended_runs_are_dropped(station: Station) -> None:
+    """Versions before the per-job key kept every job's scope in one hash, which kept the jobs
+    that ended before the upgrade for good. Reconciliation drops the entries of ended runs and
+    of jobs gone; a job still running, or stored and not started, keeps its entry."""
+
+    def silent(command: EquipmentCommand) -> Any:
+        raise NoAnswer
+
+    station.equipment.behaviours = {"com.example.silent.v1": silent}
+    gateway = station.gateway(reconcile_seconds="3600")  # this test reconciles
+    async with running(gateway), station.mes() as mes:
+        wm = work_master("WM", {"steps": [step("a")]}, dataschema=DATASCHEMA)
+        assert return_status(await mes.configure("workmaster", wm)) == OK
+        await complete_and_clear(mes, "Ended", "WM")
+        stored = await mes.store(job_order("Stored", work_masters=["WM"]), method="Store")
+        assert return_status(stored) == OK
+        await start(mes, {"steps": [step("silent", timeout_seconds=60)]}, job="Running")
+        await wait_until(lambda: station.equipment.received)
+        engine = gateway.state.find(SequenceEngine)
+        assert engine is not None
+        key = engine.runs.job_scopes_key
+        jobs = ("Ended", "Stored", "Running", "Gone")
+        await engine.store.client.hset(key, mapping=dict.fromkeys(jobs, "cell1"))
+
+        await reconcile(engine)
+        assert sorted(await engine.store.client.hkeys(key)) == ["Running", "Stored"]

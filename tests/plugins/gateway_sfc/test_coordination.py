@@ -34,6 +34,7 @@ from gateway_jobs.testing import (
 )
 from gateway_jobs.testing import response_data as data_of
 from gateway_jobs.testing import state_texts as state_of
+from gateway_sfc.coordination import Coordinator
 from gateway_sfc.events import EventRouter
 from gateway_sfc.keys import SfcKeys
 from gateway_sfc.model import DATASCHEMA
@@ -620,6 +621,41 @@ async def test_a_job_run_and_cleared_leaves_nothing_that_lasts(station: SfcStati
             key = SfcKeys(KeySchema(station.name)).job_scope("J3")
             assert await redis.get(key) == "cell1"
             assert 0 < await redis.ttl(key) <= SfcSettings().ended_ttl_seconds
+
+
+async def test_an_earlier_versions_job_scopes_of_ended_jobs_are_dropped(
+    station: SfcStation,
+) -> None:
+    """Versions before the per-job key kept every job's scope in one hash, which kept the jobs
+    that ended before the upgrade for good. Reconciliation drops the entries of ended charts
+    and of jobs gone; a job still running, or stored and not started, keeps its entry."""
+
+    def silent(command: EquipmentCommand) -> Any:
+        raise NoAnswer
+
+    station.equipment.behaviours = {"silent": silent}
+    keys = SfcKeys(KeySchema(station.name))
+    gateway = station.gateway(GATEWAY_SFC_RECONCILE_SECONDS="3600")  # this test reconciles
+    async with running(gateway), station.mes() as mes, redis_client(station.redis_url) as redis:
+        wm = work_master("WM", linear_recipe(1), dataschema=DATASCHEMA)
+        assert return_status(await mes.configure("workmaster", wm)) == OK
+        silent_wm = work_master(
+            "WM-silent", linear_recipe(1, type_id="silent"), dataschema=DATASCHEMA
+        )
+        assert return_status(await mes.configure("workmaster", silent_wm)) == OK
+        await complete_and_clear(mes, "Ended", "WM")
+        stored = await mes.store(job_order("Stored", work_masters=["WM"]), method="Store")
+        assert return_status(stored) == OK
+        running_order = job_order("Running", work_masters=["WM-silent"])
+        assert return_status(await mes.store(running_order, method="StoreAndStart")) == OK
+        await wait_until(lambda: station.equipment.received)
+        jobs = ("Ended", "Stored", "Running", "Gone")
+        await redis.hset(keys.job_scopes, mapping=dict.fromkeys(jobs, "cell1"))
+
+        coordinator = gateway.state.find(Coordinator)
+        assert coordinator is not None
+        await coordinator.reconciler.reconcile()
+        assert sorted(await redis.hkeys(keys.job_scopes)) == ["Running", "Stored"]
 
 
 async def test_the_state_holds_what_goes_on_and_the_actions_done_go_to_the_history(
