@@ -130,6 +130,14 @@ class JobMethods(Protocol):
         """The scope's jobs as ``ISA95JobOrderAndStateDataType`` JSON, highest priority first."""
         ...
 
+    async def receiver_configuration(self, scope: str) -> Mapping[str, Any]:
+        """What the scope accepts in a job order, as OPC 40001-3's JobOrderControl shows it:
+        ``EquipmentID``, ``MaterialClassID``, ``MaterialDefinitionID``, ``PersonnelID`` and
+        ``PhysicalAssetID`` (the IDs configured; empty: none is), ``WorkMaster`` (each Work
+        Master as ``ISA95WorkMasterDataType`` JSON: ``ID``, ``Description``, ``Parameters``)
+        and ``MaxDownloadableJobOrders`` (the jobs it may hold; 65535: no limit)."""
+        ...
+
     def status_feed(self, scopes: Sequence[str]) -> AbstractAsyncContextManager[StatusFeed]:
         """Follow the status events of ``scopes`` (every instance's changes) while entered."""
         ...

@@ -115,6 +115,15 @@ class ConfigSnapshot:
     work_masters: Mapping[str, WorkMaster | None]  # the ones asked for; None: not configured
 
 
+@dataclass(frozen=True)
+class Receiver:
+    """What a scope accepts in a job order (``StationConfig.receiver``)."""
+
+    allowed: Mapping[str, Sequence[str]]  # by resource kind (``RESOURCE_KINDS``): the IDs
+    work_masters: Sequence[WorkMaster]
+    acceptance: JobAcceptance
+
+
 def config_type(kind: str) -> str:
     return f"{CONFIG_TYPE_PREFIX}{kind}.v1"
 
@@ -180,6 +189,36 @@ class StationConfig:
         """The scope's overrides of the ``[jobs]`` settings (each ``None``: not set)."""
         document = await self.store.get_json(self.allowed_key(scope, JOB_ACCEPTANCE))
         return JobAcceptance() if document is None else from_json(document, JobAcceptance)
+
+    async def receiver(self, scope: str) -> Receiver:
+        """What the scope accepts in a job order: its allowed IDs of each kind, its Work
+        Masters and its job acceptance (two round trips: the sets, then the Work Masters)."""
+        kinds = [*RESOURCE_KINDS, WORK_MASTER]
+        pipeline = self.store.client.pipeline(transaction=True)  # one scope: one slot
+        for kind in kinds:
+            pipeline.smembers(self.allowed_key(scope, kind))
+        pipeline.get(self.allowed_key(scope, JOB_ACCEPTANCE))
+        *sets, acceptance = await pipeline.execute()
+        allowed = {
+            kind: sorted(str(id_) for id_ in ids) for kind, ids in zip(kinds, sets, strict=True)
+        }
+        pipeline = self.store.client.pipeline(transaction=True)
+        for work_master_id in allowed[WORK_MASTER]:
+            pipeline.get(self.work_master_key(scope, work_master_id))
+        work_masters = [
+            from_json(json.loads(text), WorkMaster, element="WorkMaster")
+            for text in await pipeline.execute()
+            if text is not None  # deleted between the two reads
+        ]
+        return Receiver(
+            allowed={kind: allowed[kind] for kind in RESOURCE_KINDS},
+            work_masters=work_masters,
+            acceptance=(
+                JobAcceptance()
+                if acceptance is None
+                else from_json(json.loads(acceptance), JobAcceptance)
+            ),
+        )
 
     async def snapshot(self, scope: str, work_master_ids: Sequence[str]) -> ConfigSnapshot:
         """The scope's job acceptance and the Work Masters ``work_master_ids``, read in one

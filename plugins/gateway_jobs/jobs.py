@@ -356,10 +356,14 @@ class JobManager:
             self.config, scope, order, default_work_master=default, known=known
         )
 
-    def _limit(self, acceptance: JobAcceptance) -> int | None:
-        """The scope's job limit (MES override, else the setting); ``None``: no limit."""
+    def max_downloadable(self, acceptance: JobAcceptance) -> int:
+        """The jobs a scope may hold (MES override, else the setting); ``NO_LIMIT``: any."""
         override = acceptance.max_downloadable_job_orders
-        limit = self.settings.max_job_orders if override is None else override
+        return self.settings.max_job_orders if override is None else override
+
+    def _limit(self, acceptance: JobAcceptance) -> int | None:
+        """The scope's job limit; ``None``: no limit."""
+        limit = self.max_downloadable(acceptance)
         return None if limit >= NO_LIMIT else limit
 
     @staticmethod

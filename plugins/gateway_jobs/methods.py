@@ -29,6 +29,17 @@ from gateway_jobs.model import (
 )
 from gateway_jobs.states import CREATING, state_filter, state_list
 
+# JobOrderControl's variables of allowed IDs, by the configuration kind that sets them.
+RECEIVER_ID_VARIABLES = {
+    "equipment": "EquipmentID",
+    "materialclass": "MaterialClassID",
+    "materialdefinition": "MaterialDefinitionID",
+    "personnel": "PersonnelID",
+    "physicalasset": "PhysicalAssetID",
+}
+# ISA95WorkMasterDataType's fields: what a Work Master shows of itself (not its recipe).
+WORK_MASTER_FIELDS = ("ID", "Description", "Parameters")
+
 
 class JobsMethods:
     """The job methods of one job manager."""
@@ -93,6 +104,20 @@ class JobsMethods:
                     {"JobOrder": to_json(job.job_order), "State": to_json(state_list(job.state))}
                 )
         return orders
+
+    async def receiver_configuration(self, scope: str) -> Mapping[str, Any]:
+        receiver = await self.manager.config.receiver(check_scope(scope))
+        configuration: dict[str, Any] = {
+            name: list(receiver.allowed[kind]) for kind, name in RECEIVER_ID_VARIABLES.items()
+        }
+        configuration["WorkMaster"] = [
+            {name: value for name, value in to_json(item).items() if name in WORK_MASTER_FIELDS}
+            for item in receiver.work_masters
+        ]
+        configuration["MaxDownloadableJobOrders"] = self.manager.max_downloadable(
+            receiver.acceptance
+        )
+        return configuration
 
     def status_feed(self, scopes: Sequence[str]) -> AbstractAsyncContextManager[StreamFeed]:
         for scope in scopes:

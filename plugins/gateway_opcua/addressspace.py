@@ -42,6 +42,16 @@ RESULTS_METHODS = (
     JobMethod.REQUEST_JOB_RESPONSE_BY_JOB_ORDER_STATE,
 )
 MANUFACTURER = "station-gateway"
+# JobOrderControl's variables of what a job order may name, and their Variant types.
+RECEIVER_VARIABLES = {
+    "EquipmentID": ua.VariantType.String,
+    "MaterialClassID": ua.VariantType.String,
+    "MaterialDefinitionID": ua.VariantType.String,
+    "PersonnelID": ua.VariantType.String,
+    "PhysicalAssetID": ua.VariantType.String,
+    "WorkMaster": ua.VariantType.ExtensionObject,
+    "MaxDownloadableJobOrders": ua.VariantType.UInt16,
+}
 
 
 @dataclass
@@ -54,7 +64,8 @@ class ScopeNodes:
     job_order_control: Node
     job_order_results: Node
     job_order_list: Node
-    max_downloadable_job_orders: Node
+    # JobOrderControl's variables of what a job order may name (``RECEIVER_VARIABLES``)
+    receiver: dict[str, Node] = field(default_factory=dict)
     methods: dict[ua.NodeId, JobMethod] = field(default_factory=dict)  # method node -> method
     parents: dict[ua.NodeId, ua.NodeId] = field(default_factory=dict)  # method node -> object
 
@@ -92,10 +103,9 @@ async def add_scope(
         job_order_control=control,
         job_order_results=results,
         job_order_list=await control.get_child(ua.QualifiedName("JobOrderList", model.isa95)),
-        max_downloadable_job_orders=await control.get_child(
-            ua.QualifiedName("MaxDownloadableJobOrders", model.isa95)
-        ),
     )
+    for name in RECEIVER_VARIABLES:
+        nodes.receiver[name] = await control.get_child(ua.QualifiedName(name, model.isa95))
     receiver = server.get_node(model.job_order_receiver_type)
     for method in CONTROL_METHODS:
         declaration = await receiver.get_child(ua.QualifiedName(method.value, model.isa95))

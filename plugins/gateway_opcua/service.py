@@ -13,6 +13,7 @@ import logging
 import resource
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING
 
 import anyio
@@ -25,6 +26,7 @@ from gateway_opcua.addressspace import ScopeNodes, add_scope
 from gateway_opcua.calls import MethodCalls
 from gateway_opcua.events import ScopeEvents
 from gateway_opcua.model import load_information_model
+from gateway_opcua.receiver import ReceiverVariables
 from gateway_opcua.security import PasswordUsers, client_trust, secure
 from gateway_opcua.settings import OpcUaSettings
 
@@ -54,6 +56,7 @@ class OpcUaService:
     figures: StartupFigures | None = None
     endpoint: str | None = None  # once listening
     scopes: dict[str, ScopeEvents] = field(default_factory=dict)
+    receivers: dict[str, ReceiverVariables] = field(default_factory=dict)
 
     async def run(self, gateway: Gateway, *, task_status: TaskStatus[None]) -> None:
         core = gateway.settings.get(CoreSettings)
@@ -77,9 +80,11 @@ class OpcUaService:
             nodes = await add_scope(server, model, scope, app_uri)
             self._link(server, methods, nodes)
             self.scopes[scope] = await ScopeEvents.create(server, model, nodes)
+            self.receivers[scope] = ReceiverVariables(nodes)
         async with methods.status_feed(self.settings.scopes) as feed:
             for scope, events in self.scopes.items():
                 await events.load(await methods.job_orders(scope))
+            await self._refresh_receivers(methods)
             await server.start()
             try:
                 self.endpoint = f"opc.tcp://{host}:{port}"
@@ -103,6 +108,12 @@ class OpcUaService:
                 task_status.started()
                 async with anyio.create_task_group() as tasks:
                     tasks.start_soon(self._follow, feed)
+                    tasks.start_soon(
+                        gateway.resilience.every,
+                        "opcua.configuration",
+                        self.settings.configuration_poll_seconds,
+                        partial(self._refresh_receivers, methods),
+                    )
                     await gateway.stopping.wait()
                     tasks.cancel_scope.cancel()
             finally:
@@ -116,6 +127,10 @@ class OpcUaService:
             server.link_method(
                 server.get_node(nodeid), calls.callback(method, nodes.parents[nodeid])
             )
+
+    async def _refresh_receivers(self, methods: JobMethods) -> None:
+        for receiver in self.receivers.values():
+            await receiver.refresh(methods)
 
     async def _follow(self, feed: StatusFeed) -> None:
         async for status in feed:

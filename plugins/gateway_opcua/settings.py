@@ -59,6 +59,12 @@ class OpcUaSettings:
         "ApplicationUri of the server (must match the certificate's); "
         "empty: urn:station-gateway:<instance_id>",
     )
+    configuration_poll_seconds: float = setting(
+        2.0,
+        "How often each scope's configuration is read for JobOrderControl's variables (Work "
+        "Masters, allowed IDs, MaxDownloadableJobOrders)",
+        minimum=0.05,
+    )
     scopes: list[str] = setting(
         [], "Scopes served: each is a MachineryItem under Machines, its BrowseName the scope id"
     )

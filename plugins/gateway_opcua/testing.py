@@ -157,6 +157,13 @@ class JobsClient:
         value = await (await self.node("JobOrderControl", "JobOrderList")).read_value()
         return [to_json(entry) for entry in value or []]
 
+    async def receiver_variable(self, name: str) -> Any:
+        """A JobOrderControl variable (``WorkMaster``, ``PersonnelID``...) as JSON."""
+        value = await (await self.node("JobOrderControl", name)).read_value()
+        if isinstance(value, list):
+            return [entry if isinstance(entry, str) else to_json(entry) for entry in value]
+        return value
+
     @asynccontextmanager
     async def events(self) -> AsyncIterator[ObjectReceiveStream[Any]]:
         """The scope's ISA95JobOrderStatusEventType events, as they arrive."""
@@ -186,7 +193,9 @@ class OpcStation:
     gateways: list[Gateway]
 
     @asynccontextmanager
-    async def client(self, instance: int = 0, **options: object) -> AsyncIterator[JobsClient]:
+    async def client(
+        self, instance: int = 0, scope: str = SCOPE, **options: object
+    ) -> AsyncIterator[JobsClient]:
         async with connect(
             self.endpoints[instance],
             self.certificates,
@@ -194,12 +203,12 @@ class OpcStation:
             password=PASSWORD,
             **options,  # type: ignore[arg-type]
         ) as session:
-            yield JobsClient(session, SCOPE)
+            yield JobsClient(session, scope)
 
     @asynccontextmanager
-    async def mes(self) -> AsyncIterator[JobsMes]:
+    async def mes(self, scope: str = SCOPE) -> AsyncIterator[JobsMes]:
         async with connect_test_client(self.mqtt_url) as client:
-            yield JobsMes(client, self.name, SCOPE)
+            yield JobsMes(client, self.name, scope)
 
     def service(self, instance: int = 0) -> Any:
         """The instance's ``OpcUaService``."""
@@ -236,5 +245,6 @@ def station_environment(
         "GATEWAY_OPCUA_USERNAME": USER,
         "GATEWAY_OPCUA_PASSWORD": PASSWORD,
         "GATEWAY_OPCUA_SCOPES": f"{SCOPE},cell2",
+        "GATEWAY_OPCUA_CONFIGURATION_POLL_SECONDS": "0.1",
         **{f"GATEWAY_SIMULATOR_{key.upper()}": value for key, value in simulator.items()},
     }

@@ -18,6 +18,7 @@ from asyncua import ua
 from asyncua.ua.uaerrors import BadUserAccessDenied, UaError
 
 from gateway.jobmethods import JobMethod
+from gateway.testing import poll_until
 from gateway_jobs.model import ReturnStatus
 from gateway_jobs.testing import job_order, return_status, state_texts, work_master
 from gateway_opcua.convert import to_json
@@ -113,6 +114,46 @@ async def test_a_job_stored_over_mqtt_is_controlled_over_opc_ua_on_another_insta
         assert texts((await next_event(events, "MQ1"))["JobState"]) == ["EndState"]
         gone = await mes.job_response("MQ1")
     assert return_status(gone) == ReturnStatus.UNKNOWN_JOB_ORDER_ID
+
+
+async def test_job_order_control_shows_what_a_job_order_may_name(
+    opc_station: OpcStation,
+) -> None:
+    """JobOrderControl's WorkMaster, allowed-ID variables and MaxDownloadableJobOrders show the
+    scope's configuration as the MES sets it over MQTT, on every instance (scope cell2: its
+    own configuration, so the job limit set here holds back no other test's jobs)."""
+    drill = {
+        "ID": "WM-drill",
+        "Description": {"Locale": "en", "Text": "Drill the bores"},
+        "Parameters": [{"ID": "depth", "Value": 5}],
+    }
+    async with opc_station.client(1, scope="cell2") as client, opc_station.mes("cell2") as mes:
+        for kind, data in (
+            ("workmaster", {**drill, "DataSchema": None}),  # a Work Master without a recipe
+            ("personnel", [{"ID": "P1"}, {"ID": "P2"}]),
+            ("materialclass", [{"MaterialClassID": "steel"}]),
+            ("jobacceptance", {"MaxDownloadableJobOrders": 7}),
+        ):
+            assert return_status(await mes.configure(kind, data)) == ReturnStatus.NO_ERROR
+
+        async def shown(name: str, value: Any) -> None:
+            async def equal() -> bool:
+                return bool(await client.receiver_variable(name) == value)
+
+            await poll_until(equal)
+
+        await shown("WorkMaster", [drill])  # not its recipe: ISA95WorkMasterDataType's fields
+        await shown("PersonnelID", ["P1", "P2"])
+        await shown("MaterialClassID", ["steel"])
+        await shown("MaxDownloadableJobOrders", 7)
+        assert await client.receiver_variable("PhysicalAssetID") == []
+
+        removed = await mes.configure("personnel", {"ID": "P1"}, method="DELETE")
+        assert return_status(removed) == ReturnStatus.NO_ERROR
+        reset = await mes.configure("jobacceptance", None, method="DELETE")
+        assert return_status(reset) == ReturnStatus.NO_ERROR
+        await shown("PersonnelID", ["P2"])
+        await shown("MaxDownloadableJobOrders", 0xFFFF)  # the setting: no limit
 
 
 async def test_refusals_are_return_statuses_as_on_mqtt(opc_station: OpcStation) -> None:
