@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import anyio
 from asyncua import Server, ua
 from asyncua.common.utils import ServiceError
 from asyncua.crypto.cert_gen import setup_self_signed_certificate
@@ -55,31 +56,53 @@ POLICIES = {
 
 
 class ClientTrust:
-    """The client application certificates trusted: ``trusted_clients`` and its CRLs."""
+    """The client application certificates trusted: ``trusted_clients`` and its CRLs, read at
+    start and again whenever a file in either directory changes (``reload_if_changed``)."""
 
-    def __init__(self, store: TrustStore) -> None:
-        self._store = store
-        self._validator = CertificateValidator(
-            CertificateValidatorOptions.TRUSTED_VALIDATION
-            | CertificateValidatorOptions.PEER_CLIENT,
-            store,
-        )
+    def __init__(self, trusted: Path, revocation_lists: Path | None) -> None:
+        self._trusted = trusted
+        self._revocation_lists = revocation_lists
+        self._seen: Fingerprint = ()
+        self._store = TrustStore([], [])
+        self._validator = _validator(self._store)
 
     @classmethod
     async def load(cls, trusted: Path, revocation_lists: Path | None) -> ClientTrust:
-        """Read the directories (once, at start); a trust list that trusts nobody is refused."""
-        _check_directories(trusted, revocation_lists)
-        store = TrustStore([trusted], [] if revocation_lists is None else [revocation_lists])
-        try:
-            await store.load()
-        except (OSError, ValueError) as error:
-            raise GatewayError(
-                f"opcua.trusted_clients / revocation_lists: a file is not a certificate or CRL "
-                f"(DER or PEM; keep private keys elsewhere): {error}"
-            ) from None
+        """Read the directories; a trust list that trusts nobody is refused."""
+        trust = cls(trusted, revocation_lists)
+        trust._seen = await anyio.to_thread.run_sync(trust._fingerprint)
+        trust._use(await _read(trusted, revocation_lists))
         # asyncua logs each untrusted certificate with a traceback; ``refused`` says it once.
         logging.getLogger("asyncuagds.validate").setLevel(logging.CRITICAL)
-        return cls(store)
+        return trust
+
+    async def reload_if_changed(self) -> None:
+        """Read the directories again if a file in them was added, removed or replaced: the
+        sessions opened from then on are checked against the new list (open ones stay). A
+        change that leaves no certificate, or brings a file that is not one, is refused once
+        in the log, and the list in force stays until the directories change again."""
+        seen = await anyio.to_thread.run_sync(self._fingerprint)
+        if seen == self._seen:
+            return
+        self._seen = seen
+        try:
+            store = await _read(self._trusted, self._revocation_lists)
+        except GatewayError as error:
+            log.error("OPC UA: trust list not reloaded, the one in force stays: %s", error)
+            return
+        self._use(store)
+        log.info("OPC UA: trust list reloaded from %s", self._trusted)
+
+    def _use(self, store: TrustStore) -> None:
+        self._store = store
+        self._validator = _validator(store)
+
+    def _fingerprint(self) -> Fingerprint:
+        """Name, size and modification time of every file in the directories."""
+        directories = [d for d in (self._trusted, self._revocation_lists) if d is not None]
+        return tuple(
+            entry for directory in directories if directory.is_dir() for entry in _files(directory)
+        )
 
     async def check_session(
         self, certificate: x509.Certificate, client: ua.ApplicationDescription
@@ -115,6 +138,41 @@ def refused(certificate: x509.Certificate, uri: str | None, reason: str) -> None
     name = str(names[0].value) if names else certificate.subject.rfc4514_string()
     client = f"client {uri!r}" if uri else "a client"
     log.warning("OPC UA: %s refused: certificate CN=%s: %s", client, name, reason)
+
+
+Fingerprint = tuple[tuple[str, int, int], ...]
+
+
+def _files(directory: Path) -> list[tuple[str, int, int]]:
+    files = []
+    for path in sorted(directory.iterdir()):
+        try:
+            status = path.stat()
+        except FileNotFoundError:  # removed meanwhile: the next look sees the change
+            continue
+        if path.is_file():
+            files.append((str(path), status.st_size, status.st_mtime_ns))
+    return files
+
+
+def _validator(store: TrustStore) -> CertificateValidator:
+    options = CertificateValidatorOptions.TRUSTED_VALIDATION
+    return CertificateValidator(options | CertificateValidatorOptions.PEER_CLIENT, store)
+
+
+async def _read(trusted: Path, revocation_lists: Path | None) -> TrustStore:
+    """The trust store of the directories (``GatewayError``: they trust nobody, or hold a file
+    that is not a certificate or CRL)."""
+    await anyio.to_thread.run_sync(_check_directories, trusted, revocation_lists)
+    store = TrustStore([trusted], [] if revocation_lists is None else [revocation_lists])
+    try:
+        await store.load()
+    except (OSError, ValueError) as error:
+        raise GatewayError(
+            f"opcua.trusted_clients / revocation_lists: a file is not a certificate or CRL "
+            f"(DER or PEM; keep private keys elsewhere): {error}"
+        ) from None
+    return store
 
 
 def _check_directories(trusted: Path, revocation_lists: Path | None) -> None:

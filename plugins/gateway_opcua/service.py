@@ -108,6 +108,13 @@ class OpcUaService:
                 task_status.started()
                 async with anyio.create_task_group() as tasks:
                     tasks.start_soon(self._follow, feed)
+                    if trust is not None:
+                        tasks.start_soon(
+                            gateway.resilience.every,
+                            "opcua.trust",
+                            self.settings.trust_poll_seconds,
+                            trust.reload_if_changed,
+                        )
                     tasks.start_soon(
                         gateway.resilience.every,
                         "opcua.configuration",

@@ -47,9 +47,9 @@ class OpcUaSettings:
     trusted_clients: Path | None = setting(
         None,
         "Directory of the trusted client application certificates, or of the CAs that issued "
-        "them (DER or PEM, read at start); set: only clients with such a certificate, valid now "
-        "and made out for their ApplicationUri, open a session. Empty: any client certificate "
-        "(the password authenticates)",
+        "them (DER or PEM, read again when a file changes); set: only clients with such a "
+        "certificate, valid now and made out for their ApplicationUri, open a session. Empty: "
+        "any client certificate (the password authenticates)",
     )
     revocation_lists: Path | None = setting(
         None, "Directory of certificate revocation lists (DER or PEM) for trusted_clients"
@@ -58,6 +58,12 @@ class OpcUaSettings:
         "",
         "ApplicationUri of the server (must match the certificate's); "
         "empty: urn:station-gateway:<instance_id>",
+    )
+    trust_poll_seconds: float = setting(
+        5.0,
+        "How often trusted_clients and revocation_lists are looked at for changed files (a "
+        "change applies to the sessions opened from then on)",
+        minimum=0.05,
     )
     configuration_poll_seconds: float = setting(
         2.0,

@@ -26,7 +26,7 @@ from asyncua.ua.uaerrors import (
 
 from gateway.app import Gateway
 from gateway.errors import GatewayError
-from gateway.testing import running
+from gateway.testing import poll_until, running
 from gateway.testing.services import free_port
 from gateway_jobs.model import ReturnStatus
 from gateway_opcua.security import ClientTrust
@@ -155,3 +155,52 @@ async def test_a_trust_list_that_trusts_nobody_stops_start_up(tmp_path: Path) ->
     shutil.copy(key, tmp_path / "key.pem")
     with pytest.raises(GatewayError, match="keep private keys elsewhere"):
         await ClientTrust.load(tmp_path, None)
+
+
+async def test_a_change_to_the_trust_list_applies_without_a_restart(
+    mqtt_url: str, redis_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client certificate copied into ``trusted_clients`` is trusted, one removed is not,
+    within ``trust_poll_seconds``; a file that is not a certificate is refused in the log and
+    the list in force stays."""
+    for directory in ("mes", "stranger", "trusted"):
+        (tmp_path / directory).mkdir()
+    mes = await client_certificate(tmp_path / "mes")
+    stranger = await client_certificate(tmp_path / "stranger")
+    trust_list = tmp_path / "trusted"
+    shutil.copy(mes[0], trust_list / "mes.der")
+    port = free_port()
+    name = f"t{uuid.uuid4().hex[:12]}"
+    environment = station_environment(name, mqtt_url, redis_url, tmp_path, "a", port, "all")
+    environment["GATEWAY_OPCUA_TRUSTED_CLIENTS"] = str(trust_list)
+    environment["GATEWAY_OPCUA_TRUST_POLL_SECONDS"] = "0.1"
+    endpoint = f"opc.tcp://127.0.0.1:{port}"
+
+    async def served(certificates: Certificates) -> bool:
+        try:
+            async with session(endpoint, certificates) as client:
+                return await answers(client)
+        except BadCertificateUntrusted:
+            return False
+
+    async def refused(certificates: Certificates) -> bool:
+        return not await served(certificates)
+
+    async with running(Gateway.from_environment(None, environment)):
+        assert await served(mes)
+        assert not await served(stranger)
+
+        shutil.copy(stranger[0], trust_list / "stranger.der")
+        await poll_until(lambda: served(stranger))
+        (trust_list / "mes.der").unlink()
+        await poll_until(lambda: refused(mes))
+
+        with caplog.at_level(logging.ERROR, "gateway_opcua"):
+            shutil.copy(stranger[1], trust_list / "key.pem")  # a private key, by mistake
+
+            async def reported() -> bool:
+                return "trust list not reloaded" in caplog.text
+
+            await poll_until(reported)
+        assert await served(stranger)  # the list in force stays
+        assert not await served(mes)
