@@ -91,6 +91,9 @@ class RecipeJob:
     job_order_id: str
     job_order: Mapping[str, Any]
     work_master: Mapping[str, Any]
+    # When the job order was stored (RFC 3339): a job id cleared and stored again is another
+    # job, with another time; ``None`` for a job an earlier version stored.
+    stored_at: str | None = None
 
     @property
     def recipe(self) -> Any:

@@ -128,6 +128,7 @@ class StoredJob:
             job_order_id=self.job_order_id,
             job_order=to_json(self.job_order),
             work_master=self.work_master_document,
+            stored_at=self.stored_at,
         )
 
 

@@ -106,7 +106,7 @@ class Coordinator:
             return
         scope, job, action, _ = target
         try:
-            bound = (await self.recipes.get(scope, job)).action(action).equipment
+            bound = await self._bound_equipment(scope, job, action, reply.equipment)
         except (ValueError, KeyError):  # no such job or action any more: nothing waits
             await hub.check_replier(reply)
             return
@@ -121,6 +121,18 @@ class Coordinator:
                 f"it went to {bound}"
             )
         await self._apply(reply, *target)
+
+    async def _bound_equipment(
+        self, scope: str, job: str, action: str, sender: str | None
+    ) -> str | None:
+        """The equipment the job's snapshot binds ``action`` to. The snapshot kept in memory
+        may be of an earlier run of the job id (started again on another instance): when it
+        names another sender, the stored one decides."""
+        bound = (await self.recipes.get(scope, job)).action(action).equipment
+        if sender is not None and sender != bound:
+            self.recipes.forget(scope, job)
+            bound = (await self.recipes.get(scope, job)).action(action).equipment
+        return bound
 
     async def _reply_target(self, reply: EquipmentReply) -> tuple[str, str, str, int] | None:
         """Scope, job, action and attempt of the try ``reply`` answers (``None``: not ours)."""

@@ -77,7 +77,7 @@ class EventRouter:
         execution = await self.executions.read(scope, job)
         if execution is None:
             return False
-        executor = await self.recipes.executor(scope, job)
+        executor = await self.recipes.executor(scope, job, execution.run)
         return waiting_action_for(executor, execution, event) is not None
 
     async def route(self, scope: str, event: dict[str, Any]) -> None:
@@ -138,7 +138,6 @@ class EventRouter:
         client = self.context.client
         key = self.context.keys.unclaimed(scope)
         oldest_wanted = time.time() - self.context.settings.unclaimed_event_seconds
-        executor = await self.recipes.executor(scope, job)
         unclaimed = cast(list[str], await client.lrange(key, 0, -1))
         for text in reversed(unclaimed):  # oldest first
             event = json.loads(text)
@@ -147,6 +146,7 @@ class EventRouter:
             execution = await self.executions.read(scope, job)
             if execution is None or not waiting(execution):
                 return
+            executor = await self.recipes.executor(scope, job, execution.run)
             if waiting_action_for(executor, execution, event) is not None:
                 await self.offer(scope, job, event, kept=text)
 

@@ -17,7 +17,6 @@ from enum import IntEnum
 from typing import TYPE_CHECKING
 
 from gateway.errors import GatewayError
-from gateway.resilience import TransientError
 from gateway_sfc.context import EngineContext
 from gateway_sfc.engine import Effects, Executor, Timer, TimerKind
 from gateway_sfc.scripts import COMMIT
@@ -48,7 +47,6 @@ OUTSTANDING = (Phase.DISPATCHED, Phase.WAITING)
 class Commit(IntEnum):
     """What the compare-and-swap script answered."""
 
-    NO_SNAPSHOT = -2  # a job to create has no recipe snapshot in the store: no write
     TAKEN_FIRST = -1  # the kept event the change applies was taken by another job: no write
     CONFLICT = 0  # the stored version is not the one read
     WRITTEN = 1
@@ -80,16 +78,13 @@ class ExecutionStore:
     async def exists(self, scope: str, job: str) -> bool:
         return bool(await self.context.client.exists(self.context.keys.execution(scope, job)))
 
-    async def create(self, execution: Execution, effects: Effects) -> bool:
-        """Write a new job's first state (``False``: another instance started it first)."""
+    async def create(self, execution: Execution, effects: Effects, snapshot: str) -> bool:
+        """Write a new job's first state, with its recipe ``snapshot`` (``False``: another
+        instance started it first)."""
         now_waiting = bool(waiting(execution))
-        commit = await self.write(execution, -1, effects, set(), waits_for_event=now_waiting)
-        if commit is Commit.NO_SNAPSHOT:
-            # Saved a moment ago, so the store lost it (restarted empty, or failed over before
-            # it reached the replica): start over, from the job as the store has it now.
-            raise TransientError(
-                f"job {execution.scope}/{execution.job}: its recipe snapshot is not in the store"
-            )
+        commit = await self.write(
+            execution, -1, effects, set(), waits_for_event=now_waiting, snapshot=snapshot
+        )
         if commit is not Commit.WRITTEN:
             return False
         self.announce_steps(execution, {}, time.time())
@@ -112,7 +107,7 @@ class ExecutionStore:
                 return False  # never started, or ended long ago
             if execution.status is Status.ENDED:
                 return False
-            executor = await self.recipes.executor(scope, job)
+            executor = await self.recipes.executor(scope, job, execution.run)
             was_waiting, was_outstanding = in_flight(execution)
             was_active = {name: node.entered_at for name, node in execution.nodes.items()}
             now = time.time()
@@ -190,11 +185,13 @@ class ExecutionStore:
         take: str | None = None,
         *,
         waits_for_event: bool,
+        snapshot: str = "",
     ) -> Commit:
         """Compare-and-swap; ``ended``: the tries that were outstanding and are no longer (their
         timers are cancelled and their outbox entries removed in the same step); ``take``: the
         kept event the change applies, removed from the kept events with it;
-        ``waits_for_event``: whether the job now waits for an equipment event."""
+        ``waits_for_event``: whether the job now waits for an equipment event; ``snapshot``
+        (``expected`` -1, a new job): its recipe snapshot, written with it."""
         scope, job = execution.scope, execution.job
         keys = self.context.keys
         work: list[list[str]] = []
@@ -242,7 +239,14 @@ class ExecutionStore:
         assert self._commit is not None, "the engine is not running"
         try:
             written = await self._commit(
-                keys=redis_keys, args=[expected, dump_execution(execution), json.dumps(ops)]
+                keys=redis_keys,
+                args=[
+                    expected,
+                    dump_execution(execution),
+                    json.dumps(ops),
+                    snapshot,
+                    execution.run,
+                ],
             )
         except BaseException:
             execution.version = previous_version

@@ -56,7 +56,7 @@ class Resender:
                 ]
                 if not waiting:
                     continue
-                recipe = (await self.recipes.get(scope, job)).chart.recipe
+                recipe = (await self.recipes.get(scope, job, execution.run)).chart.recipe
                 equipment = {action.name: action.equipment for action in recipe.actions}
                 for run in waiting:
                     if equipment.get(run.name) != equipment_id:

@@ -8,41 +8,54 @@ from __future__ import annotations
 # Compare-and-swap of one job's execution state, with everything that must happen with it.
 # KEYS: exec doc, work stream, timers, waiting, active, outbox, kept events, recipe snapshot,
 # history.
-# ARGV[1]: the version the caller read (-1: create: the doc must not exist, and the job's recipe
-# snapshot must: a state without its recipe could never run); ARGV[2]: the new doc; ARGV[3]:
+# ARGV[1]: the version the caller read (-1: create: no doc may exist but an ended one of
+# another run, i.e. of an earlier job of the same id, cleared and stored again: a start handled
+# twice must not run its job again); ARGV[2]: the new doc; ARGV[3]:
 # JSON of the follow-ups: ``work`` entries, ``cancel`` timers of tries that ended, new
 # ``timers``, the ``done`` tries whose outbox entries go, the ``outbox`` entries of the
 # commands to send now, ``take``: the kept event this change applies, if any, and ``history``:
-# the actions done since the last write ([name, JSON]), moved out of the doc into the history.
+# the actions done since the last write ([name, JSON]), moved out of the doc into the history;
+# ARGV[4] (create only): the job's recipe snapshot, written with its first state (a state never
+# lacks its recipe, and a snapshot never outlives a start that failed) in place of the earlier
+# job's, whose history goes too; ARGV[5]: the run of the state written (a job id stored again
+# starts a new run, its versions from 0: the version alone could match the earlier run's).
 #
 # ``ttl`` > 0 (the job has ended): the state expires after that many seconds, and the recipe
 # snapshot and the history with it (the operator view shows them until then).
 #
 # Returns 1 written, 0 the version was not the one read, -1 the kept event to take is gone
-# (another job took it first), -2 a job to create has no recipe snapshot (the store lost it,
-# e.g. restarted empty between the two writes): nothing is written but on 1. Taking a kept
+# (another job took it first): nothing is written but on 1. Taking a kept
 # event in the same script that applies it is what makes it impossible to lose one between
 # the two, or to apply one twice.
 #
-# The stored version is read off the document's head (``dump_execution`` writes scope, job and
-# version first; a quote inside a JSON string is escaped, so the pattern cannot match inside
-# one) rather than by decoding the whole document on every step; a document of another shape
-# is decoded.
+# The stored version and run are read off the document's head (``dump_execution`` writes
+# scope, job, version and run first; a quote inside a JSON string is escaped, so the pattern
+# cannot match inside one) rather than by decoding the whole document on every step; a
+# document of another shape (an earlier version's, without a run) is decoded.
 COMMIT = """
 local current = redis.call('GET', KEYS[1])
 local expected = tonumber(ARGV[1])
 if expected < 0 then
-  if current then return 0 end
-  if redis.call('EXISTS', KEYS[8]) == 0 then return -2 end
-  redis.call('DEL', KEYS[9])  -- an earlier job's of the same id
+  if current then
+    local document = cjson.decode(current)
+    if document['status'] ~= 'ended' or (document['run'] or '') == ARGV[5] then return 0 end
+  end
 else
   if not current then return 0 end
-  local version = string.match(current, '^{"scope":"[^"]*","job":"[^"]*","version":(%-?%d+)[,}]')
-  if version == nil then version = cjson.decode(current)['version'] end
-  if tonumber(version) ~= expected then return 0 end
+  local version, run = string.match(
+    current, '^{"scope":"[^"]*","job":"[^"]*","version":(%-?%d+),"run":"([^"]*)"[,}]')
+  if version == nil then
+    local document = cjson.decode(current)
+    version, run = document['version'], document['run'] or ''
+  end
+  if tonumber(version) ~= expected or run ~= ARGV[5] then return 0 end
 end
 local ops = cjson.decode(ARGV[3])
 if ops['take'] and redis.call('LREM', KEYS[7], 1, ops['take']) == 0 then return -1 end
+if expected < 0 then
+  redis.call('SET', KEYS[8], ARGV[4])
+  redis.call('DEL', KEYS[9])
+end
 for _, entry in ipairs(ops['history']) do
   redis.call('HSET', KEYS[9], entry[1], entry[2])
 end

@@ -23,6 +23,7 @@ class Snapshot:
     chart: Chart
     parameters: Mapping[str, Any]
     recipe: Any
+    run: str = ""  # the job's run it belongs to (``Execution.run``)
 
     @cached_property
     def _actions(self) -> dict[str, Action]:
@@ -54,25 +55,31 @@ class RecipeCache:
             self._charts.move_to_end(key)
         return chart
 
-    async def save(
-        self, scope: str, job: str, chart: Chart, recipe: Any, parameters: Mapping[str, Any]
-    ) -> None:
-        """Keep the recipe a job starts with (the first save wins: a restart keeps it)."""
-        snapshot = {"recipe": recipe, "parameters": parameters}
-        key = self.context.keys.recipe(scope, job)
-        if await self.context.client.set(key, json.dumps(snapshot), nx=True):
-            self._keep((scope, job), Snapshot(chart, parameters, recipe))
+    def document(self, snapshot: Snapshot) -> str:
+        """The snapshot as stored (``sfc:recipe:<job>``), written with the job's first state."""
+        return json.dumps(
+            {"recipe": snapshot.recipe, "parameters": snapshot.parameters, "run": snapshot.run}
+        )
 
-    async def get(self, scope: str, job: str) -> Snapshot:
+    def keep(self, scope: str, job: str, snapshot: Snapshot) -> None:
+        """The snapshot of a job this instance just started."""
+        self._keep((scope, job), snapshot)
+
+    async def get(self, scope: str, job: str, run: str | None = None) -> Snapshot:
+        """The job's snapshot; with ``run``, the one kept in memory only if it is that run's
+        (another instance may have started the job again under the same id meanwhile)."""
         key = (scope, job)
-        if key in self._snapshots:
+        kept = self._snapshots.get(key)
+        if kept is not None and (run is None or kept.run == run):
             self._snapshots.move_to_end(key)
-            return self._snapshots[key]
+            return kept
         text = await self.context.client.get(self.context.keys.recipe(scope, job))
         if text is None:
             raise ValueError(f"job {scope}/{job} has an execution state but no recipe snapshot")
         data = json.loads(text)
-        snapshot = Snapshot(self.chart(data["recipe"]), data["parameters"], data["recipe"])
+        snapshot = Snapshot(
+            self.chart(data["recipe"]), data["parameters"], data["recipe"], data.get("run", "")
+        )
         self._keep(key, snapshot)
         return snapshot
 
@@ -89,7 +96,7 @@ class RecipeCache:
         """The job ended: its snapshot is not needed any more."""
         self._snapshots.pop((scope, job), None)
 
-    async def executor(self, scope: str, job: str) -> Executor:
-        """An executor for the job's chart and parameters."""
-        snapshot = await self.get(scope, job)
+    async def executor(self, scope: str, job: str, run: str | None = None) -> Executor:
+        """An executor for the job's chart and parameters (``run``: as for ``get``)."""
+        snapshot = await self.get(scope, job, run)
         return self.context.executor(snapshot.chart, snapshot.parameters)

@@ -76,6 +76,9 @@ class Execution:
     scope: str
     job: str
     version: int = 0
+    # This run of the job: a job id cleared and stored again starts a new run, whose versions
+    # count from 0 again. Written right after the version (the commit script compares both).
+    run: str = ""
     status: Status = Status.RUNNING
     nodes: dict[str, NodeRun] = field(default_factory=dict)
     actions: dict[str, ActionRun] = field(default_factory=dict)
@@ -93,7 +96,7 @@ _converter = cattrs.Converter()
 
 def dump_execution(execution: Execution) -> str:
     """The document, compact, its fields in their order here (the commit script reads scope,
-    job and version off its head). Written on every step: orjson encodes the dataclasses in C.
+    job, version and run off its head). Written on every step: orjson encodes the dataclasses in C.
     """
     try:
         return orjson.dumps(execution).decode()

@@ -19,7 +19,7 @@ from gateway_sfc.engine import Timer, TimerKind
 from gateway_sfc.events import EventRouter
 from gateway_sfc.executions import ExecutionStore, mark_ended, outbox_member, timer_from_json
 from gateway_sfc.scopes import ScopeRegistry
-from gateway_sfc.snapshots import RecipeCache
+from gateway_sfc.snapshots import RecipeCache, Snapshot
 from gateway_sfc.state import Execution, Phase, Status
 
 log = logging.getLogger(__name__)
@@ -116,11 +116,18 @@ class StepHandlers:
         else:
             chart = self.recipes.chart(recipe)
         parameters = recipe_job.parameters()
-        await self.recipes.save(scope, job, chart, recipe, parameters)
+        # One run per stored job order: a start handled twice (an instance frozen mid-way,
+        # its work taken over) is the same run, and does not start a job that ended again.
+        snapshot = Snapshot(chart, parameters, recipe, run=recipe_job.stored_at or "")
         executor = self.context.executor(chart, parameters)
         execution, effects = executor.start(scope, job, time.time())
-        if await self.executions.create(execution, effects):
+        execution.run = snapshot.run
+        # Kept before the commit: the commands it dispatches are sent from the snapshot.
+        self.recipes.keep(scope, job, snapshot)
+        if await self.executions.create(execution, effects, self.recipes.document(snapshot)):
             log.info("job %s/%s: chart started at %s", scope, job, chart.initial)
+        else:  # another instance started it: its snapshot is the one
+            self.recipes.forget(scope, job)
 
     async def _never_runs(self, scope: str, job: str, error: str) -> None:
         await self.context.gateway.job_control.abort(scope, job, JobOutcome(error=error))
@@ -144,6 +151,7 @@ class StepHandlers:
         run = execution.actions.get(action_name)
         if run is None or run.attempt != attempt or run.phase is not Phase.DISPATCHED:
             return  # cancelled or answered meanwhile
+        await self.recipes.get(scope, job, execution.run)  # this run's, kept for ``_publish``
         await self._publish(scope, job, action_name, attempt)
 
     async def publish(self, scope: str, job: str, tries: Sequence[tuple[str, int]]) -> None:

@@ -685,3 +685,53 @@ async def test_the_state_holds_what_goes_on_and_the_actions_done_go_to_the_histo
         (f"a{index}", "done") for index in range(steps)
     ]
     assert progress.results == {f"a{index}": {"ok": True} for index in range(steps)}
+
+
+async def test_a_job_id_cleared_and_stored_again_runs_its_new_recipe(station: SfcStation) -> None:
+    """The first run's recipe snapshot stays (expiring) after its Clear: a new job of the same
+    id runs the recipe it was stored with, not the one its predecessor ran."""
+    async with running(station.gateway()), station.mes() as mes:
+        for name, type_id in (("WM-old", "old"), ("WM-new", "new")):
+            wm = work_master(name, linear_recipe(1, type_id=type_id), dataschema=DATASCHEMA)
+            assert return_status(await mes.configure("workmaster", wm)) == OK
+        await complete_and_clear(mes, "J1", "WM-old")
+        await complete_and_clear(mes, "J1", "WM-new")
+    assert [command.type for command in station.equipment.received] == ["old", "new"]
+
+
+async def test_a_snapshot_kept_from_an_earlier_run_of_the_job_id_is_not_used(
+    station: SfcStation,
+) -> None:
+    """An instance may keep in memory the snapshot of a job id's earlier run (the new run was
+    started on another instance): the stored snapshot of the run the state names is used."""
+    tries = 0
+
+    def silent_once(command: EquipmentCommand) -> Any:
+        nonlocal tries
+        tries += 1
+        if tries == 1:
+            raise NoAnswer
+        return {"ok": True}
+
+    station.equipment.behaviours = {"new": silent_once}
+    new_recipe = {**SIMPLE, "actions": [{**SIMPLE_ACTION, "type_id": "new"}]}
+    gateway = station.gateway()
+    async with running(gateway), station.mes() as mes:
+        for name, recipe_data in (
+            ("WM-old", {**SIMPLE, "actions": [{**SIMPLE_ACTION, "type_id": "old"}]}),
+            ("WM-new", new_recipe),
+        ):
+            wm = work_master(name, recipe_data, dataschema=DATASCHEMA)
+            assert return_status(await mes.configure("workmaster", wm)) == OK
+        await complete_and_clear(mes, "J1", "WM-old")
+        coordinator = gateway.state.find(Coordinator)
+        assert coordinator is not None
+        earlier = await coordinator.recipes.get("cell1", "J1")  # the ended run's, still stored
+
+        order = job_order("J1", work_masters=["WM-new"])
+        assert return_status(await mes.store(order, method="StoreAndStart")) == OK
+        await wait_until(lambda: len(station.equipment.received) == 2)  # the new run's try 1
+        coordinator.recipes.keep("cell1", "J1", earlier)  # as another instance would keep it
+        assert state_of(await final_response(mes, "J1"))[:2] == ["Ended", "Completed"]
+    sent = [(command.type, command.correlation_id) for command in station.equipment.received]
+    assert sent == [("old", "J1:tighten:1"), ("new", "J1:tighten:1"), ("new", "J1:tighten:2")]

@@ -634,17 +634,21 @@ def test_execution_state_round_trips_through_json() -> None:
     assert copy == run.execution
 
 
-def test_execution_state_is_compact_json_headed_by_scope_job_and_version() -> None:
-    execution = Execution(scope="cell1", job='J "1"', version=7)
+def test_execution_state_is_compact_json_headed_by_scope_job_version_and_run() -> None:
+    execution = Execution(scope="cell1", job='J "1"', version=7, run="r1")
     execution.actions["a"] = ActionRun(name="a", step="A", phase=Phase.DONE, deadline=2.5)
     execution.results["a"] = {"torque": 85.2, "serial": 2**70}  # beyond orjson's 64 bits
     execution.results["b"] = {"torque": 85.2}
     text = dump_execution(execution)
-    assert text.startswith('{"scope":"cell1","job":"J \\"1\\"","version":7,"status":"running",')
+    assert text.startswith(
+        '{"scope":"cell1","job":"J \\"1\\"","version":7,"run":"r1","status":"running",'
+    )
     assert load_execution(text) == execution
     del execution.results["a"]
     text = dump_execution(execution)
-    assert text.startswith('{"scope":"cell1","job":"J \\"1\\"","version":7,"status":"running",')
+    assert text.startswith(
+        '{"scope":"cell1","job":"J \\"1\\"","version":7,"run":"r1","status":"running",'
+    )
     assert '"phase":"done"' in text
     assert " " not in text.replace('J \\"1\\"', "")
     assert load_execution(text) == execution

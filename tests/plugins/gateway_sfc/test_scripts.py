@@ -14,7 +14,7 @@ import pytest
 
 from gateway.testing.redis_ha import redis_client
 from gateway_sfc.scripts import COMMIT
-from gateway_sfc.state import Execution, dump_execution
+from gateway_sfc.state import Execution, Status, dump_execution
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
@@ -57,25 +57,29 @@ def ops(job: str, take: str | None, history: list[list[str]] | None = None, ttl:
 
 
 async def commit_to(
-    client: Any, names: list[str], expected: int, document: str, job: str, take: str | None = None
+    client: Any,
+    names: list[str],
+    expected: int,
+    document: str,
+    job: str,
+    take: str | None = None,
+    *,
+    snapshot: str = "{}",
+    run: str = "",
 ) -> int:
-    arguments = (expected, document, ops(job, take))
+    arguments = (expected, document, ops(job, take), snapshot, run)
     return int(await client.eval(COMMIT, len(names), *names, *arguments))
 
 
-async def commit(client: Any, unique: str, expected: int, document: str, job: str) -> int:
-    return await commit_to(client, keys(unique), expected, document, job)
-
-
-async def save_recipe(client: Any, unique: str) -> None:
-    """The recipe snapshot the engine saves before it creates a job's state."""
-    await client.set(keys(unique)[7], "{}")
+async def commit(
+    client: Any, unique: str, expected: int, document: str, job: str, *, run: str = ""
+) -> int:
+    return await commit_to(client, keys(unique), expected, document, job, run=run)
 
 
 async def test_a_commit_applies_only_to_the_version_it_read(redis_url: str, unique: str) -> None:
     job = "J-1"
     async with redis_client(redis_url) as client:
-        await save_recipe(client, unique)
         first = dump_execution(Execution(scope="cell", job=job, version=0))
         assert await commit(client, unique, -1, first, job) == 1
         assert await commit(client, unique, -1, first, job) == 0  # created once only
@@ -92,7 +96,6 @@ async def test_a_version_spelled_inside_the_job_id_is_not_taken_for_the_document
 ) -> None:
     job = 'J","version":7,"x":"'
     async with redis_client(redis_url) as client:
-        await save_recipe(client, unique)
         stored = dump_execution(Execution(scope="cell", job=job, version=2))
         assert await commit(client, unique, -1, stored, job) == 1
         assert await commit(client, unique, 7, stored, job) == 0
@@ -119,7 +122,6 @@ async def test_a_kept_event_is_taken_with_the_change_that_applies_it_and_only_on
     second[0] = f"{{{unique}}}:exec-2"  # another job's document, the same kept events
     kept = first[6]
     async with redis_client(redis_url) as client:
-        await save_recipe(client, unique)
         await client.lpush(kept, "event-1", "event-2")
         for job, names in (("J-1", first), ("J-2", second)):
             created = dump_execution(Execution(scope="cell", job=job, version=0))
@@ -139,19 +141,47 @@ async def test_a_kept_event_is_taken_with_the_change_that_applies_it_and_only_on
         assert await client.lrange(kept, 0, -1) == ["event-2"]
 
 
-async def test_a_state_is_created_only_beside_its_recipe_snapshot(
+async def test_a_state_is_created_with_its_snapshot_over_an_earlier_runs_ended_one_only(
     redis_url: str, unique: str
 ) -> None:
-    # The engine saves the snapshot, then creates the state. A store that restarted empty in
-    # between took a state whose job could never run, and every event of its scope failed on it.
-    job = "J-3"
-    created = dump_execution(Execution(scope="cell", job=job, version=0))
+    # The snapshot is written with the first state: a start that fails before leaves none. A
+    # job id cleared and stored again (another run) replaces the earlier run's ended state,
+    # snapshot and history; a start of the same run handled twice does not run it again.
+    job, names = "J-3", keys(unique)
+
+    async def create(run: str, snapshot: str) -> int:
+        document = dump_execution(Execution(scope="cell", job=job, version=0, run=run))
+        return await commit_to(client, names, -1, document, job, snapshot=snapshot, run=run)
+
     async with redis_client(redis_url) as client:
-        assert await commit(client, unique, -1, created, job) == -2
-        assert await client.exists(keys(unique)[0]) == 0  # nothing written
-        assert await client.scard(keys(unique)[4]) == 0  # not active either
-        await save_recipe(client, unique)
+        await client.hset(names[8], "a0", "{}")  # the earlier run's history
+        assert await create("r1", "s1") == 1
+        assert await client.get(names[7]) == "s1"
+        assert await client.exists(names[8]) == 0
+        assert await create("r2", "s2") == 0  # a running job is not replaced
+        assert await client.get(names[7]) == "s1"
+
+        ended = Execution(scope="cell", job=job, version=1, run="r1", status=Status.ENDED)
+        assert await commit(client, unique, 0, dump_execution(ended), job, run="r1") == 1
+        assert await create("r1", "s1") == 0  # the same run, started twice: it ended
+        assert await create("r2", "s2") == 1
+        assert await client.get(names[7]) == "s2"
+        assert await client.get(names[0]) == dump_execution(
+            Execution(scope="cell", job=job, version=0, run="r2")
+        )
+
+
+async def test_a_state_read_from_an_earlier_run_of_the_job_id_is_not_written(
+    redis_url: str, unique: str
+) -> None:
+    # The runs of a job id count their versions from 0 each: the run tells them apart.
+    job = "J-4"
+    async with redis_client(redis_url) as client:
+        created = dump_execution(Execution(scope="cell", job=job, version=0, run="r2"))
         assert await commit(client, unique, -1, created, job) == 1
+        written = dump_execution(Execution(scope="cell", job=job, version=1, run="r2"))
+        assert await commit(client, unique, 0, written, job, run="r1") == 0
+        assert await commit(client, unique, 0, written, job, run="r2") == 1
 
 
 async def test_the_runs_done_go_to_the_history_which_goes_with_the_state(
@@ -161,14 +191,13 @@ async def test_the_runs_done_go_to_the_history_which_goes_with_the_state(
     names = keys(unique)
     async with redis_client(redis_url) as client:
         await client.hset(names[8], "old", "{}")  # an earlier job's of the same id
-        await save_recipe(client, unique)
         document = dump_execution(Execution(scope="cell", job=job, version=0))
-        created = (-1, document, ops(job, None, [["a1", '{"name":"a1"}']]))
+        created = (-1, document, ops(job, None, [["a1", '{"name":"a1"}']]), "{}", "")
         assert await client.eval(COMMIT, len(names), *names, *created) == 1
         assert await client.hgetall(names[8]) == {"a1": '{"name":"a1"}'}
         assert await client.ttl(names[8]) == -1  # kept while the job runs
         ended = dump_execution(Execution(scope="cell", job=job, version=1))
-        last = (0, ended, ops(job, None, [["a2", '{"name":"a2"}']], ttl=60))
+        last = (0, ended, ops(job, None, [["a2", '{"name":"a2"}']], ttl=60), "", "")
         assert await client.eval(COMMIT, len(names), *names, *last) == 1
         assert set(await client.hgetall(names[8])) == {"a1", "a2"}
         for key in (names[0], names[7], names[8]):  # state, recipe snapshot, history
