@@ -124,7 +124,14 @@ class StepHandlers:
         execution.run = snapshot.run
         # Kept before the commit: the commands it dispatches are sent from the snapshot.
         self.recipes.keep(scope, job, snapshot)
-        if await self.executions.create(execution, effects, self.recipes.document(snapshot)):
+        try:
+            created = await self.executions.create(
+                execution, effects, self.recipes.document(snapshot)
+            )
+        except BaseException:  # maybe not written: the stored snapshot decides
+            self.recipes.forget(scope, job)
+            raise
+        if created:
             log.info("job %s/%s: chart started at %s", scope, job, chart.initial)
         else:  # another instance started it: its snapshot is the one
             self.recipes.forget(scope, job)
