@@ -93,8 +93,12 @@ class Executor:
 
     # -- stimuli ----------------------------------------------------------------------------
 
-    def start(self, scope: str, job: str, now: float) -> tuple[Execution, Effects]:
-        execution = Execution(scope=scope, job=job)
+    def start(
+        self, scope: str, job: str, now: float, attempts: Mapping[str, int] | None = None
+    ) -> tuple[Execution, Effects]:
+        """The job's first state; its tries are numbered on from ``attempts`` (an earlier run
+        of the job id: a late reply to that run must not match a try of this one)."""
+        execution = Execution(scope=scope, job=job, attempts=dict(attempts or {}))
         effects = Effects(changed=True)
         self._guarded(
             execution, effects, lambda: self._enter(execution, self.chart.initial, now, effects)

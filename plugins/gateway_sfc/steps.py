@@ -120,7 +120,9 @@ class StepHandlers:
         # its work taken over) is the same run, and does not start a job that ended again.
         snapshot = Snapshot(chart, parameters, recipe, run=recipe_job.stored_at or "")
         executor = self.context.executor(chart, parameters)
-        execution, effects = executor.start(scope, job, time.time())
+        earlier = await self.executions.read(scope, job)  # the job id's ended run, if kept
+        attempts = earlier.attempts if earlier is not None else None
+        execution, effects = executor.start(scope, job, time.time(), attempts)
         execution.run = snapshot.run
         # Kept before the commit: the commands it dispatches are sent from the snapshot.
         self.recipes.keep(scope, job, snapshot)

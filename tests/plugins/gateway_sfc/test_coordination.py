@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 from gateway.app import Gateway
-from gateway.equipment import EquipmentCommand
+from gateway.equipment import EquipmentCommand, EquipmentReply
 from gateway.hookspecs import hookimpl
 from gateway.jobstates import JobState
 from gateway.recipes import JobCommand
@@ -696,7 +696,36 @@ async def test_a_job_id_cleared_and_stored_again_runs_its_new_recipe(station: Sf
             assert return_status(await mes.configure("workmaster", wm)) == OK
         await complete_and_clear(mes, "J1", "WM-old")
         await complete_and_clear(mes, "J1", "WM-new")
-    assert [command.type for command in station.equipment.received] == ["old", "new"]
+    sent = [(command.type, command.correlation_id) for command in station.equipment.received]
+    assert sent == [("old", "J1:a0:1"), ("new", "J1:a0:2")]  # tries numbered on
+
+
+async def test_a_late_reply_to_an_earlier_run_of_the_job_id_is_not_taken_by_the_new_run(
+    station: SfcStation,
+) -> None:
+    """The runs of a job id number their tries on, so a reply to the earlier run that comes
+    late (the same job, action and try) does not answer the new run's command."""
+
+    def silent(command: EquipmentCommand) -> Any:
+        raise NoAnswer
+
+    station.equipment.behaviours = {"silent": silent}
+    gateway = station.gateway()
+    async with running(gateway), station.mes() as mes:
+        for name, type_id in (("WM-old", "old"), ("WM-new", "silent")):
+            wm = work_master(name, linear_recipe(1, type_id=type_id), dataschema=DATASCHEMA)
+            assert return_status(await mes.configure("workmaster", wm)) == OK
+        await complete_and_clear(mes, "J1", "WM-old")
+        order = job_order("J1", work_masters=["WM-new"])
+        assert return_status(await mes.store(order, method="StoreAndStart")) == OK
+        await wait_until(lambda: len(station.equipment.received) == 2)
+
+        await gateway.equipment.reply(EquipmentReply("J1:a0:1", {"late": True}, scope="cell1"))
+        assert await gateway.job_control.state("cell1", "J1") is JobState.RUNNING
+        await gateway.equipment.reply(EquipmentReply("J1:a0:2", {"torque": 9}, scope="cell1"))
+        response = await final_response(mes, "J1")
+    assert state_of(response)[:2] == ["Ended", "Completed"]
+    assert data_of(response)["a0"] == {"torque": 9}
 
 
 async def test_a_snapshot_kept_from_an_earlier_run_of_the_job_id_is_not_used(
@@ -734,4 +763,4 @@ async def test_a_snapshot_kept_from_an_earlier_run_of_the_job_id_is_not_used(
         coordinator.recipes.keep("cell1", "J1", earlier)  # as another instance would keep it
         assert state_of(await final_response(mes, "J1"))[:2] == ["Ended", "Completed"]
     sent = [(command.type, command.correlation_id) for command in station.equipment.received]
-    assert sent == [("old", "J1:tighten:1"), ("new", "J1:tighten:1"), ("new", "J1:tighten:2")]
+    assert sent == [("old", "J1:tighten:1"), ("new", "J1:tighten:2"), ("new", "J1:tighten:3")]
