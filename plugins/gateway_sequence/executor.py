@@ -148,7 +148,8 @@ class Sequencer:
 
     def _send(self, run: Run, command: Command, tries: int, now: float, effects: Effects) -> None:
         previous = run.steps.get(command.name)
-        attempt = previous.attempt + 1 if previous is not None else 1
+        last = previous.attempt if previous is not None else run.earlier_attempts.get(command.name)
+        attempt = (last or 0) + 1
         deadline = now + command.timeout_seconds
         run.steps[command.name] = StepRun(command.name, attempt, tries, Phase.SENT, now, deadline)
         run.side_effects = run.side_effects or command.side_effects

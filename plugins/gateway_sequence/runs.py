@@ -61,6 +61,13 @@ class TimerEntry:
         return cls(str(job), str(step), int(attempt), TimerKind(kind))
 
 
+def numbered_on(earlier: Run) -> dict[str, int]:
+    """The last attempt of each step over ``earlier`` and the runs before it."""
+    attempts = dict(earlier.earlier_attempts)
+    attempts.update((name, step.attempt) for name, step in earlier.steps.items())
+    return attempts
+
+
 class _Unchanged(Exception):
     """Leaves a transaction without writing (the stimulus changed nothing)."""
 
@@ -153,8 +160,11 @@ class RunStore:
         try:
             async with self.store.transaction(run.scope, watch=[key]) as transaction:
                 existing = await transaction.get_json(key)
-                if existing is not None and load_run(existing).status is not Status.ENDED:
-                    raise _Unchanged
+                if existing is not None:
+                    earlier = load_run(existing)
+                    if earlier.status is not Status.ENDED:
+                        raise _Unchanged
+                    run.earlier_attempts = numbered_on(earlier)
                 transaction.set_json(key, dump_run(run))
                 transaction.pipeline.sadd(self.active_key(run.scope), run.job)
         except (_Unchanged, WatchError):

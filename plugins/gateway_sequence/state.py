@@ -66,6 +66,9 @@ class Run:
     failed_command: str | None = None  # the correlation id whose failure held or ended it
     hold_reported: bool = False
     version: int = 0
+    # The last attempt of each step in the earlier runs of the job id (cleared and stored
+    # again): tries are numbered on from them, so a late reply to those runs matches no try.
+    earlier_attempts: dict[str, int] = field(default_factory=dict)
 
     def correlation_id(self, step: str) -> str:
         return f"{self.job}:{step}:{self.steps[step].attempt}"

@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 from gateway.app import Gateway
-from gateway.equipment import EquipmentCommand
+from gateway.equipment import EquipmentCommand, EquipmentReply
 from gateway.jobstates import JobState
 from gateway.recipes import RecipeJob
 from gateway.testing import poll_until, running, wait_until
@@ -403,3 +403,34 @@ async def test_an_earlier_versions_job_scopes_of_ended_runs_are_dropped(station:
 
         await reconcile(engine)
         assert sorted(await engine.store.client.hkeys(key)) == ["Running", "Stored"]
+
+
+async def test_a_late_reply_to_an_earlier_run_of_the_job_id_is_not_taken_by_the_new_run(
+    station: Station,
+) -> None:
+    """The runs of a job id number their tries on: a reply to the earlier run that comes late
+    (the same job, step and try) does not answer the new run's command."""
+    answers = iter([{"first": True}])
+
+    def once_then_silent(command: EquipmentCommand) -> Any:
+        answer = next(answers, None)
+        if answer is None:
+            raise NoAnswer
+        return answer
+
+    station.equipment.behaviours = {"com.example.a.v1": once_then_silent}
+    recipe = {"steps": [step("a", timeout_seconds=60)]}
+    gateway = station.gateway()
+    async with running(gateway), station.mes() as mes:
+        await start(mes, recipe)
+        assert state_of(await final_response(mes))[:2] == ["Ended", "Completed"]
+        assert return_status(await mes.act("Clear", "J1")) == OK
+        await start(mes, recipe)
+        await wait_until(lambda: len(station.equipment.received) == 2)
+
+        await gateway.equipment.reply(EquipmentReply("J1:a:1", {"late": True}, scope="cell1"))
+        assert await gateway.job_control.state("cell1", "J1") is JobState.RUNNING
+        await gateway.equipment.reply(EquipmentReply("J1:a:2", {"second": True}, scope="cell1"))
+        response = await final_response(mes)
+    assert sent(station.equipment) == ["J1:a:1", "J1:a:2"]
+    assert data_of(response)["a"] == {"second": True}
