@@ -81,7 +81,7 @@ class Coordinator:
         await self.work.start(job.scope, job.job_order_id)
 
     async def command_job(self, job: RecipeJob, command: JobCommand) -> None:
-        await self.work.command(job.scope, job.job_order_id, command)
+        await self.work.command(job.scope, job.job_order_id, command, job.stored_at or "")
 
     async def reply(self, reply: EquipmentReply) -> None:
         """Apply a reply where it arrives: one commit, then the next command goes out.

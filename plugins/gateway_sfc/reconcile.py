@@ -69,7 +69,7 @@ class Reconciler:
                 command = lost_command(await control.state(scope, job), execution.status)
                 if command is not None:
                     log.info("job %s/%s: the chart missed %s; applying it", scope, job, command)
-                    await self.work.command(scope, job, command)
+                    await self.work.command(scope, job, command, execution.run)
 
     async def drop_ended_legacy_scopes(self) -> None:
         """Versions before the per-job ``sfc:job-scope:<job>`` kept every job's scope in one

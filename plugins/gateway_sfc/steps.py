@@ -12,10 +12,10 @@ from gateway.equipment import EquipmentCommand
 from gateway.errors import GatewayError, ValidationError
 from gateway.jobstates import TopState
 from gateway.recipes import JobCommand, JobOutcome, ProcessValue
-from gateway.resilience import is_transient
+from gateway.resilience import TransientError, is_transient
 from gateway_sfc.binding import bind_equipment
 from gateway_sfc.context import EngineContext
-from gateway_sfc.engine import Timer, TimerKind
+from gateway_sfc.engine import Effects, Timer, TimerKind
 from gateway_sfc.events import EventRouter
 from gateway_sfc.executions import ExecutionStore, mark_ended, outbox_member, timer_from_json
 from gateway_sfc.scopes import ScopeRegistry
@@ -67,9 +67,15 @@ class StepHandlers:
                 scope, job, lambda ex, execution, now: ex.on_timer(execution, timer, now, offline)
             )
         elif kind == "command":
-            command = JobCommand(fields["command"])
-            await mutate(
-                scope, job, lambda ex, execution, now: ex.on_command(execution, command, now)
+            command, run = JobCommand(fields["command"]), fields.get("run")  # none: earlier
+            await mutate(  # versions' entries
+                scope,
+                job,
+                lambda ex, execution, now: (
+                    ex.on_command(execution, command, now)
+                    if run is None or run == execution.run
+                    else _ignored_command(execution, command)
+                ),
             )
         elif kind == "resume":
             await mutate(scope, job, lambda ex, execution, now: ex.on_resume(execution, now))
@@ -115,12 +121,22 @@ class StepHandlers:
             recipe = recipe_job.recipe
         else:
             chart = self.recipes.chart(recipe)
-        parameters = recipe_job.parameters()
         # One run per stored job order: a start handled twice (an instance frozen mid-way,
         # its work taken over) is the same run, and does not start a job that ended again.
-        snapshot = Snapshot(chart, parameters, recipe, run=recipe_job.stored_at or "")
-        executor = self.context.executor(chart, parameters)
-        earlier = await self.executions.read(scope, job)  # the job id's ended run, if kept
+        run = recipe_job.stored_at or ""
+        if await self._create(scope, job, Snapshot(chart, recipe_job.parameters(), recipe, run)):
+            log.info("job %s/%s: chart started at %s", scope, job, chart.initial)
+
+    async def _create(self, scope: str, job: str, snapshot: Snapshot) -> bool:
+        """Create the run's first state, with its snapshot (``False``: this run was started
+        already, e.g. by another instance). Its tries are numbered on from the job id's earlier
+        run, if its state is kept. An earlier run that has not ended yet (MES Abort, Clear and
+        Store back to back) raises ``TransientError``: the start is tried again, and succeeds
+        once that run has ended."""
+        earlier = await self.executions.read(scope, job)
+        if earlier and earlier.run != snapshot.run and earlier.status is not Status.ENDED:
+            raise TransientError(f"job {scope}/{job}: its earlier run has not ended yet")
+        executor = self.context.executor(snapshot.chart, snapshot.parameters)
         attempts = earlier.attempts if earlier is not None else None
         execution, effects = executor.start(scope, job, time.time(), attempts)
         execution.run = snapshot.run
@@ -133,10 +149,9 @@ class StepHandlers:
         except BaseException:  # maybe not written: the stored snapshot decides
             self.recipes.forget(scope, job)
             raise
-        if created:
-            log.info("job %s/%s: chart started at %s", scope, job, chart.initial)
-        else:  # another instance started it: its snapshot is the one
+        if not created:
             self.recipes.forget(scope, job)
+        return created
 
     async def _never_runs(self, scope: str, job: str, error: str) -> None:
         await self.context.gateway.job_control.abort(scope, job, JobOutcome(error=error))
@@ -259,6 +274,12 @@ class StepHandlers:
         self.recipes.forget(scope, job)
         self.context.metrics.charts.labels(execution.outcome or "unknown").inc()
         log.info("job %s/%s: chart %s", scope, job, execution.outcome)
+
+
+def _ignored_command(execution: Execution, command: JobCommand) -> Effects:
+    """An MES command for an earlier run of the job id (cleared and stored again since)."""
+    log.info("%s for an earlier run of job %s ignored", command.value, execution.job)
+    return Effects()
 
 
 def _noting_late_reply(execution: Execution, action: str, attempt: int) -> Execution:

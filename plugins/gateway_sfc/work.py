@@ -24,5 +24,8 @@ class WorkQueue:
         await self.scopes.remember_job(scope, job)
         await self.enqueue(scope, {"kind": "start", "job": job})
 
-    async def command(self, scope: str, job: str, command: JobCommand) -> None:
-        await self.enqueue(scope, {"kind": "command", "job": job, "command": command.value})
+    async def command(self, scope: str, job: str, command: JobCommand, run: str) -> None:
+        """The MES's ``command`` for run ``run`` of the job (``Execution.run``): a run of the
+        job id stored again after it never takes it."""
+        fields = {"kind": "command", "job": job, "command": command.value, "run": run}
+        await self.enqueue(scope, fields)

@@ -4,6 +4,7 @@ equipment through the driver API (in-process test equipment)."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -764,3 +765,81 @@ async def test_a_snapshot_kept_from_an_earlier_run_of_the_job_id_is_not_used(
         assert state_of(await final_response(mes, "J1"))[:2] == ["Ended", "Completed"]
     sent = [(command.type, command.correlation_id) for command in station.equipment.received]
     assert sent == [("old", "J1:tighten:1"), ("new", "J1:tighten:2"), ("new", "J1:tighten:3")]
+
+
+async def test_a_job_id_aborted_cleared_and_stored_at_once_runs_again(station: SfcStation) -> None:
+    """Abort, Clear and StoreAndStart of the same id back to back: the new run starts even if
+    the earlier chart is still taking the Abort in when its start comes."""
+    calls = 0
+
+    def silent_first(command: EquipmentCommand) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise NoAnswer
+        return {"ok": True}
+
+    station.equipment.behaviours = {"first": silent_first}
+    async with running(station.gateway()), station.mes() as mes:
+        wm = work_master("WM", linear_recipe(1, type_id="first"), dataschema=DATASCHEMA)
+        assert return_status(await mes.configure("workmaster", wm)) == OK
+        order = job_order("J1", work_masters=["WM"])
+        assert return_status(await mes.store(order, method="StoreAndStart")) == OK
+        await wait_until(lambda: len(station.equipment.received) == 1)
+        assert return_status(await mes.act("Abort", "J1")) == OK
+        assert return_status(await mes.act("Clear", "J1")) == OK
+        assert return_status(await mes.store(order, method="StoreAndStart")) == OK
+        response = await final_response(mes, "J1")
+    assert state_of(response)[:2] == ["Ended", "Completed"]
+
+
+async def test_a_start_waits_for_the_earlier_run_of_its_job_id_to_end(
+    station: SfcStation, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A start that finds the job id's earlier run not ended yet is tried again, and the job
+    runs once that run has ended (here the earlier run's state is written by the test)."""
+    keys = SfcKeys(KeySchema(station.name))
+    earlier = Execution(scope="cell1", job="J2", version=3, run="earlier")
+    with caplog.at_level(logging.INFO):
+        async with (
+            running(station.gateway()),
+            station.mes() as mes,
+            redis_client(station.redis_url) as redis,
+        ):
+            wm = work_master("WM", linear_recipe(1), dataschema=DATASCHEMA)
+            assert return_status(await mes.configure("workmaster", wm)) == OK
+            await redis.set(keys.execution("cell1", "J2"), dump_execution(earlier))
+            order = job_order("J2", work_masters=["WM"])
+            assert return_status(await mes.store(order, method="StoreAndStart")) == OK
+            await wait_until(lambda: "its earlier run has not ended yet" in caplog.text)
+            assert station.equipment.received == []  # held back by the earlier run
+            earlier.status = Status.ENDED
+            await redis.set(keys.execution("cell1", "J2"), dump_execution(earlier))
+            response = await final_response(mes, "J2")
+    assert state_of(response)[:2] == ["Ended", "Completed"]
+
+
+async def test_an_mes_command_for_an_earlier_run_of_the_job_id_is_ignored(
+    station: SfcStation,
+) -> None:
+    """MES commands reach the chart through the work stream: one for the job id's earlier run
+    that comes after the new run started does not act on the new run."""
+
+    def silent(command: EquipmentCommand) -> Any:
+        raise NoAnswer
+
+    station.equipment.behaviours = {"silent": silent}
+    keys = SfcKeys(KeySchema(station.name))
+    gateway = station.gateway()
+    async with running(gateway), station.mes() as mes, redis_client(station.redis_url) as redis:
+        wm = work_master("WM", linear_recipe(1, type_id="silent"), dataschema=DATASCHEMA)
+        assert return_status(await mes.configure("workmaster", wm)) == OK
+        order = job_order("J1", work_masters=["WM"])
+        assert return_status(await mes.store(order, method="StoreAndStart")) == OK
+        await wait_until(lambda: station.equipment.received)
+        stale: dict[Any, Any] = {"kind": "command", "job": "J1", "command": JobCommand.ABORT}
+        await redis.xadd(keys.work("cell1"), {**stale, "run": "an-earlier-run"})
+        await engine_settled(station, "cell1")
+        state = load_execution(await redis.get(keys.execution("cell1", "J1")) or "")
+        assert state.status is Status.RUNNING
+        assert await gateway.job_control.state("cell1", "J1") is JobState.RUNNING
