@@ -115,6 +115,21 @@ def _succeed(command: EquipmentCommand) -> Any:
     return {"ok": True}
 
 
+def silent_first(data: Any) -> Callable[[EquipmentCommand], Any]:
+    """A behaviour that leaves its first command unanswered and answers ``data`` to the others
+    (a timeout, then a retry that succeeds)."""
+    commands = 0
+
+    def behaviour(command: EquipmentCommand) -> Any:
+        nonlocal commands
+        commands += 1
+        if commands == 1:
+            raise NoAnswer
+        return data
+
+    return behaviour
+
+
 def answer_after(seconds: float, data: Any) -> Callable[[EquipmentCommand], Awaitable[Any]]:
     """A behaviour that answers ``data`` after a delay."""
 

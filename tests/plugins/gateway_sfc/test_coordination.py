@@ -21,7 +21,7 @@ from gateway.jobstates import JobState
 from gateway.recipes import JobCommand
 from gateway.store import KeySchema
 from gateway.testing import poll_until, running, wait_until
-from gateway.testing.equipment import EquipmentFailure, NoAnswer, TestEquipment
+from gateway.testing.equipment import EquipmentFailure, NoAnswer, TestEquipment, silent_first
 from gateway.testing.mqtt import connect_test_client
 from gateway.testing.redis_ha import grown_since, lasting_keys, redis_client
 from gateway_jobs.model import ReturnStatus
@@ -184,16 +184,7 @@ SIMPLE = {
 
 
 async def test_timeout_retry_success_with_a_durable_timer(station: SfcStation) -> None:
-    tries = 0
-
-    def silent_once(command: EquipmentCommand) -> Any:
-        nonlocal tries
-        tries += 1
-        if tries == 1:
-            raise NoAnswer
-        return {"torque": 80}
-
-    station.equipment.behaviours = {"com.example.tighten.v1": silent_once}
+    station.equipment.behaviours = {"com.example.tighten.v1": silent_first({"torque": 80})}
     async with running(station.gateway()), station.mes() as mes:
         await run_job(mes, SIMPLE)
         response = await final_response(mes, "J1")
@@ -734,16 +725,7 @@ async def test_a_snapshot_kept_from_an_earlier_run_of_the_job_id_is_not_used(
 ) -> None:
     """An instance may keep in memory the snapshot of a job id's earlier run (the new run was
     started on another instance): the stored snapshot of the run the state names is used."""
-    tries = 0
-
-    def silent_once(command: EquipmentCommand) -> Any:
-        nonlocal tries
-        tries += 1
-        if tries == 1:
-            raise NoAnswer
-        return {"ok": True}
-
-    station.equipment.behaviours = {"new": silent_once}
+    station.equipment.behaviours = {"new": silent_first({"ok": True})}
     new_recipe = {**SIMPLE, "actions": [{**SIMPLE_ACTION, "type_id": "new"}]}
     gateway = station.gateway()
     async with running(gateway), station.mes() as mes:
@@ -770,16 +752,7 @@ async def test_a_snapshot_kept_from_an_earlier_run_of_the_job_id_is_not_used(
 async def test_a_job_id_aborted_cleared_and_stored_at_once_runs_again(station: SfcStation) -> None:
     """Abort, Clear and StoreAndStart of the same id back to back: the new run starts even if
     the earlier chart is still taking the Abort in when its start comes."""
-    calls = 0
-
-    def silent_first(command: EquipmentCommand) -> Any:
-        nonlocal calls
-        calls += 1
-        if calls == 1:
-            raise NoAnswer
-        return {"ok": True}
-
-    station.equipment.behaviours = {"first": silent_first}
+    station.equipment.behaviours = {"first": silent_first({"ok": True})}
     async with running(station.gateway()), station.mes() as mes:
         wm = work_master("WM", linear_recipe(1, type_id="first"), dataschema=DATASCHEMA)
         assert return_status(await mes.configure("workmaster", wm)) == OK
