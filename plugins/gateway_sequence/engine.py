@@ -49,7 +49,7 @@ class SequenceEngine:
         self._sequencers: OrderedDict[str, Sequencer] = OrderedDict()
         self._scopes: set[str] = set()
         self._scopes_read_at: float | None = None
-        self._legacy_cursor = 0  # where dropping an earlier version's job -> scope entries is
+        self._legacy_cursor = 0  # HSCAN cursor in an earlier version's job -> scope hash
         self.tasks: TaskGroup | None = None  # the engine service's, while it runs
 
     @property

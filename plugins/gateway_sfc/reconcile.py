@@ -28,7 +28,7 @@ class Reconciler:
         self.scopes = scopes
         self.executions = executions
         self.work = work
-        self._legacy_cursor = 0  # where dropping an earlier version's job -> scope entries is
+        self._legacy_cursor = 0  # HSCAN cursor in an earlier version's job -> scope hash
 
     async def recovery_scan(self) -> None:
         """Re-examine every unfinished job once: re-send what waits, advance what can."""

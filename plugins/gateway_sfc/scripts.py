@@ -10,11 +10,11 @@ from __future__ import annotations
 # history.
 # ARGV[1]: the version the caller read (-1: create: no doc may exist but an ended one of
 # another run, i.e. of an earlier job of the same id, cleared and stored again: a start handled
-# twice must not run its job again); ARGV[2]: the new doc; ARGV[3]:
-# JSON of the follow-ups: ``work`` entries, ``cancel`` timers of tries that ended, new
-# ``timers``, the ``done`` tries whose outbox entries go, the ``outbox`` entries of the
-# commands to send now, ``take``: the kept event this change applies, if any, and ``history``:
-# the actions done since the last write ([name, JSON]), moved out of the doc into the history;
+# twice must not run its job again); ARGV[2]: the new doc; ARGV[3]: JSON of the follow-ups:
+# ``work`` entries, ``cancel`` timers of tries that ended, new ``timers``, the ``done`` tries
+# whose outbox entries go, the ``outbox`` entries of the commands to send now, ``take``: the
+# kept event this change applies, if any, and ``history``: the actions done since the last
+# write ([name, JSON]), moved out of the doc into the history;
 # ARGV[4] (create only): the job's recipe snapshot, written with its first state (a state never
 # lacks its recipe, and a snapshot never outlives a start that failed) in place of the earlier
 # job's, whose history goes too; ARGV[5]: the run of the state written (a job id stored again
@@ -23,10 +23,10 @@ from __future__ import annotations
 # ``ttl`` > 0 (the job has ended): the state expires after that many seconds, and the recipe
 # snapshot and the history with it (the operator view shows them until then).
 #
-# Returns 1 written, 0 the version was not the one read, -1 the kept event to take is gone
-# (another job took it first): nothing is written but on 1. Taking a kept
-# event in the same script that applies it is what makes it impossible to lose one between
-# the two, or to apply one twice.
+# Returns 1 written, 0 the version (or run) was not the one read, -1 the kept event to take is
+# gone (another job took it first): nothing is written but on 1. Taking a kept event in the
+# same script that applies it is what makes it impossible to lose one between the two, or to
+# apply one twice.
 #
 # The stored version and run are read off the document's head (``dump_execution`` writes
 # scope, job, version and run first; a quote inside a JSON string is escaped, so the pattern

@@ -67,13 +67,13 @@ class StepHandlers:
                 scope, job, lambda ex, execution, now: ex.on_timer(execution, timer, now, offline)
             )
         elif kind == "command":
-            command, run = JobCommand(fields["command"]), fields.get("run")  # none: earlier
-            await mutate(  # versions' entries
+            command, run = JobCommand(fields["command"]), fields.get("run")
+            await mutate(
                 scope,
                 job,
                 lambda ex, execution, now: (
                     ex.on_command(execution, command, now)
-                    if run is None or run == execution.run
+                    if _same_run(run, execution)
                     else _ignored_command(execution, command)
                 ),
             )
@@ -274,6 +274,12 @@ class StepHandlers:
         self.recipes.forget(scope, job)
         self.context.metrics.charts.labels(execution.outcome or "unknown").inc()
         log.info("job %s/%s: chart %s", scope, job, execution.outcome)
+
+
+def _same_run(run: str | None, execution: Execution) -> bool:
+    """Whether a command for ``run`` is for this state's run. Either may not know its run:
+    an entry or a state an earlier version wrote."""
+    return not run or not execution.run or run == execution.run
 
 
 def _ignored_command(execution: Execution, command: JobCommand) -> Effects:
