@@ -41,22 +41,30 @@ class ReceiverVariables:
             value = configuration.get(name)
             if name in self.shown and self.shown[name] == value:
                 continue
-            try:
-                variant = _variant(name, value, variant_type)
-            except ConversionError as error:  # one odd Work Master must not hide the others
-                log.error("OPC UA %s of scope %s not shown: %s", name, self.nodes.scope, error)
-                continue
-            await self.nodes.receiver[name].write_value(variant)
+            await self.nodes.receiver[name].write_value(self._variant(name, value, variant_type))
             self.shown[name] = value
 
+    def _variant(self, name: str, value: Any, variant_type: ua.VariantType) -> ua.Variant:
+        if variant_type is ua.VariantType.UInt16:
+            return ua.Variant(min(int(value or 0), _UINT16_MAX), variant_type)
+        if variant_type is ua.VariantType.ExtensionObject:
+            return ua.Variant(self._work_masters(value or []), variant_type, is_array=True)
+        return ua.Variant([str(entry) for entry in value or []], variant_type, is_array=True)
 
-def _variant(name: str, value: Any, variant_type: ua.VariantType) -> ua.Variant:
-    if variant_type is ua.VariantType.UInt16:
-        return ua.Variant(min(int(value or 0), _UINT16_MAX), variant_type)
-    if variant_type is ua.VariantType.ExtensionObject:
-        entries = [
-            from_json(dict(entry), ua_type("ISA95WorkMasterDataType"), name)
-            for entry in value or []
-        ]
-        return ua.Variant(entries, variant_type, is_array=True)
-    return ua.Variant([str(entry) for entry in value or []], variant_type, is_array=True)
+    def _work_masters(self, entries: list[Mapping[str, Any]]) -> list[Any]:
+        """Each Work Master as ``ISA95WorkMasterDataType``; one that does not convert is left
+        out, and says why, rather than hiding the others."""
+        converted = []
+        for entry in entries:
+            try:
+                converted.append(
+                    from_json(dict(entry), ua_type("ISA95WorkMasterDataType"), "WorkMaster")
+                )
+            except ConversionError as error:
+                log.error(
+                    "OPC UA WorkMaster %s of scope %s not shown: %s",
+                    entry.get("ID"),
+                    self.nodes.scope,
+                    error,
+                )
+        return converted
