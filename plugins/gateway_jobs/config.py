@@ -191,33 +191,22 @@ class StationConfig:
         return JobAcceptance() if document is None else from_json(document, JobAcceptance)
 
     async def receiver(self, scope: str) -> Receiver:
-        """What the scope accepts in a job order: its allowed IDs of each kind, its Work
-        Masters and its job acceptance (two round trips: the sets, then the Work Masters)."""
+        """What the scope accepts in a job order: its allowed IDs of each kind, then its Work
+        Masters and its job acceptance (``snapshot``): two round trips."""
         kinds = [*RESOURCE_KINDS, WORK_MASTER]
         pipeline = self.store.client.pipeline(transaction=True)  # one scope: one slot
         for kind in kinds:
             pipeline.smembers(self.allowed_key(scope, kind))
-        pipeline.get(self.allowed_key(scope, JOB_ACCEPTANCE))
-        *sets, acceptance = await pipeline.execute()
+        sets = await pipeline.execute()
         allowed = {
             kind: sorted(str(id_) for id_ in ids) for kind, ids in zip(kinds, sets, strict=True)
         }
-        pipeline = self.store.client.pipeline(transaction=True)
-        for work_master_id in allowed[WORK_MASTER]:
-            pipeline.get(self.work_master_key(scope, work_master_id))
-        work_masters = [
-            from_json(json.loads(text), WorkMaster, element="WorkMaster")
-            for text in await pipeline.execute()
-            if text is not None  # deleted between the two reads
-        ]
+        known = await self.snapshot(scope, allowed[WORK_MASTER])
         return Receiver(
             allowed={kind: allowed[kind] for kind in RESOURCE_KINDS},
-            work_masters=work_masters,
-            acceptance=(
-                JobAcceptance()
-                if acceptance is None
-                else from_json(json.loads(acceptance), JobAcceptance)
-            ),
+            # None: deleted between the two reads
+            work_masters=[item for item in known.work_masters.values() if item is not None],
+            acceptance=known.acceptance,
         )
 
     async def snapshot(self, scope: str, work_master_ids: Sequence[str]) -> ConfigSnapshot:

@@ -59,29 +59,29 @@ class ClientTrust:
     """The client application certificates trusted: ``trusted_clients`` and its CRLs, read at
     start and again whenever a file in either directory changes (``reload_if_changed``)."""
 
-    def __init__(self, trusted: Path, revocation_lists: Path | None) -> None:
+    def __init__(
+        self, trusted: Path, revocation_lists: Path | None, store: TrustStore, seen: Fingerprint
+    ) -> None:
         self._trusted = trusted
         self._revocation_lists = revocation_lists
-        self._seen: Fingerprint = ()
-        self._store = TrustStore([], [])
-        self._validator = _validator(self._store)
+        self._seen = seen  # the files ``store`` was read from
+        self._use(store)
 
     @classmethod
     async def load(cls, trusted: Path, revocation_lists: Path | None) -> ClientTrust:
         """Read the directories; a trust list that trusts nobody is refused."""
-        trust = cls(trusted, revocation_lists)
-        trust._seen = await anyio.to_thread.run_sync(trust._fingerprint)
-        trust._use(await _read(trusted, revocation_lists))
+        seen = await anyio.to_thread.run_sync(_fingerprint, trusted, revocation_lists)
+        store = await _read(trusted, revocation_lists)
         # asyncua logs each untrusted certificate with a traceback; ``refused`` says it once.
         logging.getLogger("asyncuagds.validate").setLevel(logging.CRITICAL)
-        return trust
+        return cls(trusted, revocation_lists, store, seen)
 
     async def reload_if_changed(self) -> None:
         """Read the directories again if a file in them was added, removed or replaced: the
         sessions opened from then on are checked against the new list (open ones stay). A
         change that leaves no certificate, or brings a file that is not one, is refused once
         in the log, and the list in force stays until the directories change again."""
-        seen = await anyio.to_thread.run_sync(self._fingerprint)
+        seen = await anyio.to_thread.run_sync(_fingerprint, self._trusted, self._revocation_lists)
         if seen == self._seen:
             return
         self._seen = seen
@@ -95,13 +95,9 @@ class ClientTrust:
 
     def _use(self, store: TrustStore) -> None:
         self._store = store
-        self._validator = _validator(store)
-
-    def _fingerprint(self) -> Fingerprint:
-        """Name, size and modification time of every file in the directories."""
-        directories = [d for d in (self._trusted, self._revocation_lists) if d is not None]
-        return tuple(
-            entry for directory in directories if directory.is_dir() for entry in _files(directory)
+        options = CertificateValidatorOptions.TRUSTED_VALIDATION
+        self._validator = CertificateValidator(
+            options | CertificateValidatorOptions.PEER_CLIENT, store
         )
 
     async def check_session(
@@ -143,6 +139,16 @@ def refused(certificate: x509.Certificate, uri: str | None, reason: str) -> None
 Fingerprint = tuple[tuple[str, int, int], ...]
 
 
+def _fingerprint(trusted: Path, revocation_lists: Path | None) -> Fingerprint:
+    """Name, size and modification time of every file in the directories."""
+    return tuple(
+        entry
+        for directory in (trusted, revocation_lists)
+        if directory is not None and directory.is_dir()
+        for entry in _files(directory)
+    )
+
+
 def _files(directory: Path) -> list[tuple[str, int, int]]:
     files = []
     for path in sorted(directory.iterdir()):
@@ -153,11 +159,6 @@ def _files(directory: Path) -> list[tuple[str, int, int]]:
         if path.is_file():
             files.append((str(path), status.st_size, status.st_mtime_ns))
     return files
-
-
-def _validator(store: TrustStore) -> CertificateValidator:
-    options = CertificateValidatorOptions.TRUSTED_VALIDATION
-    return CertificateValidator(options | CertificateValidatorOptions.PEER_CLIENT, store)
 
 
 async def _read(trusted: Path, revocation_lists: Path | None) -> TrustStore:
