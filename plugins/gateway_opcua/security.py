@@ -10,7 +10,8 @@ issued by a CA there, valid now, not revoked (``revocation_lists``), made out fo
 ApplicationUri and for client use. It is checked twice: when the session is created, which
 answers an honest client with the precise status (``BadCertificateUntrusted``...), and when it
 is activated, on the certificate the secure channel was opened with: a client that leaves its
-certificate out of CreateSession gets no further than ``BadUserAccessDenied``.
+certificate out of CreateSession gets no further than ``BadUserAccessDenied``. The list is
+read again when its files change, and the connections it no longer trusts are closed.
 """
 
 from __future__ import annotations
@@ -76,22 +77,24 @@ class ClientTrust:
         logging.getLogger("asyncuagds.validate").setLevel(logging.CRITICAL)
         return cls(trusted, revocation_lists, store, seen)
 
-    async def reload_if_changed(self) -> None:
-        """Read the directories again if a file in them was added, removed or replaced: the
-        sessions opened from then on are checked against the new list (open ones stay). A
-        change that leaves no certificate, or brings a file that is not one, is refused once
-        in the log, and the list in force stays until the directories change again."""
+    async def reload_if_changed(self) -> bool:
+        """Read the directories again if a file in them was added, removed or replaced
+        (``True``: a new list is in force; ``drop_distrusted`` then closes the connections it
+        no longer trusts). A change that leaves no certificate, or brings a file that is not
+        one, is refused once in the log, and the list in force stays until the directories
+        change again."""
         seen = await anyio.to_thread.run_sync(_fingerprint, self._trusted, self._revocation_lists)
         if seen == self._seen:
-            return
+            return False
         self._seen = seen
         try:
             store = await _read(self._trusted, self._revocation_lists)
         except GatewayError as error:
             log.error("OPC UA: trust list not reloaded, the one in force stays: %s", error)
-            return
+            return False
         self._use(store)
         log.info("OPC UA: trust list reloaded from %s", self._trusted)
+        return True
 
     def _use(self, store: TrustStore) -> None:
         self._store = store
@@ -116,24 +119,75 @@ class ClientTrust:
         if der is None:
             return False
         certificate = x509.load_der_x509_certificate(der)
+        reason = self.distrust(certificate)
+        if reason is not None:
+            refused(certificate, None, reason)
+        return reason is None
+
+    def distrust(self, certificate: x509.Certificate) -> str | None:
+        """Why a channel with ``certificate`` is not trusted (the status's name); ``None``:
+        it is."""
         now = datetime.now(UTC)
         if not certificate.not_valid_before_utc <= now <= certificate.not_valid_after_utc:
-            refused(certificate, None, "BadCertificateTimeInvalid")
-            return False
+            return "BadCertificateTimeInvalid"
         if not self._store.is_trusted(certificate):
-            refused(certificate, None, "BadCertificateUntrusted")
-            return False
+            return "BadCertificateUntrusted"
         if self._store.is_revoked(certificate):
-            refused(certificate, None, "BadCertificateRevoked")
-            return False
-        return True
+            return "BadCertificateRevoked"
+        return None
+
+
+def drop_distrusted(server: Server, trust: ClientTrust) -> int:
+    """Close the connections whose secure channel was opened with a certificate ``trust`` no
+    longer trusts (removed from the list, revoked, expired), sessions and subscriptions with
+    them; the number closed. Called after the list changed: removing a certificate cuts its
+    client off, it does not only keep it from coming back.
+
+    asyncua has no public way to list a server's connections: this reads its binary server's
+    ``clients`` (the test of the trust reload shows if a new asyncua changes them).
+    """
+    closed = 0
+    for connection in list(getattr(server.bserver, "clients", ())):
+        der = _channel_certificate(connection)
+        if der is None:  # no certificate: no session can be activated on it anyway
+            continue
+        certificate = x509.load_der_x509_certificate(der)
+        reason = trust.distrust(certificate)
+        if reason is None:
+            continue
+        log.warning(
+            "OPC UA: connection from %s closed: certificate CN=%s: %s",
+            _peer(connection),
+            common_name(certificate),
+            reason,
+        )
+        connection.transport.close()
+        closed += 1
+    return closed
+
+
+def _channel_certificate(connection: Any) -> bytes | None:
+    processor = getattr(connection, "processor", None)
+    secure_connection = getattr(processor, "_connection", None)
+    policy = getattr(secure_connection, "security_policy", None)
+    return getattr(policy, "peer_certificate", None)
+
+
+def _peer(connection: Any) -> str:
+    peer = getattr(connection, "peer_name", None)
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else "a client"
 
 
 def refused(certificate: x509.Certificate, uri: str | None, reason: str) -> None:
-    names = certificate.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
-    name = str(names[0].value) if names else certificate.subject.rfc4514_string()
     client = f"client {uri!r}" if uri else "a client"
-    log.warning("OPC UA: %s refused: certificate CN=%s: %s", client, name, reason)
+    log.warning(
+        "OPC UA: %s refused: certificate CN=%s: %s", client, common_name(certificate), reason
+    )
+
+
+def common_name(certificate: x509.Certificate) -> str:
+    names = certificate.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    return str(names[0].value) if names else certificate.subject.rfc4514_string()
 
 
 Fingerprint = tuple[tuple[str, int, int], ...]

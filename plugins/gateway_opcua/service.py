@@ -27,7 +27,13 @@ from gateway_opcua.calls import MethodCalls
 from gateway_opcua.events import ScopeEvents
 from gateway_opcua.model import load_information_model
 from gateway_opcua.receiver import ReceiverVariables
-from gateway_opcua.security import PasswordUsers, client_trust, secure
+from gateway_opcua.security import (
+    ClientTrust,
+    PasswordUsers,
+    client_trust,
+    drop_distrusted,
+    secure,
+)
 from gateway_opcua.settings import OpcUaSettings
 
 if TYPE_CHECKING:
@@ -113,7 +119,7 @@ class OpcUaService:
                             gateway.resilience.every,
                             "opcua.trust",
                             self.settings.trust_poll_seconds,
-                            trust.reload_if_changed,
+                            partial(_follow_trust_list, server, trust),
                         )
                     tasks.start_soon(
                         gateway.resilience.every,
@@ -150,6 +156,13 @@ class OpcUaService:
                 log.exception(
                     "OPC UA: status event of %s/%s failed", status.scope, status.job_order_id
                 )
+
+
+async def _follow_trust_list(server: Server, trust: ClientTrust) -> None:
+    """A change to the trust list applies to the sessions open too: the clients it no longer
+    trusts are cut off."""
+    if await trust.reload_if_changed():
+        drop_distrusted(server, trust)
 
 
 def _password(settings: OpcUaSettings) -> str:

@@ -62,7 +62,7 @@ class OpcUaSettings:
     trust_poll_seconds: float = setting(
         5.0,
         "How often trusted_clients and revocation_lists are looked at for changed files (a "
-        "change applies to the sessions opened from then on)",
+        "change applies at once: the connections of clients no longer trusted are closed)",
         minimum=0.05,
     )
     configuration_poll_seconds: float = setting(

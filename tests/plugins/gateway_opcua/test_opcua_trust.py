@@ -182,6 +182,8 @@ async def test_a_change_to_the_trust_list_applies_without_a_restart(
                 return await answers(client)
         except BadCertificateUntrusted:
             return False
+        except ConnectionError:  # opened just before the list changed, and cut off
+            return False
 
     async def refused(certificates: Certificates) -> bool:
         return not await served(certificates)
@@ -204,3 +206,47 @@ async def test_a_change_to_the_trust_list_applies_without_a_restart(
             await poll_until(reported)
         assert await served(stranger)  # the list in force stays
         assert not await served(mes)
+
+
+async def test_a_client_no_longer_trusted_is_cut_off_and_the_others_stay_served(
+    mqtt_url: str, redis_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Removing a client's certificate from ``trusted_clients`` closes its open connection,
+    session and all, within ``trust_poll_seconds``; the session of a client still trusted goes
+    on."""
+    for directory in ("mes", "line", "trusted"):
+        (tmp_path / directory).mkdir()
+    mes = await client_certificate(tmp_path / "mes")
+    line = await client_certificate(tmp_path / "line")
+    trust_list = tmp_path / "trusted"
+    shutil.copy(mes[0], trust_list / "mes.der")
+    shutil.copy(line[0], trust_list / "line.der")
+    port = free_port()
+    name = f"t{uuid.uuid4().hex[:12]}"
+    environment = station_environment(name, mqtt_url, redis_url, tmp_path, "a", port, "all")
+    environment["GATEWAY_OPCUA_TRUSTED_CLIENTS"] = str(trust_list)
+    environment["GATEWAY_OPCUA_TRUST_POLL_SECONDS"] = "0.1"
+    endpoint = f"opc.tcp://127.0.0.1:{port}"
+
+    async def cut_off(client: JobsClient) -> bool:
+        try:
+            await answers(client)
+        except ConnectionError:  # asyncua's answer once the server closed the connection
+            return True
+        return False
+
+    async with (
+        running(Gateway.from_environment(None, environment)),
+        session(endpoint, mes) as revoked,
+        session(endpoint, line) as kept,
+    ):
+        assert await answers(revoked)
+        assert await answers(kept)
+        with caplog.at_level(logging.WARNING, "gateway_opcua"):
+            (trust_list / "mes.der").unlink()
+            await poll_until(lambda: cut_off(revoked))
+        closed = [record.getMessage() for record in caplog.records if "closed" in record.msg]
+        assert len(closed) == 1, closed
+        assert closed[0].startswith("OPC UA: connection from 127.0.0.1:")
+        assert closed[0].endswith(": BadCertificateUntrusted")
+        assert await answers(kept)  # the same session, still served
