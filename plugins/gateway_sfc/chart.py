@@ -323,6 +323,12 @@ class _Compiler:
             self.problem(element, f"{action.step!r} is a branch; actions belong to steps")
         if not action.name:
             self.problem(element, "the name must not be empty")
+        elif ":" in action.name:  # a reply's correlation id would name another action
+            self.problem(
+                element,
+                "the name must not contain ':' (the correlation id of its commands is "
+                "<job>:<action>:<attempt>)",
+            )
         self.check_timing(element, action)
         if action.qualifier is Qualifier.R:
             self.check_reset(element, action)

@@ -415,6 +415,12 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         "action 'a' of step 'A': duplicate action name (already used in the step)",
     ),
     (
+        "colon in an action name",
+        recipe(actions=[action("press:1", "A")]),
+        "action 'press:1' of step 'A': the name must not contain ':' (the correlation id of "
+        "its commands is <job>:<action>:<attempt>)",
+    ),
+    (
         "duplicate action across steps",
         recipe(
             steps=("Init*", "A", "B", "End"),
