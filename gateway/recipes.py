@@ -32,6 +32,7 @@ from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 from gateway.jobstates import JobState, TopState
+from gateway.resilience import TransientError
 from gateway.routing import EquipmentUse
 
 RECIPE_VERSION_ID = "RecipeVersion"
@@ -255,6 +256,32 @@ class JobControl(Protocol):
         interpreter hand-off); observers of ``gateway_job_method_called`` see who asked.
         """
         ...
+
+
+async def report_completed(
+    control: JobControl, scope: str, job_order_id: str, outcome: JobOutcome
+) -> bool:
+    """Tell job control that the job's recipe completed: Running -> Ended.Completed.
+
+    ``False``: the MES paused the job just as its recipe ended (Complete is refused while the job
+    is Interrupted). The interpreter keeps the end to itself and reports it again when the MES
+    resumes the job (``command(RESUME)``), or stops or aborts it: then the job keeps the state the
+    MES gave it and gets the recipe's results. A job gone meanwhile has nothing to hear.
+    """
+    for _ in range(3):  # Running again between two looks: the MES resumed it meanwhile
+        if await control.complete(scope, job_order_id, outcome):
+            return True
+        state = await control.state(scope, job_order_id)
+        if state is None:
+            return True
+        if state.top is TopState.INTERRUPTED:
+            return False
+        if state is JobState.COMPLETED:  # by this report, handled twice (a retry, a crash)
+            return True
+        if state.top is not TopState.RUNNING:  # the MES stopped or aborted it meanwhile
+            await control.record_results(scope, job_order_id, outcome.results)
+            return True
+    raise TransientError(f"job {scope}/{job_order_id}: its state kept changing under Complete")
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,14 @@ from gateway.equipment import EquipmentCommand, EquipmentEvent, EquipmentReply
 from gateway.errors import GatewayError
 from gateway.jobstates import TopState
 from gateway.logs import log_context
-from gateway.recipes import JobCommand, JobOutcome, ProcessValue, RecipeJob, recipe_version
+from gateway.recipes import (
+    JobCommand,
+    JobOutcome,
+    ProcessValue,
+    RecipeJob,
+    recipe_version,
+    report_completed,
+)
 from gateway.resilience import is_transient
 from gateway.store import Store
 from gateway_sequence.executor import Effects, Sequencer
@@ -315,7 +322,14 @@ class SequenceEngine:
             correlation_id=run.failed_command,
         )
         if run.outcome is Outcome.COMPLETED:
-            await control.complete(scope, job, outcome)
+            if not await report_completed(control, scope, job, outcome):
+                log.info(
+                    "job %s/%s: its sequence completed as the MES paused it; reported when the "
+                    "MES resumes it",
+                    scope,
+                    job,
+                )
+                return
         elif run.outcome is Outcome.FAILED:
             await control.abort(scope, job, outcome)
         else:  # stopped or aborted by the MES: the job's state is set; the results so far

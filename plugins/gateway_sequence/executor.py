@@ -125,6 +125,10 @@ class Sequencer:
         ):
             outcome = Outcome.STOPPED if command is JobCommand.STOP else Outcome.ABORTED
             self._finish(run, outcome, None, effects)
+        elif run.status is Status.FINISHING and command is not JobCommand.PAUSE:
+            # Its completion may wait for this (the MES paused the job as the sequence ended:
+            # ``report_completed``): report again.
+            effects.report = Report.FINAL
         return effects
 
     # -- the rules ------------------------------------------------------------------------

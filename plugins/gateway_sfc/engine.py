@@ -201,6 +201,10 @@ class Executor:
         ):
             outcome = "stopped" if command is JobCommand.STOP else "aborted by the MES"
             self._finish(execution, outcome, None, effects, report=Report.RECORD)
+        elif status is Status.FINISHING and command is not JobCommand.PAUSE:
+            # Its completion may wait for this (the MES paused the job as the chart ended:
+            # ``report_completed``): report again.
+            effects.report = Report.COMPLETE if execution.outcome == "completed" else Report.ABORT
         self.settle(execution, now, effects)
         return effects
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from gateway.jobstates import JobState
+from gateway.jobstates import JobState, TopState
 from gateway.recipes import JobCommand, missed_command
 from gateway_sfc.context import EngineContext
 from gateway_sfc.executions import ExecutionStore, waiting
@@ -66,7 +66,11 @@ class Reconciler:
                     # have come just before its event was kept, or been lost with its
                     # instance or with its commit's answer in a failover. Look again.
                     await self.executions.wait_started(scope, job)
-                command = lost_command(await control.state(scope, job), execution.status)
+                state = await control.state(scope, job)
+                if report_lost(state, execution.status):
+                    log.info("job %s/%s: reporting the end of its chart again", scope, job)
+                    await self.work.report(scope, job)
+                command = lost_command(state, execution.status)
                 if command is not None:
                     log.info("job %s/%s: the chart missed %s; applying it", scope, job, command)
                     await self.work.command(scope, job, command, execution.run)
@@ -88,6 +92,15 @@ class Reconciler:
         if execution is not None:
             return execution.status is Status.ENDED
         return await self.context.gateway.job_control.state(scope, job) is None
+
+
+def report_lost(state: JobState | None, status: Status) -> bool:
+    """Whether a finishing chart may have lost its report: its completion waited for the MES to
+    resume the job (``report_completed``), and the Resume, Stop or Abort reached job management
+    but not the chart (a crash in between)."""
+    return (
+        status is Status.FINISHING and state is not None and state.top is not TopState.INTERRUPTED
+    )
 
 
 def lost_command(state: JobState | None, status: Status) -> JobCommand | None:

@@ -11,7 +11,7 @@ from typing import Any
 from gateway.equipment import EquipmentCommand
 from gateway.errors import GatewayError, ValidationError
 from gateway.jobstates import TopState
-from gateway.recipes import JobCommand, JobOutcome, ProcessValue
+from gateway.recipes import JobCommand, JobOutcome, ProcessValue, report_completed
 from gateway.resilience import TransientError, is_transient
 from gateway_sfc.binding import bind_equipment
 from gateway_sfc.context import EngineContext
@@ -263,7 +263,14 @@ class StepHandlers:
             correlation_id=_failed_command(execution),
         )
         if execution.outcome == "completed":
-            await control.complete(scope, job, outcome)
+            if not await report_completed(control, scope, job, outcome):
+                log.info(
+                    "job %s/%s: its chart completed as the MES paused it; reported when "
+                    "the MES resumes it",
+                    scope,
+                    job,
+                )
+                return
         elif execution.outcome == "aborted":
             await control.abort(scope, job, outcome)
         else:  # stopped or aborted by the MES: the job's state is already set

@@ -29,3 +29,7 @@ class WorkQueue:
         job id stored again after it never takes it."""
         fields = {"kind": "command", "job": job, "command": command.value, "run": run}
         await self.enqueue(scope, fields)
+
+    async def report(self, scope: str, job: str) -> None:
+        """Report the job's chart's end to job control again (a finishing chart's report)."""
+        await self.enqueue(scope, {"kind": "report", "job": job})

@@ -40,7 +40,7 @@ from gateway_sfc.events import EventRouter
 from gateway_sfc.keys import SfcKeys
 from gateway_sfc.model import DATASCHEMA
 from gateway_sfc.progress import read_progress
-from gateway_sfc.reconcile import lost_command
+from gateway_sfc.reconcile import lost_command, report_lost
 from gateway_sfc.settings import SfcSettings
 from gateway_sfc.state import Execution, Status, dump_execution, load_execution
 from gateway_sfc.testing import linear_recipe
@@ -321,6 +321,24 @@ def test_the_command_a_chart_missed_follows_from_its_jobs_state(
     state: JobState | None, status: Status, command: JobCommand | None
 ) -> None:
     assert lost_command(state, status) is command
+
+
+@pytest.mark.parametrize(
+    ("state", "status", "lost"),
+    [
+        (JobState.SUSPENDED, Status.FINISHING, False),  # waits for the MES's Resume
+        (JobState.RUNNING, Status.FINISHING, True),  # resumed: the Resume may be lost
+        (JobState.CLOSED, Status.FINISHING, True),  # stopped meanwhile: results to record
+        (JobState.COMPLETED, Status.FINISHING, True),  # completed, not closed yet
+        (None, Status.FINISHING, False),  # gone: nothing to report to
+        (JobState.RUNNING, Status.RUNNING, False),
+        (JobState.RUNNING, Status.ENDED, False),
+    ],
+)
+def test_a_finishing_chart_reports_again_unless_the_mes_keeps_its_job_interrupted(
+    state: JobState | None, status: Status, lost: bool
+) -> None:
+    assert report_lost(state, status) is lost
 
 
 async def test_a_job_whose_hand_off_was_lost_is_started_by_reconciliation(
