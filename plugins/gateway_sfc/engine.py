@@ -160,7 +160,9 @@ class Executor:
             run is not None
             and run.attempt == timer.attempt
             and run.phase in (Phase.DISPATCHED, Phase.WAITING)
-            and execution.status in (Status.RUNNING, Status.PAUSED)
+            # Held too: a parallel action still waits, and its time runs out all the same (its
+            # timer is not set again: after Resume nothing would end the wait).
+            and execution.status in (Status.RUNNING, Status.PAUSED, Status.HELD)
         )
         if timer.kind is TimerKind.TIMEOUT and run is not None and waiting:
             waited = "no reply" if run.phase is Phase.DISPATCHED else "no event"
@@ -192,7 +194,7 @@ class Executor:
             execution.status = Status.RUNNING
             effects.changed = True
         elif command is JobCommand.RESUME and status is Status.HELD:
-            self._retry_held_action(execution)
+            self._retry_held_actions(execution)
             effects.changed = True
         elif command in (JobCommand.STOP, JobCommand.ABORT) and status in (
             Status.RUNNING,
@@ -243,10 +245,13 @@ class Executor:
         fresh result, perhaps from repaired equipment); otherwise the job is aborted.
         """
         action = self._actions.get(error.action or "")
-        run = execution.actions.get(error.action or "")
-        if action is None or run is None or self.recipe.on_error_of(action) is not OnError.HOLD:
+        if action is None or self.recipe.on_error_of(action) is not OnError.HOLD:
             self._finish(execution, "aborted", str(error), effects)
             return
+        run = execution.actions.get(action.name)
+        if run is None:  # done, and so moved to the history (``take_done``): it fails again
+            run = execution.actions[action.name] = _new_run(action, action.step)
+            run.attempt = execution.attempts.get(action.name, 0)
         run.phase = Phase.FAILED
         run.error = str(error)
         execution.status = Status.HELD
@@ -396,14 +401,7 @@ class Executor:
 
     def _fresh_run(self, execution: Execution, action: Action, step: str) -> ActionRun:
         """A new activation: loops re-entering a step start from a clean action state."""
-        qualifier = action.qualifier
-        run = ActionRun(
-            name=action.name,
-            step=step,
-            blocking=qualifier in (Qualifier.N, Qualifier.L, Qualifier.D),
-            stored=qualifier is Qualifier.S,
-        )
-        execution.actions[action.name] = run
+        run = execution.actions[action.name] = _new_run(action, step)
         execution.results.pop(action.name, None)
         return run
 
@@ -463,9 +461,12 @@ class Executor:
         else:
             self._finish(execution, "aborted", message, effects)
 
-    def _retry_held_action(self, execution: Execution) -> None:
-        run = execution.actions.get(execution.failed_action or "")
-        if run is not None and run.phase is Phase.FAILED:
+    def _retry_held_actions(self, execution: Execution) -> None:
+        """MES Resume of a held job: every action that failed and holds it is tried again
+        (parallel branches may each have failed; ``failed_action`` names the last)."""
+        for run in execution.actions.values():
+            if run.phase is not Phase.FAILED:
+                continue
             run.phase = Phase.PENDING
             run.tries = 0
             run.not_before = None
@@ -558,3 +559,12 @@ def as_fields(result: Any) -> Mapping[str, Any]:
 def _failed(run: ActionRun) -> bool:
     """Whether no try is left (a function: mypy narrowed ``run.phase`` before the call)."""
     return run.phase is Phase.FAILED
+
+
+def _new_run(action: Action, step: str) -> ActionRun:
+    return ActionRun(
+        name=action.name,
+        step=step,
+        blocking=action.qualifier in (Qualifier.N, Qualifier.L, Qualifier.D),
+        stored=action.qualifier is Qualifier.S,
+    )

@@ -14,7 +14,15 @@ import pytest
 
 from gateway.recipes import JobCommand
 from gateway_sfc.engine import Effects, Executor, Timer
-from gateway_sfc.state import ActionRun, Execution, Phase, Status, dump_execution, load_execution
+from gateway_sfc.state import (
+    ActionRun,
+    Execution,
+    Phase,
+    Status,
+    dump_execution,
+    load_execution,
+    take_done,
+)
 from gateway_sfc.validation import load_chart
 
 
@@ -58,17 +66,24 @@ class Run:
             liveness_seconds=liveness_seconds,
         )
         self.execution, self.effects = self.executor.start("cell", "J1", self.now)
+        self.history: dict[str, ActionRun] = take_done(self.execution)
         self.sent: list[str] = list(self.effects.sends)
         self.timers: list[Timer] = list(self.effects.timers)
 
     def _record(self, effects: Effects) -> Effects:
+        # As every commit does: runs that are done leave the state for the history.
+        self.history.update(take_done(self.execution))
         self.effects = effects
         self.sent.extend(effects.sends)
         self.timers.extend(effects.timers)
         return effects
 
+    def run(self, action: str) -> ActionRun:
+        """The action's run in the state, or in the history once it is done."""
+        return self.execution.actions.get(action) or self.history[action]
+
     def attempt(self, action: str) -> int:
-        return self.execution.actions[action].attempt
+        return self.run(action).attempt
 
     def reply(self, action: str, data: Any = None, error: str | None = None) -> Effects:
         return self._record(
@@ -97,7 +112,7 @@ class Run:
         return set(self.execution.nodes)
 
     def phase(self, action: str) -> Phase:
-        return self.execution.actions[action].phase
+        return self.run(action).phase
 
     @property
     def status(self) -> Status:
@@ -464,6 +479,39 @@ def test_hold_then_resume_retries_the_failed_action() -> None:
     assert run.execution.outcome == "completed"
 
 
+def parallel(*actions: dict[str, Any]) -> dict[str, Any]:
+    """Steps A and B in a simultaneous branch, then Done; ``actions`` belong to A and B."""
+    return {
+        "steps": steps("Init", "A", "B", "Done"),
+        "branches": [{"name": "Fit", "type": "simultaneous", "branches": [["A"], ["B"]]}],
+        "transitions": [{"source": "Init", "target": "Fit"}, {"source": "Fit", "target": "Done"}],
+        "actions": list(actions),
+    }
+
+
+def test_resume_retries_every_parallel_action_that_failed_while_the_job_held() -> None:
+    run = Run(parallel(push("a", "A", on_error="hold"), push("b", "B", on_error="hold")))
+    run.reply("a", error="jammed")
+    run.reply("b", error="jammed")  # fails while the job holds already
+    assert run.status is Status.HELD
+    run.command(JobCommand.RESUME)
+    assert sorted(run.effects.sends) == ["a", "b"]
+    run.reply("b")
+    assert run.execution.status is Status.RUNNING  # a has not answered yet
+    run.reply("a")
+    assert run.execution.outcome == "completed"
+    assert run.execution.results == {"a": {"ok": True}, "b": {"ok": True}}
+
+
+def test_a_parallel_action_whose_time_runs_out_while_the_job_holds_fails() -> None:
+    run = Run(parallel(push("a", "A", on_error="hold"), push("b", "B", timeout_seconds=2)))
+    run.reply("a", error="jammed")
+    assert run.status is Status.HELD
+    run.advance(2)  # b's equipment never answers
+    assert run.execution.outcome == "aborted"
+    assert "no reply within 2 s" in (run.execution.error or "")
+
+
 def test_pause_stops_advancing_and_resume_continues() -> None:
     run = Run(
         {
@@ -580,6 +628,20 @@ def test_a_field_the_result_lacks_holds_with_on_error_hold_and_resume_runs_the_a
     run.reply("label", {"printed": True})
     assert run.execution.outcome == "completed"
     assert run.execution.results == {"label": {"printed": True}}
+
+
+def test_a_field_the_result_lacks_holds_when_another_action_of_the_step_answers_last() -> None:
+    recipe = print_recipe("label.printed", on_error="hold")
+    recipe["actions"].append(push("stamp", "Print"))
+    run = Run(recipe)
+    run.reply("label", {"printd": True})  # done, and so in the history, when stamp answers
+    run.reply("stamp")
+    assert run.status is Status.HELD
+    assert "has no field 'printed'" in (run.execution.error or "")
+    run.command(JobCommand.RESUME)
+    assert run.effects.sends == ["label"]
+    run.reply("label", {"printed": True})
+    assert run.execution.outcome == "completed"
 
 
 def test_a_bare_field_waits_for_a_source_action_that_still_runs() -> None:
