@@ -168,9 +168,8 @@ class SequenceEngine:
                 run = await self.runs.read(scope, job)
                 if run is None:
                     continue
-                recipe = self.sequencer(run).recipe
                 for step, _ in sorted(run.outstanding()):
-                    if recipe.command(step).equipment == equipment_id:
+                    if await self._equipment_of(run, step) == equipment_id:
                         log.info(
                             "job %s/%s: %s sent again (%s is back)", scope, job, step, equipment_id
                         )
@@ -237,7 +236,9 @@ class SequenceEngine:
         run = await self.runs.read(scope, entry.job)
         if run is None:
             return None
-        equipment = self.sequencer(run).recipe.command(entry.step).equipment
+        if entry.step not in run.steps:
+            return None
+        equipment = await self._equipment_of(run, entry.step)
         return None if equipment is None else await self.gateway.equipment.offline_reason(equipment)
 
     # -- applying a stimulus ----------------------------------------------------------------
@@ -268,12 +269,11 @@ class SequenceEngine:
         if effects.report is not None:
             await self.report(run)
 
-    async def _send(self, run: Run, step: str) -> None:
-        """Send the step's latest try; a command no driver delivers fails that try."""
+    def _command(self, run: Run, step: str) -> EquipmentCommand:
+        """The command of the step's latest try."""
         command = self.sequencer(run).recipe.command(step)
-        attempt = run.steps[step].attempt
-        outgoing = EquipmentCommand(
-            correlation_id=f"{run.job}:{step}:{attempt}",
+        return EquipmentCommand(
+            correlation_id=f"{run.job}:{step}:{run.steps[step].attempt}",
             type=command.type_id,
             equipment=command.equipment,
             scope=run.scope,
@@ -283,6 +283,16 @@ class SequenceEngine:
             job_parameters=run.parameters,
             timeout_seconds=command.timeout_seconds,
         )
+
+    async def _equipment_of(self, run: Run, step: str) -> str | None:
+        """The equipment the step's command goes to: the one it names, or the one its type
+        routes to (``None``: a driver serving the type decides)."""
+        return (await self.gateway.equipment.routed(self._command(run, step))).equipment
+
+    async def _send(self, run: Run, step: str) -> None:
+        """Send the step's latest try; a command no driver delivers fails that try."""
+        outgoing = self._command(run, step)
+        attempt = run.steps[step].attempt
         try:
             await self.gateway.equipment.send(outgoing)
         except Exception as error:

@@ -241,22 +241,46 @@ async def test_a_command_whose_publication_failed_is_sent_again(station: Station
     assert sent(station.equipment) == ["J1:a:1", "J1:a:1"]
 
 
+@pytest.mark.parametrize("named", [True, False], ids=["equipment-named", "routed-by-type"])
 async def test_equipment_coming_back_online_gets_the_commands_it_may_have_missed(
-    station: Station,
+    station: Station, named: bool
 ) -> None:
+    """Whether the step names the equipment or its type routes it there."""
+
     def missed_first(command: EquipmentCommand) -> Any:
         if len(station.equipment.sent("com.example.a.v1")) == 1:
             raise NoAnswer  # the first delivery got lost while the equipment was away
         return {"ok": True}
 
     station.equipment.behaviours = {"com.example.a.v1": missed_first}
+    where = {"equipment": "press"} if named else {}
     async with running(gateway := station.gateway()), station.mes() as mes:
-        await start(mes, {"steps": [step("a", equipment="press", timeout_seconds=30)]})
+        press = {"ID": "press", "Properties": [{"ID": "TypeIds", "Value": ["com.example.a.v1"]}]}
+        assert return_status(await mes.configure("equipment", [press])) == ReturnStatus.NO_ERROR
+        await start(mes, {"steps": [step("a", timeout_seconds=30, **where)]})
         await wait_until(lambda: station.equipment.received)
+        assert station.equipment.received[0].equipment == "press"
         await gateway.equipment.heartbeat("press")  # its first heartbeat: it came online
         response = await final_response(mes)
     assert state_of(response)[:2] == ["Ended", "Completed"]
     assert sent(station.equipment) == ["J1:a:1", "J1:a:1"]  # the same command, again
+
+
+async def test_a_timeout_on_offline_equipment_says_so_when_the_type_routes_there(
+    station: Station,
+) -> None:
+    def silent(command: EquipmentCommand) -> Any:
+        raise NoAnswer
+
+    station.equipment.behaviours = {"com.example.a.v1": silent}
+    async with running(gateway := station.gateway()), station.mes() as mes:
+        press = {"ID": "press", "Properties": [{"ID": "TypeIds", "Value": ["com.example.a.v1"]}]}
+        assert return_status(await mes.configure("equipment", [press])) == ReturnStatus.NO_ERROR
+        await gateway.equipment.gone("press", "connection lost")
+        await start(mes, {"steps": [step("a", timeout_seconds=0.3)]})
+        response = await final_response(mes)
+    assert state_of(response)[0] == "Aborted"
+    assert "equipment press offline: connection lost" in data_of(response)["Error"]
 
 
 async def test_a_job_whose_hand_off_was_lost_is_started_by_reconciliation(
