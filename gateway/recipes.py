@@ -214,15 +214,25 @@ class JobControl(Protocol):
         """AllowedToStart -> Running, when execution begins."""
         ...
 
-    async def complete(self, scope: str, job_order_id: str, outcome: JobOutcome) -> bool:
+    # ``run`` (``complete``, ``abort``, ``hold``, ``record_results``): the ``RecipeJob.stored_at``
+    # of the job order the report is for. A job id the MES cleared and stored again meanwhile
+    # names another job order, which the report leaves alone (``False``).
+
+    async def complete(
+        self, scope: str, job_order_id: str, outcome: JobOutcome, *, run: str | None = None
+    ) -> bool:
         """Running -> Ended.Completed, writing the Job Response with ``outcome.results``."""
         ...
 
-    async def abort(self, scope: str, job_order_id: str, outcome: JobOutcome) -> bool:
+    async def abort(
+        self, scope: str, job_order_id: str, outcome: JobOutcome, *, run: str | None = None
+    ) -> bool:
         """Running or Interrupted -> Aborted, with the error and the side-effects flag."""
         ...
 
-    async def hold(self, scope: str, job_order_id: str, reason: str) -> bool:
+    async def hold(
+        self, scope: str, job_order_id: str, reason: str, *, run: str | None = None
+    ) -> bool:
         """Running -> Interrupted.Held after a failure the recipe wants an operator to see.
 
         The MES's Resume then retries (``command(RESUME)``); its Abort ends the job.
@@ -230,7 +240,12 @@ class JobControl(Protocol):
         ...
 
     async def record_results(
-        self, scope: str, job_order_id: str, results: Sequence[ProcessValue]
+        self,
+        scope: str,
+        job_order_id: str,
+        results: Sequence[ProcessValue],
+        *,
+        run: str | None = None,
     ) -> bool:
         """Update the Job Response with results so far, without changing the job's state."""
         ...
@@ -259,27 +274,34 @@ class JobControl(Protocol):
 
 
 async def report_completed(
-    control: JobControl, scope: str, job_order_id: str, outcome: JobOutcome
+    control: JobControl,
+    scope: str,
+    job_order_id: str,
+    outcome: JobOutcome,
+    *,
+    run: str | None = None,
 ) -> bool:
     """Tell job control that the job's recipe completed: Running -> Ended.Completed.
 
     ``False``: the MES paused the job just as its recipe ended (Complete is refused while the job
     is Interrupted). The interpreter keeps the end to itself and reports it again when the MES
     resumes the job (``command(RESUME)``), or stops or aborts it: then the job keeps the state the
-    MES gave it and gets the recipe's results. A job gone meanwhile has nothing to hear.
+    MES gave it and gets the recipe's results. A job gone meanwhile, or stored again since
+    (``run``: as for ``JobControl.complete``), has nothing to hear.
     """
     for _ in range(3):  # Running again between two looks: the MES resumed it meanwhile
-        if await control.complete(scope, job_order_id, outcome):
+        if await control.complete(scope, job_order_id, outcome, run=run):
             return True
+        job = await control.job(scope, job_order_id)
         state = await control.state(scope, job_order_id)
-        if state is None:
+        if job is None or state is None or (run and job.stored_at and job.stored_at != run):
             return True
         if state.top is TopState.INTERRUPTED:
             return False
         if state is JobState.COMPLETED:  # by this report, handled twice (a retry, a crash)
             return True
         if state.top is not TopState.RUNNING:  # the MES stopped or aborted it meanwhile
-            await control.record_results(scope, job_order_id, outcome.results)
+            await control.record_results(scope, job_order_id, outcome.results, run=run)
             return True
     raise TransientError(f"job {scope}/{job_order_id}: its state kept changing under Complete")
 

@@ -93,35 +93,46 @@ class JobsControl:
     async def run(self, scope: str, job_order_id: str) -> bool:
         return await self.manager.drive(scope, job_order_id, "Run")
 
-    async def complete(self, scope: str, job_order_id: str, outcome: JobOutcome) -> bool:
+    async def complete(
+        self, scope: str, job_order_id: str, outcome: JobOutcome, *, run: str | None = None
+    ) -> bool:
         edit = _response_edit(outcome.results, description=None)  # no Held note remains
-        return await self.manager.drive(scope, job_order_id, "Complete", edit)
+        return await self.manager.drive(scope, job_order_id, "Complete", edit, run=run)
 
-    async def abort(self, scope: str, job_order_id: str, outcome: JobOutcome) -> bool:
+    async def abort(
+        self, scope: str, job_order_id: str, outcome: JobOutcome, *, run: str | None = None
+    ) -> bool:
         error = outcome.error or "the recipe failed"
         failure = [
             ProcessValue(ERROR_ID, error),
             ProcessValue(SIDE_EFFECTS_ID, outcome.side_effects),
         ]
         edit = _response_edit([*outcome.results, *failure], description=f"Aborted: {error}")
-        failed = await self.manager.drive(scope, job_order_id, "Fail", edit)
+        failed = await self.manager.drive(scope, job_order_id, "Fail", edit, run=run)
         if failed:
             # Why a job failed belongs in the log, not only in its Job Response.
             with log_context(scope=scope, job=job_order_id, correlationid=outcome.correlation_id):
                 log.warning("job %s/%s aborted: %s", scope, job_order_id, error)
         return failed
 
-    async def hold(self, scope: str, job_order_id: str, reason: str) -> bool:
+    async def hold(
+        self, scope: str, job_order_id: str, reason: str, *, run: str | None = None
+    ) -> bool:
         edit = _response_edit([], description=f"Held: {reason}")
-        return await self.manager.drive(scope, job_order_id, "Hold", edit)
+        return await self.manager.drive(scope, job_order_id, "Hold", edit, run=run)
 
     async def record_results(
-        self, scope: str, job_order_id: str, results: Sequence[ProcessValue]
+        self,
+        scope: str,
+        job_order_id: str,
+        results: Sequence[ProcessValue],
+        *,
+        run: str | None = None,
     ) -> bool:
         """Allowed while the job runs or is interrupted, and after it ended or aborted (the
         results an interpreter collects up to a Stop or Abort from the MES)."""
         edit = _response_edit(results)
-        return await self.manager.drive(scope, job_order_id, "ResultUpdate", edit)
+        return await self.manager.drive(scope, job_order_id, "ResultUpdate", edit, run=run)
 
 
 def summary(job: StoredJob) -> JobSummary:

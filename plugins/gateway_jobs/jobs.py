@@ -202,10 +202,17 @@ class JobManager:
     # -- the recipe side (JobControl) -------------------------------------------------------
 
     async def drive(
-        self, scope: str, job_order_id: str, trigger: str, edit: Edit | None = None
+        self,
+        scope: str,
+        job_order_id: str,
+        trigger: str,
+        edit: Edit | None = None,
+        *,
+        run: str | None = None,
     ) -> bool:
-        """A transition a recipe interpreter reports; ``False`` when the state did not allow it."""
-        result = await self.repository.transition(scope, job_order_id, trigger, edit)
+        """A transition a recipe interpreter reports; ``False`` when the state did not allow it
+        (or the job order is not the one stored at ``run``)."""
+        result = await self.repository.transition(scope, job_order_id, trigger, edit, run=run)
         if isinstance(result, Refusal):
             log.info(
                 "job %s/%s: %s refused (%s%s)",

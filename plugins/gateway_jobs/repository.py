@@ -215,9 +215,11 @@ class JobRepository:
         edit: Edit | None = None,
         *,
         equipment: Collection[str] | None = None,
+        run: str | None = None,
     ) -> Change | Refusal:
         """Move the job by ``trigger`` if its stored state allows it; ``edit`` adjusts the job;
-        ``equipment`` as for ``create``."""
+        ``equipment`` as for ``create``; ``run``: only the job order stored at that time (its
+        ``StoredAt``), not one stored again since under the same id (refused as unknown)."""
         job_key = self.job_key(scope, job_order_id)
         response_key = self.response_key(scope, job_order_id)
 
@@ -226,6 +228,8 @@ class JobRepository:
             if document is None:
                 raise _Refused(Refusal("unknown"))
             before = StoredJob.from_documents(document, response)
+            if run and before.stored_at and before.stored_at != run:
+                raise _Refused(Refusal("unknown"))  # the id names a job order stored since
             destination = next_state(before.state, trigger)
             if destination is None:
                 raise _Refused(Refusal("invalid-state", state=before.state))

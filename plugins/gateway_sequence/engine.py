@@ -33,7 +33,7 @@ from gateway.resilience import is_transient
 from gateway.store import Store
 from gateway_sequence.executor import Effects, Sequencer
 from gateway_sequence.model import RecipeError, load_sequence
-from gateway_sequence.runs import RunStore, TimerEntry, TimerKind
+from gateway_sequence.runs import Created, RunStore, TimerEntry, TimerKind
 from gateway_sequence.settings import SequenceSettings
 from gateway_sequence.state import Outcome, Run, Status
 
@@ -84,10 +84,19 @@ class SequenceEngine:
             parameters=job.parameters(),
             status=Status.STARTING,
             started_at=time.time(),
+            stored_at=job.stored_at or "",
         )
         created = await self.runs.create(run)
         self._scopes.add(run.scope)
-        if not created:
+        if created is Created.EARLIER_RUNS:
+            log.info(
+                "job %s/%s: the sequence of the job order stored before under this id has not "
+                "ended yet; started once it has",
+                job.scope,
+                run.job,
+            )
+            return  # reconciliation starts it then
+        if created is Created.EXISTS:
             log.info("job %s/%s has a sequence already; continuing it", job.scope, run.job)
         # Stored: the rest may happen later (a crash before it leaves the run ``starting``,
         # which reconciliation begins), so the MES's call is not held up by the equipment.
@@ -317,10 +326,11 @@ class SequenceEngine:
         """Tell job control that the sequence holds or ended; an ended run is then closed."""
         control = self.gateway.job_control
         scope, job = run.scope, run.job
+        stored_at = run.stored_at or None  # reports leave a job id stored again since alone
         if run.status is Status.HELD:
             # Refused when the job is no longer Running (the MES paused or aborted it): the MES
             # then decides, and reconciliation applies what it missed.
-            await control.hold(scope, job, run.error or "a step failed")
+            await control.hold(scope, job, run.error or "a step failed", run=stored_at)
             await self.runs.mutate(scope, job, _hold_reported)
             return
         if run.status is not Status.FINISHING:
@@ -332,7 +342,7 @@ class SequenceEngine:
             correlation_id=run.failed_command,
         )
         if run.outcome is Outcome.COMPLETED:
-            if not await report_completed(control, scope, job, outcome):
+            if not await report_completed(control, scope, job, outcome, run=stored_at):
                 log.info(
                     "job %s/%s: its sequence completed as the MES paused it; reported when the "
                     "MES resumes it",
@@ -341,9 +351,9 @@ class SequenceEngine:
                 )
                 return
         elif run.outcome is Outcome.FAILED:
-            await control.abort(scope, job, outcome)
+            await control.abort(scope, job, outcome, run=stored_at)
         else:  # stopped or aborted by the MES: the job's state is set; the results so far
-            await control.record_results(scope, job, outcome.results)
+            await control.record_results(scope, job, outcome.results, run=stored_at)
         await self.runs.mutate(scope, job, _ended)
         log.info("job %s/%s: sequence %s", scope, job, run.outcome)
 

@@ -17,7 +17,7 @@ import logging
 
 from gateway.jobstates import TopState
 from gateway.logs import log_context
-from gateway.recipes import JobCommand, missed_command
+from gateway.recipes import JobCommand, RecipeJob, missed_command
 from gateway_sequence.engine import SequenceEngine
 from gateway_sequence.model import DATASCHEMA
 from gateway_sequence.state import Run, Status
@@ -30,12 +30,14 @@ async def reconcile(engine: SequenceEngine) -> None:
     await engine.drop_ended_legacy_scopes()
     for scope in sorted(await engine.store.known_scopes()):
         for job in await control.startable(scope):
-            if await engine.runs.read(scope, job) is not None:
-                continue  # its run is repaired below
             recipe_job = await control.job(scope, job)
-            if recipe_job is not None and recipe_job.dataschema == DATASCHEMA:
-                log.info("job %s/%s waits in AllowedToStart: starting it", scope, job)
-                await engine.start(recipe_job)
+            if recipe_job is None or recipe_job.dataschema != DATASCHEMA:
+                continue
+            run = await engine.runs.read(scope, job)
+            if run is not None and not of_an_earlier_order(run, recipe_job):
+                continue  # its run is repaired below
+            log.info("job %s/%s waits in AllowedToStart: starting it", scope, job)
+            await engine.start(recipe_job)
     for scope in await engine.scopes():
         for job in await engine.runs.active(scope):
             run = await engine.runs.read(scope, job)
@@ -67,3 +69,9 @@ async def repair(engine: SequenceEngine, run: Run) -> None:
     if command is not None:
         log.info("job %s/%s: the sequence missed %s; applying it", scope, job, command)
         await engine.command(scope, job, command)
+
+
+def of_an_earlier_order(run: Run, job: RecipeJob) -> bool:
+    """Whether ``run`` is of a job order stored before ``job`` under the same id (the MES
+    cleared it and stored the id again): ``job`` then has no run yet."""
+    return bool(run.stored_at and job.stored_at and run.stored_at != job.stored_at)

@@ -72,6 +72,20 @@ class _Unchanged(Exception):
     """Leaves a transaction without writing (the stimulus changed nothing)."""
 
 
+class _NotCreated(Exception):
+    def __init__(self, created: Created) -> None:
+        self.created = created
+
+
+class Created(StrEnum):
+    """What ``RunStore.create`` did."""
+
+    NEW = "new"
+    EXISTS = "exists"  # this job order's run is stored already (another instance's, a retry)
+    EARLIER_RUNS = "earlier-runs"  # the run of a job order stored before under the id has not
+    # ended yet (MES Stop, Clear and Store back to back): started once it has
+
+
 class RunStore:
     """Reads, creates and compare-and-swaps the runs of one gateway's store."""
 
@@ -148,9 +162,9 @@ class RunStore:
 
     # -- writes -----------------------------------------------------------------------------
 
-    async def create(self, run: Run) -> bool:
-        """Store a new run (``False``: the job has one already, e.g. another instance's). An
-        ended run of an earlier job with the same id (cleared, then stored again) is replaced."""
+    async def create(self, run: Run) -> Created:
+        """Store a new run, unless the job has one already. An ended run of an earlier job
+        order with the same id (cleared, then stored again) is replaced."""
         client = self.store.client
         # Global keys first (a key of its own slot): a reply that comes before the run exists
         # finds the scope, and discovery finds the scope's timers.
@@ -163,13 +177,16 @@ class RunStore:
                 if existing is not None:
                     earlier = load_run(existing)
                     if earlier.status is not Status.ENDED:
-                        raise _Unchanged
+                        other_order = bool(earlier.stored_at) and earlier.stored_at != run.stored_at
+                        raise _NotCreated(Created.EARLIER_RUNS if other_order else Created.EXISTS)
                     run.earlier_attempts = numbered_on(earlier)
                 transaction.set_json(key, dump_run(run))
                 transaction.pipeline.sadd(self.active_key(run.scope), run.job)
-        except (_Unchanged, WatchError):
-            return False
-        return True
+        except WatchError:
+            return Created.EXISTS
+        except _NotCreated as not_created:
+            return not_created.created
+        return Created.NEW
 
     async def mutate(self, scope: str, job: str, apply: Apply) -> tuple[Run, Effects] | None:
         """Apply a stimulus to the stored run and write it if it changed; ``None`` when the job

@@ -69,6 +69,9 @@ class Run:
     # The last attempt of each step in the earlier runs of the job id (cleared and stored
     # again): tries are numbered on from them, so a late reply to those runs matches no try.
     earlier_attempts: dict[str, int] = field(default_factory=dict)
+    # The job order's StoredAt (``RecipeJob.stored_at``): which job order of the id this run
+    # is for, when the MES clears a job and stores the id again ("": written before it was kept).
+    stored_at: str = ""
 
     def correlation_id(self, step: str) -> str:
         return f"{self.job}:{step}:{self.steps[step].attempt}"

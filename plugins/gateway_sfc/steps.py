@@ -245,12 +245,13 @@ class StepHandlers:
         if execution is None:
             return
         control = self.context.gateway.job_control
+        run = execution.run or None  # reports leave a job id stored again since alone
         if execution.status is Status.HELD:
-            if await control.hold(scope, job, execution.error or "an action failed"):
+            if await control.hold(scope, job, execution.error or "an action failed", run=run):
                 failed = execution.results.get(execution.failed_action or "")
                 if failed is not None:  # the failed action's error reply data, beside the error
                     value = ProcessValue(id=execution.failed_action or "", value=failed)
-                    await control.record_results(scope, job, [value])
+                    await control.record_results(scope, job, [value], run=run)
             return
         if execution.status is not Status.FINISHING:
             return
@@ -263,7 +264,7 @@ class StepHandlers:
             correlation_id=_failed_command(execution),
         )
         if execution.outcome == "completed":
-            if not await report_completed(control, scope, job, outcome):
+            if not await report_completed(control, scope, job, outcome, run=run):
                 log.info(
                     "job %s/%s: its chart completed as the MES paused it; reported when "
                     "the MES resumes it",
@@ -272,9 +273,9 @@ class StepHandlers:
                 )
                 return
         elif execution.outcome == "aborted":
-            await control.abort(scope, job, outcome)
+            await control.abort(scope, job, outcome, run=run)
         else:  # stopped or aborted by the MES: the job's state is already set
-            await control.record_results(scope, job, outcome.results)
+            await control.record_results(scope, job, outcome.results, run=run)
         # Before the state is closed: if this fails, the report is handled again, and forgets.
         await self.scopes.forget_job(job)
         await self.executions.mutate(scope, job, mark_ended)

@@ -81,10 +81,12 @@ def pause_as_the_recipe_ends(instance: Gateway, mes: JobsMes) -> list[int]:
     complete = control.complete
     pauses: list[int] = []
 
-    async def complete_after_a_pause(scope: str, job: str, outcome: JobOutcome) -> bool:
+    async def complete_after_a_pause(
+        scope: str, job: str, outcome: JobOutcome, *, run: str | None = None
+    ) -> bool:
         if not pauses:
             pauses.append(return_status(await mes.act("Pause", job)))
-        return await complete(scope, job, outcome)
+        return await complete(scope, job, outcome, run=run)
 
     control.complete = complete_after_a_pause  # type: ignore[method-assign,assignment]
     return pauses
