@@ -11,7 +11,13 @@ from typing import Any
 from gateway.equipment import EquipmentCommand
 from gateway.errors import GatewayError, ValidationError
 from gateway.jobstates import TopState
-from gateway.recipes import JobCommand, JobOutcome, ProcessValue, report_completed
+from gateway.recipes import (
+    JobCommand,
+    JobOutcome,
+    ProcessValue,
+    missed_command,
+    report_completed,
+)
 from gateway.resilience import TransientError, is_transient
 from gateway_sfc.binding import bind_equipment
 from gateway_sfc.context import EngineContext
@@ -124,8 +130,30 @@ class StepHandlers:
         # One run per stored job order: a start handled twice (an instance frozen mid-way,
         # its work taken over) is the same run, and does not start a job that ended again.
         run = recipe_job.stored_at or ""
+        if await self._missed_command(scope, job, run) in (JobCommand.STOP, JobCommand.ABORT):
+            log.info("job %s/%s not started: the MES ended it meanwhile", scope, job)
+            await self.scopes.forget_job(job)
+            return
         if await self._create(scope, job, Snapshot(chart, recipe_job.parameters(), recipe, run)):
             log.info("job %s/%s: chart started at %s", scope, job, chart.initial)
+            # An MES command that came while the chart was being created found no chart, and
+            # was dropped: it applies now (reconciliation would, but later).
+            command = await self._missed_command(scope, job, run)
+            if command is not None:
+                log.info(
+                    "job %s/%s: %s came as its chart started; applying it", scope, job, command
+                )
+                await self.executions.mutate(
+                    scope, job, lambda ex, execution, now: ex.on_command(execution, command, now)
+                )
+
+    async def _missed_command(self, scope: str, job: str, run: str) -> JobCommand | None:
+        """The MES command a chart of ``run`` starting now would miss, from its job's state."""
+        control = self.context.gateway.job_control
+        recipe_job = await control.job(scope, job)
+        if recipe_job is not None and run and recipe_job.stored_at not in (None, run):
+            return JobCommand.ABORT  # the id names a job order stored since
+        return missed_command(await control.state(scope, job), paused=False)
 
     async def _create(self, scope: str, job: str, snapshot: Snapshot) -> bool:
         """Create the run's first state, with its snapshot (``False``: this run was started

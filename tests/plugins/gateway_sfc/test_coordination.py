@@ -301,6 +301,65 @@ async def test_mes_abort_mid_chart_stops_dispatching(station: SfcStation) -> Non
 
 
 @pytest.mark.parametrize(
+    ("method", "status"),
+    [("Abort", Status.ENDED), ("Stop", Status.ENDED), ("Pause", Status.PAUSED)],
+)
+async def test_an_mes_command_that_comes_while_the_chart_is_created_is_applied_at_once(
+    station: SfcStation, method: str, status: Status
+) -> None:
+    """The job is Running and its chart being created when the MES aborts, stops or pauses
+    it: the command's entry finds no chart yet. It is applied as soon as the chart exists,
+    not at the next reconciliation (an hour away here)."""
+
+    def silent(command: EquipmentCommand) -> Any:
+        raise NoAnswer
+
+    station.equipment.behaviours = {"com.example.tighten.v1": silent}
+    gateway = station.gateway(GATEWAY_SFC_RECONCILE_SECONDS="3600")
+    coordinator = gateway.state.find(Coordinator)
+    assert coordinator is not None
+    create, release = coordinator.executions.create, anyio.Event()
+
+    async def held_create(*args: Any, **kwargs: Any) -> bool:
+        await release.wait()
+        return await create(*args, **kwargs)
+
+    coordinator.executions.create = held_create  # type: ignore[method-assign]
+    async with running(gateway), station.mes() as mes:
+        await run_job(mes, SIMPLE)
+
+        async def running_job() -> bool:
+            return state_of(await response_of(mes, "J1"))[:1] == ["Running"]
+
+        await poll_until(running_job)
+        assert return_status(await mes.act(method, "J1")) == OK
+        await engine_settled_but_the_start(station, "cell1")  # the command's entry is done
+        release.set()
+        await engine_settled(station, "cell1")
+        execution = await coordinator.executions.read("cell1", "J1")
+    assert execution is not None
+    assert execution.status is status
+
+
+async def response_of(mes: JobsMes, job: str) -> dict[str, Any]:
+    return dict((await mes.job_response(job)).data.get("JobResponse") or {})
+
+
+async def engine_settled_but_the_start(station: SfcStation, scope: str) -> None:
+    """Until every entry of the scope's work stream is delivered and only one (the start
+    held) is pending."""
+    async with redis_client(station.redis_url) as redis:
+        stream = f"{station.name}:{{{scope}}}:sfc:work"
+
+        async def settled() -> bool:
+            last = (await redis.xinfo_stream(stream))["last-generated-id"]
+            groups = await redis.xinfo_groups(stream)
+            return all(g["pending"] == 1 and g["last-delivered-id"] == last for g in groups)
+
+        await poll_until(settled)
+
+
+@pytest.mark.parametrize(
     ("state", "status", "command"),
     [
         (JobState.RUNNING, Status.RUNNING, None),
