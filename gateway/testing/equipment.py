@@ -20,6 +20,7 @@ from gateway.equipment import EquipmentCommand, EquipmentEvent, EquipmentReply
 from gateway.hookspecs import hookimpl
 
 if TYPE_CHECKING:
+    from gateway.app import Gateway
     from gateway.equipment import EquipmentDriver
     from gateway.phases import DriverPhase
     from gateway.settings import Settings
@@ -138,3 +139,24 @@ def answer_after(seconds: float, data: Any) -> Callable[[EquipmentCommand], Awai
         return data
 
     return behaviour
+
+
+def station_with(
+    equipment: TestEquipment, mqtt_url: str, redis_url: str, name: str, **environ: str
+) -> Gateway:
+    """A gateway over ``mqtt_url`` and ``redis_url`` whose equipment is ``equipment``, its keys,
+    topics and share group named after ``name`` (unique per test), its SFC timers polled every
+    10 ms; ``environ``: more ``GATEWAY_...`` variables."""
+    from gateway.app import Gateway
+
+    settings = {
+        "GATEWAY_MQTT_URL": mqtt_url,
+        "GATEWAY_MQTT_SHARE_GROUP": name,
+        "GATEWAY_REDIS_URL": redis_url,
+        "GATEWAY_REDIS_KEY_PREFIX": name,
+        "GATEWAY_GATEWAY_INSTANCE_ID": name,
+        "GATEWAY_JOBS_TOPIC_PREFIX": name,
+        "GATEWAY_SFC_TIMER_POLL_SECONDS": "0.01",
+        **environ,
+    }
+    return Gateway.from_environment(None, settings, extra_plugins={"equipment": equipment})

@@ -20,7 +20,7 @@ import pytest
 from gateway.app import Gateway
 from gateway.equipment import EquipmentCommand
 from gateway.testing import poll_until, running, wait_until
-from gateway.testing.equipment import NoAnswer, TestEquipment
+from gateway.testing.equipment import NoAnswer, TestEquipment, station_with
 from gateway.testing.mqtt import connect_test_client
 from gateway_jobs.model import ReturnStatus
 from gateway_jobs.testing import JobsMes, job_order, return_status, work_master
@@ -83,18 +83,14 @@ FORMATS = pytest.mark.parametrize(
 async def station(
     mqtt_url: str, redis_url: str, name: str, equipment: TestEquipment
 ) -> AsyncIterator[tuple[Gateway, JobsMes]]:
-    environ = {
-        "GATEWAY_MQTT_URL": mqtt_url,
-        "GATEWAY_MQTT_SHARE_GROUP": name,
-        "GATEWAY_REDIS_URL": redis_url,
-        "GATEWAY_REDIS_KEY_PREFIX": name,
-        "GATEWAY_GATEWAY_INSTANCE_ID": name,
-        "GATEWAY_JOBS_TOPIC_PREFIX": name,
-        "GATEWAY_SFC_TIMER_POLL_SECONDS": "0.01",
-        "GATEWAY_SFC_RECONCILE_SECONDS": "0.2",
-        "GATEWAY_SEQUENCE_RECONCILE_SECONDS": "0.2",
-    }
-    gateway = Gateway.from_environment(None, environ, extra_plugins={"equipment": equipment})
+    gateway = station_with(
+        equipment,
+        mqtt_url,
+        redis_url,
+        name,
+        GATEWAY_SFC_RECONCILE_SECONDS="0.2",
+        GATEWAY_SEQUENCE_RECONCILE_SECONDS="0.2",
+    )
     async with running(gateway), connect_test_client(mqtt_url) as client:
         yield gateway, JobsMes(client, name, "cell1")
 

@@ -18,7 +18,7 @@ import pytest
 from gateway.app import Gateway
 from gateway.recipes import JobCommand, JobOutcome, RecipeJob
 from gateway.testing import poll_until, running
-from gateway.testing.equipment import TestEquipment
+from gateway.testing.equipment import TestEquipment, station_with
 from gateway.testing.mqtt import connect_test_client
 from gateway_jobs.model import ReturnStatus
 from gateway_jobs.testing import (
@@ -60,18 +60,14 @@ FORMATS = pytest.mark.parametrize(
 
 
 def gateway(mqtt_url: str, redis_url: str, name: str, equipment: TestEquipment) -> Gateway:
-    environ = {
-        "GATEWAY_MQTT_URL": mqtt_url,
-        "GATEWAY_MQTT_SHARE_GROUP": name,
-        "GATEWAY_REDIS_URL": redis_url,
-        "GATEWAY_REDIS_KEY_PREFIX": name,
-        "GATEWAY_GATEWAY_INSTANCE_ID": name,
-        "GATEWAY_JOBS_TOPIC_PREFIX": name,
-        "GATEWAY_SFC_TIMER_POLL_SECONDS": "0.01",
-        "GATEWAY_SFC_RECONCILE_SECONDS": "0.2",
-        "GATEWAY_SEQUENCE_RECONCILE_SECONDS": "0.2",
-    }
-    return Gateway.from_environment(None, environ, extra_plugins={"equipment": equipment})
+    return station_with(
+        equipment,
+        mqtt_url,
+        redis_url,
+        name,
+        GATEWAY_SFC_RECONCILE_SECONDS="0.2",
+        GATEWAY_SEQUENCE_RECONCILE_SECONDS="0.2",
+    )
 
 
 def pause_as_the_recipe_ends(instance: Gateway, mes: JobsMes) -> list[int]:
@@ -92,6 +88,17 @@ def pause_as_the_recipe_ends(instance: Gateway, mes: JobsMes) -> list[int]:
     return pauses
 
 
+async def run_until_paused_at_the_end(
+    instance: Gateway, mes: JobsMes, recipe: dict[str, Any], dataschema: str
+) -> None:
+    """Store and start J1; the MES pauses it as its recipe ends, and it is Suspended."""
+    pauses = pause_as_the_recipe_ends(instance, mes)
+    await mes.configure("workmaster", work_master("WM", recipe, dataschema=dataschema))
+    await mes.store(job_order("J1", work_masters=["WM"]), method="StoreAndStart")
+    await poll_until(lambda: suspended(mes, "J1"))
+    assert pauses == [ReturnStatus.NO_ERROR]
+
+
 async def suspended(mes: JobsMes, job: str) -> bool:
     response = (await mes.job_response(job)).data["JobResponse"]
     return state_of(response)[:2] == ["Interrupted", "Suspended"]
@@ -105,11 +112,7 @@ async def test_a_job_paused_as_its_recipe_ends_completes_when_resumed(
     instance = gateway(mqtt_url, redis_url, unique, equipment)
     async with running(instance), connect_test_client(mqtt_url) as client:
         mes = JobsMes(client, unique, "cell1")
-        pauses = pause_as_the_recipe_ends(instance, mes)
-        await mes.configure("workmaster", work_master("WM", recipe, dataschema=dataschema))
-        await mes.store(job_order("J1", work_masters=["WM"]), method="StoreAndStart")
-        await poll_until(lambda: suspended(mes, "J1"))
-        assert pauses == [ReturnStatus.NO_ERROR]
+        await run_until_paused_at_the_end(instance, mes, recipe, dataschema)
         assert return_status(await mes.act("Resume", "J1")) == ReturnStatus.NO_ERROR
         response = await final_response(mes, "J1")
     assert state_of(response)[:2] == ["Ended", "Completed"]
@@ -126,10 +129,7 @@ async def test_a_job_paused_as_its_recipe_ends_keeps_the_state_the_mes_then_give
     instance = gateway(mqtt_url, redis_url, unique, equipment)
     async with running(instance), connect_test_client(mqtt_url) as client:
         mes = JobsMes(client, unique, "cell1")
-        pause_as_the_recipe_ends(instance, mes)
-        await mes.configure("workmaster", work_master("WM", recipe, dataschema=dataschema))
-        await mes.store(job_order("J1", work_masters=["WM"]), method="StoreAndStart")
-        await poll_until(lambda: suspended(mes, "J1"))
+        await run_until_paused_at_the_end(instance, mes, recipe, dataschema)
         assert return_status(await mes.act("Stop", "J1")) == ReturnStatus.NO_ERROR
 
         async def results_written() -> bool:
@@ -152,7 +152,6 @@ async def test_a_lost_resume_of_a_job_paused_as_its_recipe_ended_is_caught_up(
     instance = gateway(mqtt_url, redis_url, unique, equipment)
     async with running(instance), connect_test_client(mqtt_url) as client:
         mes = JobsMes(client, unique, "cell1")
-        pause_as_the_recipe_ends(instance, mes)
         interpreter = instance.recipe_interpreters[dataschema]
         command = interpreter.command
 
@@ -161,9 +160,7 @@ async def test_a_lost_resume_of_a_job_paused_as_its_recipe_ended_is_caught_up(
                 await command(job, call)
 
         interpreter.command = resume_lost  # type: ignore[method-assign,assignment]
-        await mes.configure("workmaster", work_master("WM", recipe, dataschema=dataschema))
-        await mes.store(job_order("J1", work_masters=["WM"]), method="StoreAndStart")
-        await poll_until(lambda: suspended(mes, "J1"))
+        await run_until_paused_at_the_end(instance, mes, recipe, dataschema)
         assert return_status(await mes.act("Resume", "J1")) == ReturnStatus.NO_ERROR
         response = await final_response(mes, "J1")
     assert state_of(response)[:2] == ["Ended", "Completed"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import shutil
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -157,24 +157,43 @@ async def test_a_trust_list_that_trusts_nobody_stops_start_up(tmp_path: Path) ->
         await ClientTrust.load(tmp_path, None)
 
 
+async def reloading_station(
+    mqtt_url: str,
+    redis_url: str,
+    tmp_path: Path,
+    trusted: Sequence[str],
+    untrusted: Sequence[str] = (),
+) -> tuple[Gateway, str, Path, dict[str, Certificates]]:
+    """A gateway whose trust list, read again every 0.1 s, holds the certificates of the
+    clients ``trusted``: the gateway, its endpoint, the trust list's directory, and each
+    client's certificate and key."""
+    clients: dict[str, Certificates] = {}
+    for client in (*trusted, *untrusted):
+        (tmp_path / client).mkdir()
+        clients[client] = await client_certificate(tmp_path / client)
+    trust_list = tmp_path / "trusted"
+    trust_list.mkdir()
+    for client in trusted:
+        shutil.copy(clients[client][0], trust_list / f"{client}.der")
+    port = free_port()
+    name = f"t{uuid.uuid4().hex[:12]}"
+    environment = station_environment(name, mqtt_url, redis_url, tmp_path, "a", port, "all")
+    environment["GATEWAY_OPCUA_TRUSTED_CLIENTS"] = str(trust_list)
+    environment["GATEWAY_OPCUA_TRUST_POLL_SECONDS"] = "0.1"
+    gateway = Gateway.from_environment(None, environment)
+    return gateway, f"opc.tcp://127.0.0.1:{port}", trust_list, clients
+
+
 async def test_a_change_to_the_trust_list_applies_without_a_restart(
     mqtt_url: str, redis_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A client certificate copied into ``trusted_clients`` is trusted, one removed is not,
     within ``trust_poll_seconds``; a file that is not a certificate is refused in the log and
     the list in force stays."""
-    for directory in ("mes", "stranger", "trusted"):
-        (tmp_path / directory).mkdir()
-    mes = await client_certificate(tmp_path / "mes")
-    stranger = await client_certificate(tmp_path / "stranger")
-    trust_list = tmp_path / "trusted"
-    shutil.copy(mes[0], trust_list / "mes.der")
-    port = free_port()
-    name = f"t{uuid.uuid4().hex[:12]}"
-    environment = station_environment(name, mqtt_url, redis_url, tmp_path, "a", port, "all")
-    environment["GATEWAY_OPCUA_TRUSTED_CLIENTS"] = str(trust_list)
-    environment["GATEWAY_OPCUA_TRUST_POLL_SECONDS"] = "0.1"
-    endpoint = f"opc.tcp://127.0.0.1:{port}"
+    gateway, endpoint, trust_list, clients = await reloading_station(
+        mqtt_url, redis_url, tmp_path, trusted=["mes"], untrusted=["stranger"]
+    )
+    mes, stranger = clients["mes"], clients["stranger"]
 
     async def served(certificates: Certificates) -> bool:
         try:
@@ -188,7 +207,7 @@ async def test_a_change_to_the_trust_list_applies_without_a_restart(
     async def refused(certificates: Certificates) -> bool:
         return not await served(certificates)
 
-    async with running(Gateway.from_environment(None, environment)):
+    async with running(gateway):
         assert await served(mes)
         assert not await served(stranger)
 
@@ -214,19 +233,10 @@ async def test_a_client_no_longer_trusted_is_cut_off_and_the_others_stay_served(
     """Removing a client's certificate from ``trusted_clients`` closes its open connection,
     session and all, within ``trust_poll_seconds``; the session of a client still trusted goes
     on."""
-    for directory in ("mes", "line", "trusted"):
-        (tmp_path / directory).mkdir()
-    mes = await client_certificate(tmp_path / "mes")
-    line = await client_certificate(tmp_path / "line")
-    trust_list = tmp_path / "trusted"
-    shutil.copy(mes[0], trust_list / "mes.der")
-    shutil.copy(line[0], trust_list / "line.der")
-    port = free_port()
-    name = f"t{uuid.uuid4().hex[:12]}"
-    environment = station_environment(name, mqtt_url, redis_url, tmp_path, "a", port, "all")
-    environment["GATEWAY_OPCUA_TRUSTED_CLIENTS"] = str(trust_list)
-    environment["GATEWAY_OPCUA_TRUST_POLL_SECONDS"] = "0.1"
-    endpoint = f"opc.tcp://127.0.0.1:{port}"
+    gateway, endpoint, trust_list, clients = await reloading_station(
+        mqtt_url, redis_url, tmp_path, trusted=["mes", "line"]
+    )
+    mes, line = clients["mes"], clients["line"]
 
     async def cut_off(client: JobsClient) -> bool:
         try:
@@ -236,7 +246,7 @@ async def test_a_client_no_longer_trusted_is_cut_off_and_the_others_stay_served(
         return False
 
     async with (
-        running(Gateway.from_environment(None, environment)),
+        running(gateway),
         session(endpoint, mes) as revoked,
         session(endpoint, line) as kept,
     ):

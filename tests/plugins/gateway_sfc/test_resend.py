@@ -14,10 +14,9 @@ from typing import Any
 import anyio
 import pytest
 
-from gateway.app import Gateway
 from gateway.equipment import EquipmentCommand, EquipmentHub
 from gateway.testing import running, wait_until
-from gateway.testing.equipment import NoAnswer, TestEquipment
+from gateway.testing.equipment import NoAnswer, TestEquipment, station_with
 from gateway.testing.mqtt import connect_test_client
 from gateway.testing.redis_ha import redis_client
 from gateway_jobs.testing import JobsMes, final_response, job_order, work_master
@@ -42,22 +41,6 @@ RECIPE: dict[str, Any] = {
 }
 
 
-def gateway(
-    mqtt_url: str, redis_url: str, name: str, equipment: TestEquipment, **overrides: str
-) -> Gateway:
-    environ = {
-        "GATEWAY_MQTT_URL": mqtt_url,
-        "GATEWAY_MQTT_SHARE_GROUP": name,
-        "GATEWAY_REDIS_URL": redis_url,
-        "GATEWAY_REDIS_KEY_PREFIX": name,
-        "GATEWAY_GATEWAY_INSTANCE_ID": name,
-        "GATEWAY_JOBS_TOPIC_PREFIX": name,
-        "GATEWAY_SFC_TIMER_POLL_SECONDS": "0.01",
-        **overrides,
-    }
-    return Gateway.from_environment(None, environ, extra_plugins={"equipment": equipment})
-
-
 async def test_a_command_lost_while_its_equipment_was_away_is_sent_again_when_it_is_back(
     mqtt_url: str, redis_url: str, unique: str
 ) -> None:
@@ -71,7 +54,7 @@ async def test_a_command_lost_while_its_equipment_was_away_is_sent_again_when_it
         return {"torque": 85.0}
 
     equipment = TestEquipment({"com.example.tighten.v1": lost_while_away})
-    instance = gateway(mqtt_url, redis_url, unique, equipment)
+    instance = station_with(equipment, mqtt_url, redis_url, unique)
     async with running(instance), connect_test_client(mqtt_url) as client:
         hub = instance.equipment
         await goes_away(hub, "tool")
@@ -98,7 +81,7 @@ async def test_a_command_whose_deadline_passed_while_its_equipment_was_away_is_n
     # The timeout timer is not polled during the test: the job stays with its deadline passed
     # but its action not failed yet, the moment the resend must leave alone.
     polls = {"GATEWAY_SFC_TIMER_POLL_SECONDS": "600"}
-    instance = gateway(mqtt_url, redis_url, unique, equipment, **polls)
+    instance = station_with(equipment, mqtt_url, redis_url, unique, **polls)
     async with running(instance), connect_test_client(mqtt_url) as client:
         hub = instance.equipment
         await goes_away(hub, "tool")
