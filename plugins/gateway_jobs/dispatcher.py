@@ -14,6 +14,7 @@ job and handing it over (the SFC engine's reconciliation starts admitted jobs it
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
@@ -104,6 +105,11 @@ class Dispatcher:
             await self.start(scope, job)
         except Exception:  # admitted: the engine's reconciliation starts it
             log.exception("job %s/%s: admitted but not handed over", scope, job)
+
+    async def admitted_equipment(self, scope: str, job_order_id: str) -> list[str] | None:
+        """The equipment the job was let start with; ``None``: it was not let start."""
+        entry = await self.store.client.hget(self.keys.admitted(scope), job_order_id)
+        return None if entry is None else list(json.loads(entry).get("e", []))
 
     async def queue(self, scope: str) -> QueueView:
         return await read_queue(self.keys, scope, self.capacity)

@@ -129,6 +129,16 @@ class JobManager:
             return job.with_work_master(order, work_master)
 
         equipment = await self.equipment(scope, replace_order(current))
+        held = await self.dispatcher.admitted_equipment(scope, order.job_order_id)
+        if held is not None and equipment != held:
+            # Let start with the equipment it holds: another job may be let start on what it
+            # would use now, and both would command it.
+            return Outcome(
+                ReturnStatus.INVALID_JOB_ORDER_STATUS,
+                f"invalid-state: job order {order.job_order_id!r} was let start holding "
+                f"{', '.join(held) or 'no equipment'}; an Update may not change that "
+                "(RevokeStart it first)",
+            )
         result = await self.repository.transition(
             scope, order.job_order_id, "Update", replace_order, equipment=equipment
         )

@@ -183,3 +183,34 @@ async def test_actions_routed_by_type_hold_the_equipment_declaring_it(station: S
         {"JobOrderID": "p1", "Equipment": ["press-1"]},
     ]
     assert [(row["JobOrderID"], row["Position"]) for row in queue["Waiting"]] == [("p2", 1)]
+
+
+async def test_an_update_may_not_move_a_job_let_start_to_other_equipment(
+    station: Station,
+) -> None:
+    """A job let start holds the equipment its turn was given with (its recipe has not begun:
+    this interpreter waits). An Update that would make it use other equipment is refused:
+    another job may be let start on that equipment, and both would command it. One that keeps
+    the equipment is done."""
+    on = {
+        name: {"uses": [{"action": "work", "type_id": "t", "equipment": name}]}
+        for name in ("press-a", "press-b")
+    }
+    station.equipment = TestEquipment()  # serves every command: the recipes are routable
+    async with running(station.gateway(max_running_job_orders="2")), station.mes() as mes:
+        await prepare(mes, "press-a", "press-b")
+        for name, recipe in on.items():
+            await ok(mes.configure("workmaster", work_master(name, recipe)))
+        await ok(mes.store(job_order("J1", work_masters=["press-a"]), "StoreAndStart"))
+        await until(lambda: _started(station, ["J1"]))  # let start, holding press-a
+        moved = await mes.call("Update", {"JobOrder": job_order("J1", work_masters=["press-b"])})
+        assert return_status(moved) == ReturnStatus.INVALID_JOB_ORDER_STATUS
+        assert "J1' was let start holding press-a" in (moved.errormessage or "")
+        kept = job_order("J1", work_masters=["press-a"], priority=3)
+        await ok(mes.call("Update", {"JobOrder": kept}))
+        response = (await mes.job_response("J1")).data["JobResponse"]
+    assert state_texts(response) == ["AllowedToStart", "Ready"]
+
+
+async def _started(station: Station, jobs: list[str]) -> bool:
+    return interpreter(station).started == jobs
