@@ -109,7 +109,9 @@ class StepHandlers:
             return
         if not await control.run(scope, job):
             state = await control.state(scope, job)
-            if state is None or state.top is not TopState.RUNNING:  # revoked, aborted...
+            # Running or paused since: it started (a start handled twice, the first one slow
+            # or gone), and its chart is created if it is not yet. Revoked, aborted...: not.
+            if state is None or state.top not in (TopState.RUNNING, TopState.INTERRUPTED):
                 log.info("job %s/%s not started: it is %s", scope, job, state)
                 await self.scopes.forget_job(job)
                 return

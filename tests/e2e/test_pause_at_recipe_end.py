@@ -95,7 +95,11 @@ async def run_until_paused_at_the_end(
     pauses = pause_as_the_recipe_ends(instance, mes)
     await mes.configure("workmaster", work_master("WM", recipe, dataschema=dataschema))
     await mes.store(job_order("J1", work_masters=["WM"]), method="StoreAndStart")
-    await poll_until(lambda: suspended(mes, "J1"))
+
+    async def paused() -> bool:  # the Pause answered (the job is Suspended a moment before)
+        return bool(pauses) and await suspended(mes, "J1")
+
+    await poll_until(paused)
     assert pauses == [ReturnStatus.NO_ERROR]
 
 
