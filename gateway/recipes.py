@@ -292,10 +292,10 @@ async def report_completed(
     for _ in range(3):  # Running again between two looks: the MES resumed it meanwhile
         if await control.complete(scope, job_order_id, outcome, run=run):
             return True
-        job = await control.job(scope, job_order_id)
-        state = await control.state(scope, job_order_id)
-        if job is None or state is None or (run and job.stored_at and job.stored_at != run):
+        job = await control.summary(scope, job_order_id)
+        if job is None or (run and job.stored_at and job.stored_at != run):
             return True
+        state = job.state
         if state.top is TopState.INTERRUPTED:
             return False
         if state is JobState.COMPLETED:  # by this report, handled twice (a retry, a crash)

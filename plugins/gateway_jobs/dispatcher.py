@@ -14,7 +14,6 @@ job and handing it over (the SFC engine's reconciliation starts admitted jobs it
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
@@ -27,7 +26,14 @@ from anyio.abc import TaskGroup, TaskStatus
 from gateway.jobstates import TopState
 from gateway.store import Store
 from gateway_jobs.coalesce import Coalescer
-from gateway_jobs.queue import DISPATCH, ENQUEUE, QueueKeys, QueueView, read_queue
+from gateway_jobs.queue import (
+    DISPATCH,
+    ENQUEUE,
+    QueueKeys,
+    QueueView,
+    entry_equipment,
+    read_queue,
+)
 from gateway_jobs.roles import JOB_CHANGING_ROLES
 
 if TYPE_CHECKING:
@@ -109,7 +115,7 @@ class Dispatcher:
     async def admitted_equipment(self, scope: str, job_order_id: str) -> list[str] | None:
         """The equipment the job was let start with; ``None``: it was not let start."""
         entry = await self.store.client.hget(self.keys.admitted(scope), job_order_id)
-        return None if entry is None else list(json.loads(entry).get("e", []))
+        return None if entry is None else list(entry_equipment(entry))
 
     async def queue(self, scope: str) -> QueueView:
         return await read_queue(self.keys, scope, self.capacity)

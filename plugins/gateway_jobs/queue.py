@@ -240,6 +240,11 @@ def entry_json(priority: int, start_time: str | None, equipment: Collection[str]
     return json.dumps(entry, separators=(",", ":"))
 
 
+def entry_equipment(text: str | bytes) -> tuple[str, ...]:
+    """The equipment a queue entry (``entry_json``) names."""
+    return tuple(json.loads(text).get("e") or ())
+
+
 def queue_change(
     pipeline: Any,
     keys: QueueKeys,
@@ -311,9 +316,7 @@ async def read_queue(keys: QueueKeys, scope: str, capacity: int) -> QueueView:
         online=offline is None,
         reason=offline or None,
         capacity=capacity,
-        admitted={
-            str(job): tuple(json.loads(text).get("e") or ()) for job, text in admitted.items()
-        },
+        admitted={str(job): entry_equipment(text) for job, text in admitted.items()},
         waiting=ordered,
     )
 

@@ -151,11 +151,10 @@ class StepHandlers:
 
     async def _missed_command(self, scope: str, job: str, run: str) -> JobCommand | None:
         """The MES command a chart of ``run`` starting now would miss, from its job's state."""
-        control = self.context.gateway.job_control
-        recipe_job = await control.job(scope, job)
-        if recipe_job is not None and run and recipe_job.stored_at not in (None, run):
+        summary = await self.context.gateway.job_control.summary(scope, job)
+        if summary is not None and run and summary.stored_at not in (None, run):
             return JobCommand.ABORT  # the id names a job order stored since
-        return missed_command(await control.state(scope, job), paused=False)
+        return missed_command(None if summary is None else summary.state, paused=False)
 
     async def _create(self, scope: str, job: str, snapshot: Snapshot) -> bool:
         """Create the run's first state, with its snapshot (``False``: this run was started
