@@ -9,15 +9,17 @@ time, and waits for each new index at a subscriber. Per update it reports:
   out): document reads, stream reads (XREAD) and writes;
 - the publisher's own time per update (reading excluded) and the end-to-end latency from the
   record's XADD to the index arriving at a subscriber;
-- the index payload size, and the bytes published per update (the index and the pages it
-  changed) against an index that lists every job itself (the format before pages).
+- the index payload size, and the bytes published per update against an index that lists every
+  job inline (the default shape, the MicroDCS design's); with ``--paged`` the publisher runs with
+  the opt-in paged index (``publisher.index_pages``): an update is the index and the pages it
+  changed.
 
 Baselines measured in the same run: a sequential Redis round trip (PING), an MQTT QoS 1
 publish-to-subscriber round trip of a payload as big as the index, and the N+1 reads of the
 reference design's rebuild (list the jobs, then read each one). It ends with the bytes published
 per transition over one job's life (Store, Start, Run, Complete, Clear).
 
-    python benchmarks/publisher_index.py [--updates 200]
+    python benchmarks/publisher_index.py [--updates 200] [--paged]
 """
 
 from __future__ import annotations
@@ -167,16 +169,16 @@ class UpdateCost:
     latency_p50_ms: float
     latency_p99_ms: float
     index_bytes: int
-    update_bytes: float  # payload bytes published per update: the index and the pages it changed
-    whole_bytes: int  # an index listing every job itself (as before pages), same run
+    update_bytes: float  # payload bytes published per update (paged: index and changed pages)
+    whole_bytes: int  # an index listing every job inline (the default shape), same run
 
 
 def whole_index_bytes(bench: Bench, scope: str) -> int:
-    """Bytes of an index that would list every job itself: the baseline of ``update_bytes``."""
+    """Bytes of an index that lists every job inline: the baseline of ``update_bytes``."""
     term = bench.service.term
     assert term is not None
     index = term.scopes[scope].index
-    return sum(len(index.render_page(page, seq=1, scope=scope) or b"") for page in index.pages)
+    return len(index.render(seq=1, epoch="0" * 16, scope=scope, published_at="t" * 24))
 
 
 async def measure_updates(bench: Bench, size: int, updates: int) -> UpdateCost:
@@ -301,7 +303,7 @@ def attribute_overhead() -> int:
     return properties + len(message.topic) + len(message.content_type or "") + 10
 
 
-async def benchmark(updates: int) -> None:
+async def benchmark(updates: int, paged: bool) -> None:
     redis_process, broker = redis_server().start(), mosquitto().start()
     redis_url = f"redis://127.0.0.1:{redis_process.port}/0"
     mqtt_url = f"mqtt://127.0.0.1:{broker.port}"
@@ -315,6 +317,7 @@ async def benchmark(updates: int) -> None:
         "GATEWAY_REDIS_URL": redis_url,
         "GATEWAY_REDIS_KEY_PREFIX": PREFIX,
         "GATEWAY_PUBLISHER_TOPIC_PREFIX": PREFIX,
+        "GATEWAY_PUBLISHER_INDEX_PAGES": "true" if paged else "false",
     }
     try:
         gateway = Gateway.from_environment(None, environ, extra_plugins={"publisher-bench": plugin})
@@ -335,7 +338,7 @@ async def benchmark(updates: int) -> None:
     finally:
         broker.close()
         redis_process.close()
-    report(costs, redis_ms, mqtt_ms, rebuild_ms, life)
+    report(costs, redis_ms, mqtt_ms, rebuild_ms, life, paged)
 
 
 def report(
@@ -344,6 +347,7 @@ def report(
     mqtt_ms: dict[int, float],
     rebuild_ms: dict[int, float],
     life: list[tuple[str, int, int]],
+    paged: bool,
 ) -> None:
     print(f"baseline: Redis round trip (PING) {redis_ms:.3f} ms")
     header = (
@@ -372,8 +376,9 @@ def report(
         )
     ratio = costs[-1].publisher_ms / costs[0].publisher_ms
     print(f"publisher time, {costs[-1].size} jobs : {costs[0].size} job = {ratio:.1f} : 1")
-    print("bytes published per update (the index and the pages it changed), against an index")
-    print("that lists every job itself (the format before pages), measured in the same run:")
+    what = "the index and the pages it changed" if paged else "the index, every job inline"
+    print(f"bytes published per update ({what}), against an index")
+    print("that lists every job inline (the default shape), measured in the same run:")
     for cost in costs:
         print(
             f"  {cost.size:>5} jobs: {cost.update_bytes:>9,.0f} B per update, whole index "
@@ -386,14 +391,18 @@ def report(
         other = total - index
         print(f"  {change:<9} {total:>6,} B  (state index {index:,} B, the rest {other:,} B)")
     entry = statistics.mean(cost.index_bytes / cost.size for cost in costs[1:])
-    print(f"  the state index grows by ~{entry:.0f} B per listed job (a page summary per 25)")
+    per = "a page summary per page" if paged else "its entry"
+    print(f"  the state index grows by ~{entry:.0f} B per listed job ({per})")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--updates", type=int, default=200, help="updates measured per size")
+    parser.add_argument(
+        "--paged", action="store_true", help="the opt-in paged index (publisher.index_pages)"
+    )
     args = parser.parse_args()
-    anyio.run(benchmark, args.updates)
+    anyio.run(benchmark, args.updates, args.paged)
 
 
 if __name__ == "__main__":

@@ -10,10 +10,12 @@ For tests and for integrators who want to see how an MES catches up after an out
 
 ``resync`` follows the publisher's contract (``schemas/publisher/retained-topics.schema.json``):
 
-1. subscribe to ``{prefix}/{scope}/state-index`` and its pages ``{prefix}/{scope}/index/+``: the
-   broker hands over the retained index and pages; the index lists its pages (number, jobs,
-   ``seq`` of the page's last change), and the jobs are the pages' (a page at least as new as
-   the index says);
+1. subscribe to ``{prefix}/{scope}/state-index``: the broker hands over the retained index,
+   which lists every job inline (``jobs``: id, state, ``has_result``), as the MicroDCS design
+   defines it. With the publisher's opt-in paged index (``publisher.index_pages``; construct
+   the client with ``paged=True``) it also subscribes to the pages ``{prefix}/{scope}/index/+``:
+   the index then lists its pages (number, jobs, ``seq`` of the page's last change), and the
+   jobs are the pages' (a page at least as new as the index says);
 2. compare its ``seq`` and ``epoch`` with the last ones seen: the next ``seq`` means nothing
    was missed, a higher one in the same epoch means updates were missed, another epoch means
    the publisher restarted;
@@ -75,24 +77,29 @@ class StateIndex:
     epoch: str
     scope: str
     published_at: str
-    jobs: tuple[IndexedJob, ...]  # every job of every page, page by page
+    jobs: tuple[IndexedJob, ...]  # every job (paged: of every page, page by page)
     pages: tuple[PageRef, ...] = ()
     jobs_total: int = 0
 
     @classmethod
     def from_json(cls, data: Any, pages: Mapping[int, Any] | None = None) -> StateIndex:
-        """The index of a ``state-index`` payload with the jobs of its ``pages`` (page
-        number -> page payload); ``MesError`` when it is not one or a page is missing."""
+        """The index of a ``state-index`` payload: its inline ``jobs``, or (paged) the jobs of
+        its ``pages`` (page number -> page payload); ``MesError`` when it is not one or a
+        page is missing."""
         try:
-            refs = tuple(
-                PageRef(int(r["page"]), int(r["jobs"]), int(r["seq"])) for r in data["pages"]
-            )
-            listed: list[Any] = []
-            for ref in refs:
-                page = (pages or {}).get(ref.page)
-                if page is None:
-                    raise MesError(f"page {ref.page} of the state index is missing")
-                listed.extend(page["jobs"])
+            refs: tuple[PageRef, ...] = ()
+            if "jobs" in data:
+                listed: list[Any] = list(data["jobs"])
+            else:
+                refs = tuple(
+                    PageRef(int(r["page"]), int(r["jobs"]), int(r["seq"])) for r in data["pages"]
+                )
+                listed = []
+                for ref in refs:
+                    page = (pages or {}).get(ref.page)
+                    if page is None:
+                        raise MesError(f"page {ref.page} of the state index is missing")
+                    listed.extend(page["jobs"])
             jobs = tuple(
                 IndexedJob(
                     job["job_order_id"],
@@ -108,7 +115,7 @@ class StateIndex:
                 data["published_at"],
                 jobs,
                 refs,
-                int(data["jobs_total"]),
+                int(data.get("jobs_total", len(jobs))),
             )
         except (KeyError, TypeError, ValueError) as error:
             raise MesError(f"not a state index: {error!r}") from None
@@ -199,6 +206,7 @@ class MesClient:
     last_epoch: str | None = None
     source: str = "urn:test:mes"
     clear_concurrency: int = 16
+    paged: bool = False  # the publisher's opt-in paged index (publisher.index_pages)
     results: dict[str, Any] = field(default_factory=dict)  # every result it processed
 
     def topic(self, *levels: str) -> str:
@@ -208,23 +216,36 @@ class MesClient:
 
     @asynccontextmanager
     async def _indexes(self) -> AsyncIterator[AsyncIterator[StateIndex]]:
-        """Indexes as they come (the retained one first), each with the jobs of its pages."""
-        pages = _Pages()
-        async with (
-            self.client.watch(self.topic("index", "+")) as page_messages,
-            self.client.watch(self.topic("state-index")) as messages,
-            anyio.create_task_group() as tasks,
-        ):
-            tasks.start_soon(pages.fill, page_messages)
+        """Indexes as they come (the retained one first), each with its jobs."""
+        async with self.client.watch(self.topic("state-index")) as messages:
+            if not self.paged:
 
-            async def indexes() -> AsyncGenerator[StateIndex, None]:
-                async for message in messages:
-                    if message.payload:
-                        yield await pages.resolve(message, messages)
+                async def inline() -> AsyncGenerator[StateIndex, None]:
+                    async for message in messages:
+                        if message.payload:
+                            data = from_mqtt(message).data
+                            if isinstance(data, dict) and "pages" in data:
+                                raise MesError("the state index is paged: use paged=True")
+                            yield StateIndex.from_json(data)
 
-            async with aclosing(indexes()) as stream:
-                yield stream
-            tasks.cancel_scope.cancel()
+                async with aclosing(inline()) as stream:
+                    yield stream
+                return
+            pages = _Pages()
+            async with (
+                self.client.watch(self.topic("index", "+")) as page_messages,
+                anyio.create_task_group() as tasks,
+            ):
+                tasks.start_soon(pages.fill, page_messages)
+
+                async def paged() -> AsyncGenerator[StateIndex, None]:
+                    async for message in messages:
+                        if message.payload:
+                            yield await pages.resolve(message, messages)
+
+                async with aclosing(paged()) as stream:
+                    yield stream
+                tasks.cancel_scope.cancel()
 
     async def index(self, *, timeout: float = 5.0) -> StateIndex | None:
         """The retained state index; ``None`` when the broker has none within ``timeout``."""

@@ -1,29 +1,33 @@
-"""The in-memory state index of one scope, kept current from the change stream, in pages.
+"""The in-memory state index of one scope, kept current from the change stream.
 
-Each job's index entry is serialised once, when it changes. Jobs are kept in *pages* of at most
-``PAGE_SIZE`` jobs, each retained on a topic of its own; the state index itself lists the pages
-(number, how many jobs, the ``seq`` at which the page last changed). An update therefore
-republishes the index (a few bytes per page) and the pages it changed (at most ``PAGE_SIZE``
-entries each), whatever the number of jobs in the scope, and costs no store read.
+Each job's index entry is serialised once, when it changes; publishing the index joins the
+cached fragments in order (highest priority first, then by id). An update costs no store read.
 
-A job keeps its page from when it is first indexed until it leaves the station; a new job goes
-to the lowest-numbered page with room. Within a page, jobs are listed highest priority first,
-then by id.
-
-State index (``schemas/publisher/retained-topics.schema.json#/$defs/StateIndex``)::
+State index (``schemas/publisher/retained-topics.schema.json#/$defs/StateIndex``), the shape of
+the MicroDCS MES publishing design: every job inline (``epoch`` and ``jobs_total`` are our
+additions)::
 
     {"seq": 104, "epoch": "9f2c51d07ab3e6f1", "scope": "cell1",
-     "published_at": "2026-04-11T14:23:01.512Z", "jobs_total": 51,
-     "pages": [{"page": 0, "jobs": 50, "seq": 97}, {"page": 1, "jobs": 1, "seq": 104}]}
-
-Page (``...#/$defs/StateIndexPage``), on ``<prefix>/<scope>/index/<page>``::
-
-    {"seq": 104, "scope": "cell1", "page": 1,
+     "published_at": "2026-04-11T14:23:01.512Z", "jobs_total": 1,
      "jobs": [{"job_order_id": "JO-1",
                "state": [{"state_text": {"text": "Ended", "locale": "en"}, "state_number": 5},
                          {"state_text": {"text": "Completed", "locale": "en"},
                           "state_number": 1}],
                "has_result": true}]}
+
+Paged (opt-in, ``publisher.index_pages``, for scopes with thousands of jobs): jobs are kept in
+*pages* of at most ``page_size`` jobs, each retained on ``<prefix>/<scope>/index/<page>``
+(``...#/$defs/StateIndexPage``); the index lists the pages instead of the jobs (number, how many
+jobs, the ``seq`` at which the page last changed), so an update republishes the index and only
+the pages it changed::
+
+    {"seq": 104, "epoch": "9f2c51d07ab3e6f1", "scope": "cell1",
+     "published_at": "2026-04-11T14:23:01.512Z", "jobs_total": 51,
+     "pages": [{"page": 0, "jobs": 50, "seq": 97}, {"page": 1, "jobs": 1, "seq": 104}]}
+
+Pages are tracked in both modes (a job keeps its page from when it is first indexed until it
+leaves the station; a new job goes to the lowest-numbered page with room), so switching the
+setting needs no migration of the stored index.
 """
 
 from __future__ import annotations
@@ -201,7 +205,21 @@ class JobIndex:
         return header[:-1] + b',"jobs":[' + jobs + b"]}"
 
     def render(self, *, seq: int, epoch: str, scope: str, published_at: str) -> bytes:
-        """The published index: the header and one short summary per page."""
+        """The published index in the design's shape: the header, then every job inline."""
+        header = _compact(
+            {
+                "seq": seq,
+                "epoch": epoch,
+                "scope": scope,
+                "published_at": published_at,
+                "jobs_total": len(self._entries),
+            }
+        )
+        jobs = b",".join(self._fragments[job_id] for _, job_id in self._order)
+        return header[:-1] + b',"jobs":[' + jobs + b"]}"
+
+    def render_paged(self, *, seq: int, epoch: str, scope: str, published_at: str) -> bytes:
+        """The paged index (opt-in): the header and one short summary per page."""
         pages = [
             {"page": page, "jobs": len(self._pages[page]), "seq": self.page_seqs.get(page, seq)}
             for page in sorted(self._pages)

@@ -37,7 +37,7 @@ from redis.commands.core import AsyncScript
 from gateway.errors import GatewayError
 from gateway.store import Store
 from gateway_publisher.batch import Batch
-from gateway_publisher.index import IndexEntry, JobIndex
+from gateway_publisher.index import PAGE_SIZE, IndexEntry, JobIndex
 
 START = "0-0"  # a stream id before every entry
 
@@ -108,9 +108,10 @@ class ScopeState:
 class PublisherStore:
     """The publisher's keys of every scope, written only under the term's fencing token."""
 
-    def __init__(self, store: Store, fence: int = 0) -> None:
+    def __init__(self, store: Store, fence: int = 0, page_size: int = PAGE_SIZE) -> None:
         self.store = store
         self.fence = str(fence)
+        self.page_size = page_size
         client = store.client
         self._claim: AsyncScript = client.register_script(_CLAIM)
         self._next_seq: AsyncScript = client.register_script(_NEXT_SEQ)
@@ -139,7 +140,8 @@ class PublisherStore:
             cursor, seq, stored = await pipeline.execute()
         entries = cast(dict[str, str], stored)  # decode_responses: text
         index = JobIndex(
-            {job_id: IndexEntry.from_stored(job_id, text) for job_id, text in entries.items()}
+            {job_id: IndexEntry.from_stored(job_id, text) for job_id, text in entries.items()},
+            page_size=self.page_size,
         )
         return ScopeState(scope, cursor or START, int(seq or 0), index, stored=cursor is not None)
 

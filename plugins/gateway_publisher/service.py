@@ -234,7 +234,7 @@ class Term:
         self.stats = service.stats
         self.lease = lease
         self.epoch = epoch
-        self.persisted = PublisherStore(store)
+        self.persisted = PublisherStore(store, page_size=self.settings.index_page_size)
         self.scopes: dict[str, ScopeState] = {}
         self.discovery_stream = store.keys.global_changes()
         self.discovery_cursor = START
@@ -430,24 +430,24 @@ class Term:
         self.stats.busy_seconds += time.perf_counter() - started
 
     async def publish_index(self, state: ScopeState) -> None:
-        """The next ``seq``, the pages changed since the last index, then the index itself
-        (after its pages, so an index never lists a page the broker does not have yet)."""
+        """The next ``seq``, then the index: every job inline (the design's shape), or, with
+        ``index_pages``, the pages changed since the last index and then the index listing
+        them (after its pages, so an index never lists a page the broker does not have yet)."""
         published = self.service.published
         seq = await self.persisted.next_seq(state.scope, published.get(state.scope, 0))
         index = state.index
-        pages = index.take_dirty()
+        pages = index.take_dirty()  # taken in both modes: the paged mode starts from them
+        published_at = format_time(utc_now())
         try:
-            async with anyio.create_task_group() as tasks:
-                for page in pages:
-                    payload = index.render_page(page, seq=seq, scope=state.scope)
-                    topic = self.topics.page(state.scope, page)
-                    event = self.topics.event(STATE_INDEX_PAGE_TYPE, state.scope, payload)
-                    tasks.start_soon(self._publish, topic, event)
-            existing = set(index.pages)
-            index.page_seqs.update({page: seq for page in pages if page in existing})
-            payload = index.render(
-                seq=seq, epoch=self.epoch, scope=state.scope, published_at=format_time(utc_now())
-            )
+            if self.settings.index_pages:
+                await self._publish_pages(state, pages, seq)
+                payload = index.render_paged(
+                    seq=seq, epoch=self.epoch, scope=state.scope, published_at=published_at
+                )
+            else:
+                payload = index.render(
+                    seq=seq, epoch=self.epoch, scope=state.scope, published_at=published_at
+                )
             topic = self.topics.state_index(state.scope)
             await self._publish(topic, self.topics.event(STATE_INDEX_TYPE, state.scope, payload))
         except BaseException:
@@ -456,6 +456,18 @@ class Term:
         state.seq = seq
         published[state.scope] = max(seq, published.get(state.scope, 0))
         self.stats.index_publishes += 1
+
+    async def _publish_pages(self, state: ScopeState, pages: set[int], seq: int) -> None:
+        """The changed pages of a paged index (an emptied page: its zero-byte delete)."""
+        index = state.index
+        async with anyio.create_task_group() as tasks:
+            for page in pages:
+                payload = index.render_page(page, seq=seq, scope=state.scope)
+                topic = self.topics.page(state.scope, page)
+                event = self.topics.event(STATE_INDEX_PAGE_TYPE, state.scope, payload)
+                tasks.start_soon(self._publish, topic, event)
+        existing = set(index.pages)
+        index.page_seqs.update({page: seq for page in pages if page in existing})
         self.stats.page_publishes += len(pages)
 
     async def heal_broker(self, reason: str) -> None:

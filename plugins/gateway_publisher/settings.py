@@ -36,6 +36,16 @@ class PublisherSettings:
         minimum=1.0,
     )
     binding: str = setting(MQTT_BINDING, "Binding the retained topics are published on")
+    index_pages: bool = setting(
+        False,
+        "Opt-in for scopes with thousands of jobs: the state index lists pages instead of jobs, "
+        "and the jobs are retained in pages on <prefix>/<scope>/index/<page> (an update then "
+        "republishes only the pages it changed). Off (the default): the state index lists every "
+        "job inline, as the MicroDCS MES publishing design defines it",
+    )
+    index_page_size: int = setting(
+        25, "Jobs per page of the state index when index_pages is on", minimum=1
+    )
 
     def __post_init__(self) -> None:
         # ValueError here becomes a SettingsError naming the section (see gateway.settings).

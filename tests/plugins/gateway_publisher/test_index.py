@@ -54,15 +54,21 @@ def test_index_orders_by_priority_then_id_and_renders_valid_json() -> None:
     assert payload["seq"] == 7
     assert payload["epoch"] == "e1"
     assert payload["jobs_total"] == 3
-    assert payload["pages"] == [{"page": 0, "jobs": 3, "seq": 7}]
+    assert [job["job_order_id"] for job in payload["jobs"]] == ["z", "a", "b"]
+    assert payload["jobs"][1]["has_result"] is True
+    paged = json.loads(index.render_paged(seq=7, epoch="e1", scope="cell1", published_at="t"))
+    assert paged["pages"] == [{"page": 0, "jobs": 3, "seq": 7}]
+    assert "jobs" not in paged
     page = json.loads(index.render_page(0, seq=7, scope="cell1") or b"")
     assert [job["job_order_id"] for job in page["jobs"]] == ["z", "a", "b"]
     assert page["jobs"][1]["has_result"] is True
     index.remove("z")
     assert [entry.job_order_id for entry in index] == ["a", "b"]
     empty = json.loads(JobIndex().render(seq=1, epoch="e", scope="s", published_at="t"))
-    assert empty["pages"] == []
+    assert empty["jobs"] == []
     assert empty["jobs_total"] == 0
+    empty = json.loads(JobIndex().render_paged(seq=1, epoch="e", scope="s", published_at="t"))
+    assert empty["pages"] == []
 
 
 def test_jobs_keep_their_page_and_new_ones_fill_the_lowest_page_with_room() -> None:
@@ -84,17 +90,19 @@ def test_jobs_keep_their_page_and_new_ones_fill_the_lowest_page_with_room() -> N
     assert index.render_page(2, seq=9, scope="s") is None
 
 
-def test_an_update_publishes_a_bounded_number_of_bytes_whatever_the_number_of_jobs() -> None:
+def test_a_paged_update_publishes_a_bounded_number_of_bytes_whatever_the_number_of_jobs() -> None:
     index = JobIndex()
     for number in range(1000):
         index.put(IndexEntry(f"JO-{number:04d}", "NotAllowedToStart.Ready"))
     index.take_dirty()
     index.put(IndexEntry("JO-0500", "AllowedToStart.Ready"))
     (page,) = index.take_dirty()
-    update = len(index.render(seq=2, epoch="e", scope="cell1", published_at="t")) + len(
+    update = len(index.render_paged(seq=2, epoch="e", scope="cell1", published_at="t")) + len(
         index.render_page(page, seq=2, scope="cell1") or b""
     )
-    assert update < 8_000  # one page of 25 jobs and 40 page summaries (was 190 KB)
+    assert update < 8_000  # one page of 25 jobs and 40 page summaries
+    inline = len(index.render(seq=2, epoch="e", scope="cell1", published_at="t"))
+    assert inline > 20 * update  # what the opt-in saves: every job is in the inline index
 
 
 def test_stored_entries_round_trip() -> None:

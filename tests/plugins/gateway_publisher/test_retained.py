@@ -84,6 +84,48 @@ async def test_store_completion_and_clear_as_a_late_subscriber_sees_them(rig: Ri
         assert state_index is not None
         assert from_mqtt(state_index).type == STATE_INDEX_TYPE
         assert state_index.message_expiry_interval
+        assert await retained(mes, "index", "0") is None  # no pages unless asked for
+
+
+async def test_the_state_index_lists_every_job_inline_as_the_design_says(rig: Rig) -> None:
+    """The MicroDCS shape: ``seq``, ``scope``, ``published_at`` and ``jobs`` (each id, state,
+    has_result) in the one retained document, read here as raw JSON, not through MesClient."""
+    async with running(rig.gateway()), rig.jobs_mes() as jobs, rig.mes() as mes:
+        for number in range(30):  # more than a page would hold
+            await jobs.store(job_order(f"j{number:02d}"))
+        await index_when(mes, lambda index: len(index.jobs) == 30)
+        message = await retained(mes, "state-index")
+    assert message is not None
+    document = json.loads(message.payload)
+    assert {"seq", "scope", "published_at", "jobs"} <= document.keys()
+    assert "pages" not in document
+    assert document["scope"] == "cell1"
+    assert [job["job_order_id"] for job in document["jobs"]] == [f"j{n:02d}" for n in range(30)]
+    assert document["jobs"][0] == {
+        "job_order_id": "j00",
+        "state": [
+            {"state_text": {"text": "NotAllowedToStart", "locale": "en"}, "state_number": 1},
+            {"state_text": {"text": "Ready", "locale": "en"}, "state_number": 2},
+        ],
+        "has_result": False,
+    }
+
+
+async def test_the_paged_index_is_opt_in(rig: Rig) -> None:
+    """``publisher.index_pages``: the index lists pages, the jobs are on index/<page>."""
+    paged = {"GATEWAY_PUBLISHER_INDEX_PAGES": "true", "GATEWAY_PUBLISHER_INDEX_PAGE_SIZE": "2"}
+    gateway = rig.gateway(**paged)
+    async with running(gateway), rig.jobs_mes() as jobs, rig.mes(paged=True) as mes:
+        for job in ("a", "b", "c"):
+            await jobs.store(job_order(job))
+        index = await index_when(mes, lambda index: len(index.jobs) == 3)
+        assert [page.page for page in index.pages] == [0, 1]
+        raw = await retained(mes, "state-index")
+        page = await retained(mes, "index", "1")
+    assert raw is not None
+    assert page is not None
+    assert "jobs" not in json.loads(raw.payload)
+    assert [job["job_order_id"] for job in json.loads(page.payload)["jobs"]] == ["c"]
 
 
 async def test_cancel_deletes_the_order_and_drops_the_job(rig: Rig) -> None:

@@ -81,6 +81,8 @@ def validate(value: Any, schema: Any, base: Path, at: str = "$") -> None:
         validate(value, option, base, f"{at}(allOf {number})")
     if "anyOf" in schema and not any(_valid(value, s, base) for s in schema["anyOf"]):
         raise Invalid(f"{at}: matches none of anyOf")
+    if "oneOf" in schema and sum(_valid(value, s, base) for s in schema["oneOf"]) != 1:
+        raise Invalid(f"{at}: does not match exactly one of oneOf")
 
 
 def _valid(value: Any, schema: Any, base: Path) -> bool:
@@ -124,6 +126,11 @@ def test_the_rendered_state_index_and_its_pages_follow_their_schemas() -> None:
     document = json.loads(payload)
     validate(document, state_index_schema(), RETAINED)  # raises naming what does not fit
     assert (document["seq"], document["scope"]) == (12, "cell1")
+    assert len(document["jobs"]) == 3
+    paged = index.render_paged(
+        seq=12, epoch="9f2c51d07ab3e6f1", scope="cell1", published_at="2026-04-11T14:23:01Z"
+    )
+    validate(json.loads(paged), state_index_schema(), RETAINED)
     page = index.render_page(0, seq=12, scope="cell1")
     assert page is not None
     page_document = json.loads(page)
@@ -140,9 +147,10 @@ def definition(name: str) -> Any:
     [
         {"seq": 0},
         {"epoch": "restart-1"},
-        {"pages": [{"page": -1, "jobs": 1, "seq": 1}]},
-        {"pages": [{"page": 0, "jobs": 0, "seq": 1}]},
-        {"jobs": []},  # the jobs are on the pages
+        {"pages": [{"page": -1, "jobs": 1, "seq": 1}], "jobs_total": 1},
+        {"pages": [{"page": 0, "jobs": 0, "seq": 1}], "jobs_total": 0},
+        {"pages": []},  # both shapes at once: jobs inline and pages
+        {"jobs": [{"job_order_id": "a/b", "state": [], "has_result": False}]},
         {"extra": True},
     ],
 )
@@ -153,11 +161,31 @@ def test_the_schema_refuses_what_the_publisher_never_sends(change: dict[str, Any
         "scope": "cell1",
         "published_at": "2026-04-11T14:23:01Z",
         "jobs_total": 0,
-        "pages": [],
+        "jobs": [],
     }
     validate(valid, state_index_schema(), RETAINED)
     with pytest.raises(Invalid):
         validate({**valid, **change}, state_index_schema(), RETAINED)
+
+
+def test_the_designs_own_example_is_a_valid_state_index() -> None:
+    """The MicroDCS document's example (plus our epoch) validates: the design's shape."""
+    example = {
+        "seq": 103,
+        "epoch": "0123456789abcdef",
+        "scope": "machine-42",
+        "published_at": "2026-04-11T14:23:01Z",
+        "jobs": [
+            {
+                "job_order_id": "JO-2026-0443",
+                "state": [
+                    {"state_text": {"text": "Running", "locale": "en"}, "state_number": 3},
+                ],
+                "has_result": False,
+            }
+        ],
+    }
+    validate(example, state_index_schema(), RETAINED)
 
 
 @pytest.mark.parametrize(
