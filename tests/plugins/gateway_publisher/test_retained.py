@@ -113,8 +113,9 @@ async def test_the_state_index_lists_every_job_inline_as_the_design_says(rig: Ri
 
 async def test_the_paged_index_is_opt_in(rig: Rig) -> None:
     """``publisher.index_pages``: the index lists pages, the jobs are on index/<page>."""
-    paged = {"GATEWAY_PUBLISHER_INDEX_PAGES": "true", "GATEWAY_PUBLISHER_INDEX_PAGE_SIZE": "2"}
-    gateway = rig.gateway(**paged)
+    gateway = rig.gateway(
+        GATEWAY_PUBLISHER_INDEX_PAGES="true", GATEWAY_PUBLISHER_INDEX_PAGE_SIZE="2"
+    )
     async with running(gateway), rig.jobs_mes() as jobs, rig.mes(paged=True) as mes:
         for job in ("a", "b", "c"):
             await jobs.store(job_order(job))
