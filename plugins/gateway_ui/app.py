@@ -11,6 +11,7 @@ import base64
 import binascii
 import hmac
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -27,12 +28,16 @@ from starlette.responses import (
 from starlette.routing import Route
 
 from gateway.recipes import JobCommand
+from gateway_ui.activity import Activity, action_stats, scope_activity
 from gateway_ui.assets import JS
-from gateway_ui.pages import OPERATOR_ACTIONS, index_page, job_page, job_url, scope_page
+from gateway_ui.dashboard import Dashboard, DashboardStream
+from gateway_ui.pages import OPERATOR_ACTIONS, job_page, job_url, scope_page
 from gateway_ui.settings import UiSettings
 from gateway_ui.sse import JobStream, ScopeStream, parse_cursor
+from gateway_ui.station import dashboard_page, sections
+from gateway_ui.timeline import Window, render_svg, timeline_json, timeline_page
 from gateway_ui.trace import position, read_trace, with_latencies
-from gateway_ui.views import NotFound, UiData
+from gateway_ui.views import NotFound, UiData, check
 
 if TYPE_CHECKING:
     from gateway.phases import ServicePhase
@@ -67,6 +72,7 @@ class UiApplications:
         self.gateway = gateway
         self.settings = settings
         self.data = UiData(gateway)
+        self.dashboard = Dashboard(gateway, self.data)
         self.operators = settings.operator_passwords()
 
     # -- the applications -------------------------------------------------------------------
@@ -82,6 +88,7 @@ class UiApplications:
                     methods=["POST"],
                 ),
                 Route("/scopes/{scope:path}/jobs/{job}", _guarded(self.job_page)),
+                Route("/scopes/{scope:path}/timeline", _guarded(self.timeline_page)),
                 Route("/scopes/{scope:path}", _guarded(self.scope_page)),
             ]
         )
@@ -100,14 +107,39 @@ class UiApplications:
                 Route("/{scope:path}/jobs/{job}", _guarded(self.api_job)),
                 Route("/{scope:path}/jobs", _guarded(self.api_jobs)),
                 Route("/{scope:path}/queue", _guarded(self.api_queue)),
+                Route("/{scope:path}/timeline", _guarded(self.api_timeline)),
                 Route("/{scope:path}/events", _guarded(self.scope_events)),
+            ]
+        )
+
+    def station(self) -> Starlette:
+        """The dashboard's data (``/api/station``) and its event stream."""
+        return Starlette(
+            routes=[
+                Route("/", _guarded(self.api_station)),
+                Route("/events", _guarded(self.station_events)),
             ]
         )
 
     # -- pages ------------------------------------------------------------------------------
 
     async def index(self, request: Request) -> Response:
-        return HTMLResponse(index_page(await self.data.scopes()))
+        return HTMLResponse(dashboard_page(await self.dashboard.station()))
+
+    async def timeline_page(self, request: Request) -> Response:
+        scope, now = check(request.path_params["scope"]), time.time()
+        window = _window(request, now)
+        if isinstance(window, Response):
+            return window
+        done = await self._activity(scope, window, now)
+        svg = render_svg(done, window, now)
+        stats = action_stats(done.commands)
+        return HTMLResponse(timeline_page(scope, svg, stats, window, now))
+
+    async def _activity(self, scope: str, window: Window, now: float) -> Activity:
+        control = self.gateway.job_control
+        done = await scope_activity(control, self.data.store, scope, window.start, now)
+        return done.in_range(window.start, window.end)
 
     async def script(self, request: Request) -> Response:
         return Response(JS, media_type="text/javascript; charset=utf-8")
@@ -148,6 +180,16 @@ class UiApplications:
     async def api_queue(self, request: Request) -> Response:
         return JSONResponse(await self.data.queue(request.path_params["scope"]))
 
+    async def api_timeline(self, request: Request) -> Response:
+        scope, now = check(request.path_params["scope"]), time.time()
+        window = _window(request, now)
+        if isinstance(window, Response):
+            return window
+        return JSONResponse(timeline_json(scope, await self._activity(scope, window, now), window))
+
+    async def api_station(self, request: Request) -> Response:
+        return JSONResponse(await self.dashboard.station())
+
     async def api_job(self, request: Request) -> Response:
         view = await self.data.job(request.path_params["scope"], request.path_params["job"])
         return JSONResponse(view)
@@ -185,6 +227,12 @@ class UiApplications:
         cursor = resume_cursor(request, 1) or [await stream.cursor_now()]
         return StreamingResponse(
             stream.events(cursor), media_type="text/event-stream", headers=SSE_HEADERS
+        )
+
+    async def station_events(self, request: Request) -> Response:
+        stream = DashboardStream(self.gateway, self.dashboard, sections)
+        return StreamingResponse(
+            stream.events(), media_type="text/event-stream", headers=SSE_HEADERS
         )
 
     # -- operator actions -------------------------------------------------------------------
@@ -240,6 +288,13 @@ class UiApplications:
         if expected is None or not hmac.compare_digest(password.encode(), expected.encode()):
             return None
         return name
+
+
+def _window(request: Request, now: float) -> Window | Response:
+    try:
+        return Window.parse(request.query_params, now)
+    except ValueError as error:
+        return _error(400, f"bad range: {error}", request)
 
 
 def resume_cursor(request: Request, parts: int, *, trace_last: bool = False) -> list[str] | None:

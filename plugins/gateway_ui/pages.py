@@ -12,6 +12,13 @@ from urllib.parse import quote
 from gateway_ui.assets import CSS
 
 OPERATOR_ACTIONS = ("hold", "resume", "abort")
+# The top-level states in which each action's MES method is allowed (OPC 40001-3 Pause, Resume,
+# Abort): the page offers an action only then, and none once the job has ended.
+ACTION_STATES = {
+    "hold": ("Running",),
+    "resume": ("Interrupted",),
+    "abort": ("NotAllowedToStart", "AllowedToStart", "Running", "Interrupted"),
+}
 
 
 def _e(value: Any) -> str:
@@ -168,13 +175,16 @@ def job_page(
     ]
     fact_list = "".join(f"<dt>{name}</dt><dd>{value}</dd>" for name, value in facts)
     buttons = ""
-    if operators:
+    top = str(view["state"]).split(".")[0]
+    if operators and top not in ("Ended", "Aborted", "EndState"):
         forms = "".join(
-            f'<form method="post" action="{_e(job_url(scope, job))}/actions/{action}">'
+            f'<form method="post" action="{_e(job_url(scope, job))}/actions/{action}" '
+            f'data-states="{" ".join(ACTION_STATES[action])}"'
+            f"{'' if top in ACTION_STATES[action] else ' hidden'}>"
             f'<button type="submit" name="action" value="{action}">{action.title()}</button></form>'
             for action in OPERATOR_ACTIONS
         )
-        buttons = f'<section class="operator"><h2>Operator</h2>{forms}</section>'
+        buttons = f'<section class="operator" id="operator"><h2>Operator</h2>{forms}</section>'
     drawing = chart or '<p class="muted">This recipe cannot be drawn.</p>'
     body = f"""<h1>Job {_e(job)}</h1>
 <div class="columns"><div>

@@ -48,3 +48,4 @@ def gateway_register_http_apps(
     applications = UiApplications(gateway, ui)
     register("/ui", applications.pages())
     register("/api/scopes", applications.api())
+    register("/api/station", applications.station())

@@ -19,16 +19,60 @@
 
   function showChart(progress) {
     const names = new Set(progress ? progress.active.map((step) => step.name) : []);
+    const failed = (progress ? progress.actions : []).filter((action) => action.phase === "failed");
+    const failedSteps = new Set(failed.map((action) => action.step));
+    const failedActions = new Set(failed.map((action) => action.name));
     document.querySelectorAll("svg.sfc g.step, svg.sfc g.branch").forEach((g) => {
       const name = g.getAttribute("data-step") ?? g.getAttribute("data-branch");
       g.classList.toggle("active", names.has(name));
+      g.classList.toggle("failed", failedSteps.has(name));
     });
+    document.querySelectorAll("svg.sfc g.action").forEach((g) => {
+      g.classList.toggle("failed", failedActions.has(g.getAttribute("data-action")));
+    });
+  }
+
+  // A result as people read it: a text as it is, an object as a key/value table.
+  function valueNode(value, depth) {
+    if (value === null || value === undefined) return document.createTextNode("");
+    if (typeof value !== "object") return document.createTextNode(String(value));
+    if (Array.isArray(value) && value.every((item) => item === null || typeof item !== "object")) {
+      return document.createTextNode(value.join(", "));
+    }
+    if (depth > 1) return document.createTextNode(JSON.stringify(value));
+    const table = document.createElement("table");
+    table.className = "kv";
+    for (const [key, item] of Object.entries(value)) {
+      const row = table.insertRow();
+      const name = row.insertCell();
+      name.className = "key";
+      name.textContent = key;
+      row.insertCell().append(valueNode(item, depth + 1));
+    }
+    return table;
+  }
+
+  function valueCell(row, value, cls) {
+    const td = row.insertCell();
+    td.className = cls || "";
+    td.append(valueNode(value, 0));
+    return td;
   }
 
   function showState(state) {
     const el = document.getElementById("state");
+    const top = text(state).split(".")[0];
     el.textContent = text(state);
-    el.className = "state " + text(state).split(".")[0];
+    el.className = "state " + top;
+    const operator = document.getElementById("operator");
+    if (!operator) return;
+    if (["Ended", "Aborted", "EndState"].includes(top)) {
+      operator.remove(); // an ended job takes no action any more
+      return;
+    }
+    operator.querySelectorAll("form[data-states]").forEach((form) => {
+      form.hidden = !form.dataset.states.split(" ").includes(top);
+    });
   }
 
   function showActive(progress) {
@@ -54,8 +98,8 @@
       cell(row, action.tries + " / " + action.max_attempts, "num");
       const timeout = cell(row, action.deadline ? "" : "–", "num");
       if (action.deadline) timeout.dataset.deadline = action.deadline;
-      cell(row, action.error ? action.error : action.result === null ? "" : JSON.stringify(action.result),
-        action.error ? "phase-failed mono" : "mono");
+      if (action.error) cell(row, action.error, "phase-failed text");
+      else valueCell(row, action.result, "text");
     }
   }
 
@@ -66,7 +110,7 @@
       const row = body.insertRow();
       row.dataset.id = entry.ID;
       cell(row, entry.ID);
-      cell(row, typeof entry.Value === "string" ? entry.Value : JSON.stringify(entry.Value), "mono");
+      valueCell(row, entry.Value, "text");
     }
     const description = response && response.Description ? response.Description.Text : "";
     const error = (live.progress && live.progress.error) || description;
@@ -264,4 +308,74 @@
   }
 
   setInterval(reload, 2000);
+})();
+
+(function () {
+  "use strict";
+  // The station dashboard: the server sends its sections, rendered, whenever they change.
+  const station = document.getElementById("station");
+  if (!station) return;
+  const connection = document.getElementById("connection");
+  let offset = 0; // server clock minus this browser's, seconds
+  const span = (s) => (s < 60 ? Math.floor(s) + " s" : s < 3600 ? Math.floor(s / 60) + " min " +
+    Math.floor(s % 60) + " s" : Math.floor(s / 3600) + " h " + Math.floor((s % 3600) / 60) + " min");
+
+  function tick() {
+    const now = Date.now() / 1000 + offset;
+    station.querySelectorAll("[data-since]").forEach((el) => {
+      const text = span(Math.max(0, now - Number(el.dataset.since)));
+      el.textContent = el.classList.contains("ago") ? text + " ago" : text;
+    });
+  }
+
+  tick();
+  setInterval(tick, 1000);
+  const source = new EventSource(station.dataset.events);
+  source.addEventListener("open", () => { connection.textContent = "live"; connection.className = "live"; });
+  source.addEventListener("error", () => {
+    connection.textContent = "reconnecting…";
+    connection.className = "reconnecting";
+  });
+  source.addEventListener("dashboard", (event) => {
+    const update = JSON.parse(event.data);
+    offset = update.server_time - Date.now() / 1000;
+    station.innerHTML = update.html; // rendered and escaped by the server
+    tick();
+  });
+})();
+
+(function () {
+  "use strict";
+  // The timeline: a click on a bar shows its facts.
+  const chart = document.querySelector("svg.timeline");
+  const details = document.getElementById("bar-details");
+  if (!chart || !details) return;
+  const clock = (s) => new Date(Number(s) * 1000).toISOString().slice(11, 23);
+  const took = (s) => (s === "" ? "still open" : Number(s) < 1 ? (Number(s) * 1000).toFixed(0) + " ms" :
+    Number(s).toFixed(2) + " s");
+  chart.addEventListener("click", (event) => {
+    const bar = event.target.closest(".bar");
+    if (!bar) return;
+    chart.querySelectorAll(".bar.selected").forEach((el) => el.classList.remove("selected"));
+    bar.classList.add("selected");
+    const d = bar.dataset;
+    const facts = [];
+    if (d.action) facts.push(["Action", d.action], ["Equipment", d.equipment], ["Outcome", d.outcome]);
+    if (d.state) facts.push(["State", d.state]);
+    if (d.step) facts.push(["Step", d.step]);
+    facts.push(["Job", d.job], ["From (UTC)", clock(d.start)], ["Took", took(d.seconds)]);
+    if (d.correlation) facts.push(["Correlation id", d.correlation]);
+    if (d.error) facts.push(["Error", d.error]);
+    const list = document.createElement("dl");
+    list.className = "facts";
+    for (const [name, value] of facts) {
+      const dt = document.createElement("dt");
+      dt.textContent = name;
+      const dd = document.createElement("dd");
+      dd.textContent = value;
+      list.append(dt, dd);
+    }
+    details.className = "details";
+    details.replaceChildren(list);
+  });
 })();
