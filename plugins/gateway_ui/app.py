@@ -128,18 +128,24 @@ class UiApplications:
 
     async def timeline_page(self, request: Request) -> Response:
         scope, now = check(request.path_params["scope"]), time.time()
-        window = _window(request, now)
-        if isinstance(window, Response):
-            return window
-        done = await self._activity(scope, window, now)
+        requested = _window(request, now)
+        if isinstance(requested, Response):
+            return requested
+        window, done = await self._activity(request, scope, requested, now)
         svg = render_svg(done, window, now)
         stats = action_stats(done.commands)
-        return HTMLResponse(timeline_page(scope, svg, stats, window, now))
+        return HTMLResponse(timeline_page(scope, svg, stats, window, now, requested))
 
-    async def _activity(self, scope: str, window: Window, now: float) -> Activity:
+    async def _activity(
+        self, request: Request, scope: str, window: Window, now: float
+    ) -> tuple[Window, Activity]:
+        """What happened in ``window``, and the window to show (``fit``: what holds it)."""
         control = self.gateway.job_control
         done = await scope_activity(control, self.data.store, scope, window.start, now)
-        return done.in_range(window.start, window.end)
+        done = done.in_range(window.start, window.end)
+        if request.query_params.get("fit"):
+            window = window.fit(done, now)
+        return window, done
 
     async def script(self, request: Request) -> Response:
         return Response(JS, media_type="text/javascript; charset=utf-8")
@@ -182,10 +188,11 @@ class UiApplications:
 
     async def api_timeline(self, request: Request) -> Response:
         scope, now = check(request.path_params["scope"]), time.time()
-        window = _window(request, now)
-        if isinstance(window, Response):
-            return window
-        return JSONResponse(timeline_json(scope, await self._activity(scope, window, now), window))
+        requested = _window(request, now)
+        if isinstance(requested, Response):
+            return requested
+        window, done = await self._activity(request, scope, requested, now)
+        return JSONResponse(timeline_json(scope, done, window))
 
     async def api_station(self, request: Request) -> Response:
         return JSONResponse(await self.dashboard.station())

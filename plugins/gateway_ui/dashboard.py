@@ -9,6 +9,7 @@ control, the equipment hub's liveness, the recipe interpreters' progress) and th
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from gateway.phases import ServicePhase
     from gateway.store import Store
 
+log = logging.getLogger(__name__)
 Renderer = Callable[[Mapping[str, Any]], str]
 
 WINDOW_SECONDS = 3600  # the last errors and failures shown come from this long back
@@ -251,11 +253,22 @@ class DashboardStream:
         yield f"retry: {RETRY_MS}\n\n"
         snapshot = await self._follow(store, positions)
         last = self.render(snapshot)
+        failed = ""  # the last error logged, once while it lasts
         yield _event(last, snapshot)
         async for batch in _read(store, positions, self.gateway.stopping, self.gateway.resilience):
             for stream, entries in batch or ():
                 positions[stream] = entries[-1][0]
-            snapshot = await self._follow(store, positions)
+            try:
+                snapshot = await self._follow(store, positions)
+            except Exception as error:  # the store away: the next read says so (ui.live)
+                if self.gateway.stopping.is_set():
+                    return
+                if str(error) != failed:
+                    log.warning("dashboard not refreshed: %s", error)
+                failed = str(error)
+                yield ": waiting\n\n"
+                continue
+            failed = ""
             html = self.render(snapshot)
             if html == last:
                 yield ": unchanged\n\n"

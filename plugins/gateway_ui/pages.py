@@ -195,12 +195,12 @@ def job_page(
 {buttons}
 <h2>Active steps</h2>
 <table id="active"><thead><tr><th>Step</th><th>Time in step</th></tr></thead><tbody></tbody></table>
-<h2>Actions</h2>
-<table id="actions"><thead><tr><th>Action</th><th>Step</th><th>Phase</th><th>Tries</th>
-<th>Timeout</th><th>Result / error</th></tr></thead><tbody></tbody></table>
 <h2>Results</h2>
 <table id="results"><thead><tr><th>ID</th><th>Value</th></tr></thead><tbody></tbody></table>
 </div></div>
+<h2>Actions</h2>
+<table id="actions"><thead><tr><th>Action</th><th>Step</th><th>Phase</th><th>Tries</th>
+<th>Timeout</th><th>Result / error</th></tr></thead><tbody></tbody></table>
 <h2>Trace</h2>
 <table id="trace"><thead><tr><th>Time (UTC)</th><th>Kind</th><th>What</th><th>Latency</th></tr>
 </thead><tbody></tbody></table>

@@ -48,6 +48,18 @@ class Window:
             raise ValueError(f"minutes must be in (0, {MAX_MINUTES}]")
         return cls(end - minutes * 60, end)
 
+    def fit(self, done: Activity, now: float) -> Window:
+        """The part of this window that holds ``done`` (a little more on each side)."""
+        starts = [bar.start for bar in done.commands]
+        starts += [segment.start for bar in done.jobs for segment in bar.segments]
+        ends = [now if bar.end is None else bar.end for bar in done.commands]
+        ends += [now if s.end is None else s.end for bar in done.jobs for s in bar.segments]
+        if not starts:
+            return self
+        first, last = max(self.start, min(starts)), min(self.end, max(ends))
+        pad = max(1.0, (last - first) * 0.03)
+        return Window(max(self.start, first - pad), min(self.end, max(last, first) + pad))
+
 
 def _e(value: Any) -> str:
     return escape("" if value is None else str(value), quote=True)
@@ -205,19 +217,29 @@ def stats_table(stats: Sequence[ActionStats]) -> str:
 
 
 def timeline_page(
-    scope: str, svg: str, stats: Sequence[ActionStats], window: Window, now: float
+    scope: str,
+    svg: str,
+    stats: Sequence[ActionStats],
+    window: Window,
+    now: float,
+    requested: Window | None = None,
 ) -> str:
+    """``window``: what the drawing shows; ``requested``: the range asked for (larger when
+    the drawing fits what happened in it)."""
+    requested = requested or window
     base = scope_url(scope) + "/timeline"
-    minutes = window.seconds / 60
-    ends_now = window.end >= now - 1
-    end = "" if ends_now else f"&end={window.end:.0f}"
+    minutes = round(requested.seconds / 60, 3)
+
+    ends_now = requested.end >= now - 1
+    end = "" if ends_now else f"&end={requested.end:.0f}"
+    fit = f'<a href="{_e(base)}?minutes={minutes:g}{end}&amp;fit=1">fit</a>'
     zoom = " ".join(
         f'<a href="{_e(base)}?minutes={m}{end}"'
         f"{' class=current' if abs(m - minutes) < 1e-6 else ''}>{_span(m)}</a>"
         for m in MINUTES
     )
-    earlier = f"{base}?minutes={minutes:g}&end={window.end - window.seconds / 2:.0f}"
-    later_end = window.end + window.seconds / 2
+    earlier = f"{base}?minutes={minutes:g}&end={requested.end - requested.seconds / 2:.0f}"
+    later_end = requested.end + requested.seconds / 2
     later = (
         f"{base}?minutes={minutes:g}"
         if later_end >= now
@@ -226,16 +248,18 @@ def timeline_page(
     body = (
         f"<h1>Timeline of scope {_e(scope)}</h1>"
         f'<p class="range">{_clock(window.start, True)} &#8211; {_clock(window.end, True)} UTC · '
-        f'show {zoom} · <a href="{_e(earlier)}">« earlier</a> · <a href="{_e(later)}">later »</a>'
+        f'show {zoom} {fit} · <a href="{_e(earlier)}">« earlier</a> · '
+        f'<a href="{_e(later)}">later »</a>'
         f' · <a href="{_e(base)}?minutes={minutes:g}">now</a></p>'
         '<div class="timeline-columns"><div>'
         f'<section class="chart" id="timeline">{svg}</section>'
         '<div id="bar-details" class="details muted">Click a bar for its details.</div>'
-        '<p class="legend"><span class="key ok"></span>answered <span class="key error"></span>'
-        'error <span class="key no-reply"></span>no reply <span class="key undelivered"></span>'
-        'undelivered <span class="key pending"></span>still running · jobs: '
-        '<span class="key AllowedToStart"></span>queued <span class="key Running"></span>running'
-        ' <span class="key Interrupted"></span>interrupted · thin bars: steps</p>'
+        '<p class="legend"><span class="key k-ok"></span>answered <span class="key k-error">'
+        '</span>error <span class="key k-no-reply"></span>no reply <span class="key '
+        'k-undelivered"></span>undelivered <span class="key k-pending"></span>still running · '
+        'jobs: <span class="key k-AllowedToStart"></span>queued <span class="key k-Running">'
+        '</span>running <span class="key k-Interrupted"></span>interrupted <span class="key '
+        'k-Aborted"></span>aborted · thin bars: steps</p>'
         "</div><div><h2>Command durations</h2>"
         f"{stats_table(stats)}"
         '<p class="muted">From command to reply, answered commands in this range.</p>'

@@ -40,16 +40,16 @@
       return document.createTextNode(value.join(", "));
     }
     if (depth > 1) return document.createTextNode(JSON.stringify(value));
-    const table = document.createElement("table");
-    table.className = "kv";
+    const list = document.createElement("dl");
+    list.className = "kv";
     for (const [key, item] of Object.entries(value)) {
-      const row = table.insertRow();
-      const name = row.insertCell();
-      name.className = "key";
+      const name = document.createElement("dt");
       name.textContent = key;
-      row.insertCell().append(valueNode(item, depth + 1));
+      const entry = document.createElement("dd");
+      entry.append(valueNode(item, depth + 1));
+      list.append(name, entry);
     }
-    return table;
+    return list;
   }
 
   function valueCell(row, value, cls) {
@@ -99,7 +99,7 @@
       const timeout = cell(row, action.deadline ? "" : "–", "num");
       if (action.deadline) timeout.dataset.deadline = action.deadline;
       if (action.error) cell(row, action.error, "phase-failed text");
-      else valueCell(row, action.result, "text");
+      else valueCell(row, action.result, "value");
     }
   }
 
@@ -110,7 +110,7 @@
       const row = body.insertRow();
       row.dataset.id = entry.ID;
       cell(row, entry.ID);
-      valueCell(row, entry.Value, "text");
+      valueCell(row, entry.Value, "value");
     }
     const description = response && response.Description ? response.Description.Text : "";
     const error = (live.progress && live.progress.error) || description;

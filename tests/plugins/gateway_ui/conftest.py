@@ -1,6 +1,7 @@
 """A gateway with the simulated station and its HTTP endpoint, and a small HTTP/SSE client.
 
 Tests get them through the ``station`` fixture (``Station`` and its helpers as attributes).
+Browser tests get Debian's chromium, headless through chromedriver (``browser``, one per module).
 Trace writer tests get a redis-server of their own (``trace_redis``: its command counts are
 theirs alone) and a ``TraceWriter`` on it (``trace_writer``).
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
@@ -18,6 +20,8 @@ from typing import Any
 
 import anyio
 import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.webdriver import WebDriver
 
 from gateway.app import Gateway
 from gateway.resilience import Readiness, Resilience
@@ -233,3 +237,36 @@ async def trace_bench(trace_redis: ServerProcess, tmp_path: Path) -> AsyncIterat
             store=store, resilience=resilience, instance_id="i", stopping=anyio.Event()
         )
         yield TraceBench(store, gateway, readiness)
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+CHROMIUM_ARGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--window-size=1500,1100",
+)
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
+    if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
+        pytest.fail("the browser tests need Debian's chromium and chromium-driver (see .ci/run)")
+    os.environ["SE_OFFLINE"] = "true"  # Selenium Manager must never fetch a driver or browser
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for argument in CHROMIUM_ARGS:
+        options.add_argument(argument)
+    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
+    service = webdriver.ChromeService(executable_path=str(CHROMEDRIVER))
+    driver = webdriver.Chrome(options=options, service=service)
+    try:
+        yield driver
+    finally:
+        driver.quit()

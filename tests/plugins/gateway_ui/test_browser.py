@@ -8,14 +8,12 @@ connection (Server-Sent Events) can be broken and restored while the job goes on
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
 from anyio.abc import ByteStream, TaskStatus
-from selenium import webdriver
 from selenium.webdriver.chrome.webdriver import WebDriver
 
 from gateway.testing import running
@@ -26,41 +24,10 @@ if TYPE_CHECKING:
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
-CHROMIUM_ARGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--window-size=1500,1100",
-)
 ACTIVE_STEPS = (
     "return [...document.querySelectorAll('svg.sfc g.step.active')].map(g => g.dataset.step)"
 )
 PAGE_TRACE = "return [...document.querySelectorAll('#trace tbody tr')].map(row => row.dataset.id)"
-
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
-    if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
-        pytest.fail("the browser tests need Debian's chromium and chromium-driver (see .ci/run)")
-    os.environ["SE_OFFLINE"] = "true"  # Selenium Manager must never fetch a driver or browser
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for argument in CHROMIUM_ARGS:
-        options.add_argument(argument)
-    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
-    service = webdriver.ChromeService(executable_path=str(CHROMEDRIVER))
-    driver = webdriver.Chrome(options=options, service=service)
-    try:
-        yield driver
-    finally:
-        driver.quit()
 
 
 class CuttableProxy:

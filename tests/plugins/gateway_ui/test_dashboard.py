@@ -79,7 +79,14 @@ async def test_the_dashboard_shows_a_failure_with_its_reason_and_the_equipment_e
     failing = {"GATEWAY_SIMULATOR_FAILURE_RATE": "1"}
     async with running(station.gateway(seconds=0.05, **failing)), station.mes() as mes:
         await station.start_rear_axle(mes, "J1")
-        view = await until_scope(station, lambda v: v["failures"])
+        # The job's state and its trace (the reply's error) are written apart: wait for both.
+        view = await until_scope(
+            station,
+            lambda v: (
+                v["failures"]
+                and any(e["last_error"] for e in v["equipment"] if e["equipment"] == "tightener")
+            ),
+        )
     (failure,) = view["failures"]
     assert failure["job_order_id"] == "J1"
     assert failure["error"]  # the engine's reason, as the job page shows it
