@@ -19,6 +19,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
+from enum import Enum
 from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
 import anyio
@@ -28,7 +29,7 @@ from gateway.cloudevents import CloudEvent
 from gateway.errors import GatewayError, NotPermitted, ValidationError
 from gateway.logs import log_context
 from gateway.metrics import Metrics
-from gateway.resilience import Resilience, is_transient
+from gateway.resilience import Resilience, describe, is_transient
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
@@ -109,6 +110,21 @@ class Subscription:
 MES_LANE = "mes"  # job management's calls from the MES: answered while equipment floods in
 
 
+class Redelivery(Enum):
+    """What the dispatcher does about an event that may come again (same ``source`` + ``id``:
+    a broker's redelivery, a sender's retry)."""
+
+    REPLAY = "replay"
+    """Claim the event in the store before handling it: a second delivery gets the replies
+    of the first, the handler runs once. Costs two store calls and a marker kept for
+    ``redis.dedupe_ttl_seconds`` (a day) per event: for commands with effects (the MES's)."""
+
+    IDEMPOTENT = "idempotent"
+    """Handling the event twice does no harm (a heartbeat, a query, an equipment reply the
+    engine checks against the attempt it answers): no claim, nothing kept. Repeated messages
+    (a heartbeat a second per device) must be this, or the markers fill the store."""
+
+
 @dataclass(frozen=True)
 class Processor:
     """Handles the events of ``event_types`` (all types when ``None``) on its subscriptions."""
@@ -120,13 +136,21 @@ class Processor:
     binding: str = MQTT_BINDING
     # The ``gateway.role`` values it serves in (``*``: every role; role ``all`` runs all).
     roles: frozenset[str] = frozenset({"gateway"})
-    # Claim each event in the store first, so a redelivered one replays its stored replies.
-    # A handler whose effect is idempotent by itself (an equipment reply, checked against the
-    # attempt it answers when it is committed) turns this off and saves the store round trips.
-    deduplicate: bool = True
+    # What a second delivery of an event does: replayed from the store (the default), or
+    # handled again when the handler is idempotent by itself (``Redelivery``).
+    redelivery: Redelivery = Redelivery.REPLAY
+    # Event types handled idempotently whatever ``redelivery`` says (a processor of commands
+    # that also answers queries, which read and change nothing).
+    idempotent_types: frozenset[str] = frozenset()
 
     def accepts(self, event_type: str) -> bool:
         return self.event_types is None or event_type in self.event_types
+
+    def redelivery_of(self, event_type: str) -> Redelivery:
+        """How a second delivery of an event of ``event_type`` is handled."""
+        if event_type in self.idempotent_types:
+            return Redelivery.IDEMPOTENT
+        return self.redelivery
 
 
 class Binding(Protocol):
@@ -297,7 +321,8 @@ class Dispatcher:
             self.reject(binding=binding, topic=topic, code=UNKNOWN_TYPE, error=message)
             return [event.error_reply(source=self.source, code=UNKNOWN_TYPE, message=message)]
         started = time.perf_counter()
-        dedupe = self._dedupe if processor.deduplicate else None
+        replay = processor.redelivery_of(event.type) is Redelivery.REPLAY
+        dedupe = self._dedupe if replay else None
         if dedupe is not None:
             claim = await self._claim(dedupe, event)
             if claim.duplicate:
@@ -329,7 +354,7 @@ class Dispatcher:
                     "processor %s could not handle event %s yet (%s); it is tried again",
                     processor.name,
                     event.id,
-                    error,
+                    describe(error),
                 )
                 raise
             log.exception(

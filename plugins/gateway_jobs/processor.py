@@ -58,6 +58,9 @@ class JobsProcessor:
             event_types=frozenset({*_CALL_TYPES, *CONFIG_TYPES}),
             binding=MQTT_BINDING,
             roles=MES_ROLES,
+            # A query read again is answered afresh: no marker (with the whole Job Response
+            # in it) kept a day for each of the MES's reads.
+            idempotent_types=frozenset(QUERY_TYPES),
         )
 
     async def handle(self, event: CloudEvent) -> list[CloudEvent]:

@@ -29,7 +29,7 @@ from gateway.equipment import (
     reply_from_event,
 )
 from gateway.errors import GatewayError, NotPermitted, ValidationError
-from gateway.transport import MQTT_BINDING, Processor, Subscription, arrival_topic
+from gateway.transport import MQTT_BINDING, Processor, Redelivery, Subscription, arrival_topic
 from gateway_mqtt_equipment.conventions import (
     EQUIPMENT,
     HEARTBEAT_TYPE,
@@ -170,7 +170,7 @@ class MqttEquipmentDriver:
                 roles=roles,
                 # The engine commits a reply only while its attempt is outstanding, so a
                 # redelivered reply changes nothing: no de-duplication claim needed.
-                deduplicate=False,
+                redelivery=Redelivery.IDEMPOTENT,
             ),
             Processor(
                 name=f"{self.name}-events",
@@ -191,6 +191,9 @@ class MqttEquipmentDriver:
                     event_types=frozenset({HEARTBEAT_TYPE, OFFLINE_TYPE}),
                     binding=self.binding,
                     roles=roles,
+                    # Repeated by nature (one a second per device) and idempotent (online
+                    # until..., offline since...): a marker each would fill the store.
+                    redelivery=Redelivery.IDEMPOTENT,
                 )
             )
         return processors

@@ -10,6 +10,7 @@ import pytest
 
 from gateway.cloudevents import JSON, CloudEvent
 from gateway.errors import CloudEventError, ValidationError
+from gateway.store import Claim
 from gateway.transport import (
     ERROR_EVENT_TYPE,
     INVALID_REQUEST,
@@ -17,6 +18,7 @@ from gateway.transport import (
     UNKNOWN_TYPE,
     Dispatcher,
     Processor,
+    Redelivery,
     Subscription,
     error_event,
     topic_matches,
@@ -306,6 +308,56 @@ async def test_the_first_matching_processor_wins(failures: FailureLog) -> None:
     assert reply.data == "first"
     [reply] = await dispatcher.dispatch(command(CONFIGURE), binding=BINDING, topic=COMMANDS)
     assert reply.data == "second"
+
+
+class ClaimLog:
+    """A ``Deduplicator`` that grants every claim and records the events claimed (the real
+    one, on Redis, is tested in the store plugin's and the equipment driver's tests)."""
+
+    def __init__(self) -> None:
+        self.claimed: list[str] = []
+        self.completed: list[str] = []
+
+    async def claim(self, event: CloudEvent) -> Claim:
+        self.claimed.append(event.type)
+        return Claim()
+
+    async def complete(self, event: CloudEvent, replies: Sequence[CloudEvent]) -> None:
+        self.completed.append(event.type)
+
+    async def release(self, event: CloudEvent) -> None:
+        raise AssertionError("nothing fails here")
+
+
+@pytest.mark.anyio
+async def test_idempotent_processors_and_event_types_are_not_claimed(
+    failures: FailureLog,
+) -> None:
+    """A processor declares how a second delivery is handled, for all its types or for some:
+    only what must be replayed costs a claim and a marker."""
+    query = "com.example.query.v1"
+    beat = "com.example.heartbeat.v1"
+    commands = Processor(
+        name="commands",
+        subscriptions=[Subscription("gw/+/commands")],
+        handle=start,
+        event_types=frozenset({START, query}),
+        idempotent_types=frozenset({query}),
+    )
+    beats = Processor(
+        name="beats",
+        subscriptions=[Subscription("gw/+/heartbeat")],
+        handle=start,
+        redelivery=Redelivery.IDEMPOTENT,
+    )
+    log = ClaimLog()
+    dispatcher = Dispatcher([commands, beats], source=SOURCE, dedupe=log, on_failure=failures)
+    await dispatcher.dispatch(command(), binding="mqtt", topic=COMMANDS)
+    await dispatcher.dispatch(command(query), binding="mqtt", topic=COMMANDS)
+    await dispatcher.dispatch(command(beat), binding="mqtt", topic="gw/station-1/heartbeat")
+    assert log.claimed == log.completed == [START]
+    assert commands.redelivery_of(query) is Redelivery.IDEMPOTENT
+    assert commands.redelivery_of(START) is Redelivery.REPLAY
 
 
 def test_processors_are_listed_by_binding_and_topic(dispatcher: Dispatcher) -> None:

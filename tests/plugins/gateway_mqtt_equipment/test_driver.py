@@ -336,6 +336,35 @@ async def test_heartbeats_keep_equipment_online_and_silence_takes_it_offline_wit
         assert reason.startswith("equipment press offline: disconnected")
 
 
+async def test_heartbeats_leave_no_de_duplication_marker_in_the_store(station: Station) -> None:
+    """An idle station's heartbeats (one a second per device, for ever) are not claimed in the
+    store: each would leave a marker for a day. Events with effects still are."""
+    gateway = station.gateway()
+
+    def handled() -> float:
+        labels = {"binding": "mqtt", "outcome": "ok"}
+        value = gateway.metrics.registry.get_sample_value("gateway_messages_total", labels)
+        return value or 0.0
+
+    async def markers() -> list[str]:
+        assert gateway.store is not None
+        pattern = f"{station.name}:*dedupe*"
+        return [key async for key in gateway.store.client.scan_iter(match=pattern)]
+
+    async with running(gateway), connect_test_client(station.mqtt_url) as press:
+        heartbeat = station.topics.heartbeat("press")
+        for _ in range(20):
+            await press.send(heartbeat, equipment_event(HEARTBEAT_TYPE, "press"))
+        await wait_until(lambda: handled() >= 20)
+        assert await online(gateway, "press")
+        assert await markers() == []
+        # An event with effects is still claimed (the check does see markers).
+        seen = equipment_event(PART_SEEN, "press", {"part": "P-1"}, subject="cell1")
+        await press.send(station.topics.events("press"), seen)
+        await wait_until(lambda: handled() >= 21)
+        assert len(await markers()) == 1
+
+
 async def eventually(condition: Callable[[], Awaitable[bool]], timeout: float = 5) -> None:
     with anyio.fail_after(timeout):
         while not await condition():  # noqa: ASYNC110
