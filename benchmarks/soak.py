@@ -98,7 +98,6 @@ class Station:
             "GATEWAY_JOBS_TOPIC_PREFIX": PREFIX,
             "GATEWAY_GATEWAY_DATA_DIR": str(self.directory / "data"),
             "GATEWAY_GATEWAY_SHUTDOWN_GRACE_SECONDS": "5",
-            "GATEWAY_GATEWAY_LOG_LEVEL": "WARNING",
             # A killed instance's work is taken over in seconds, not the production minute.
             "GATEWAY_SFC_CLAIM_IDLE_SECONDS": "3",
             "GATEWAY_SFC_RECONCILE_SECONDS": "5",

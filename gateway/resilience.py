@@ -11,7 +11,8 @@ behave alike:
   permanent: a message gets its error reply, a work item is logged and dropped. The transient
   types are ``TransientError`` (raise it, or a subclass, for "try again later"), the built-in
   ``ConnectionError`` and ``TimeoutError``, anyio's broken streams and redis-py's connection,
-  timeout, loading and read-only errors; a plugin adds its own with ``register_transient``. An
+  timeout, loading and read-only errors, and a server's "not now" replies (too few replicas,
+  a Cluster slot moving, out of memory); a plugin adds its own with ``register_transient``. An
   error whose ``__cause__`` is transient is transient too, so wrapping keeps the meaning.
 - **Logged once per outage.** ``Outage`` logs the first failure of a run of failures at WARNING
   and the recovery at INFO ("back after 3.2 s"), not every retry. Outages of one check made by
@@ -77,8 +78,9 @@ _transient_types: tuple[type[BaseException], ...] = (
 
 
 # Replies redis-py has no type for that say "not now": a master with too few replicas
-# (min-replicas-to-write), a Cluster slot moving or down; also inside a script's error.
-_REFUSED_FOR_NOW = re.compile(r"(^|\s)(NOREPLICAS|CLUSTERDOWN|TRYAGAIN|MASTERDOWN)\b")
+# (min-replicas-to-write), a Cluster slot moving or down, a server at its memory budget with
+# nothing it may evict (``maxmemory``: keys expire and free it); also inside a script's error.
+_REFUSED_FOR_NOW = re.compile(r"(^|\s)(NOREPLICAS|CLUSTERDOWN|TRYAGAIN|MASTERDOWN|OOM)\b")
 
 
 def register_transient(*types: type[BaseException]) -> None:
@@ -110,9 +112,29 @@ def is_transient(error: BaseException) -> bool:
 
 
 def describe(error: BaseException) -> str:
-    """A short reason for logs and readiness: the message, or the type when there is none."""
-    text = str(error)
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+    """A short reason for logs and readiness: the type and message of what failed.
+
+    An exception group (a task group's "unhandled errors in a TaskGroup (1 sub-exception)")
+    says nothing by itself: it is described by the exceptions in it, so a log line names the
+    cause (``ConnectionError: ...``), and how many more there were.
+    """
+    if not isinstance(error, BaseExceptionGroup):
+        text = str(error)
+        return f"{type(error).__name__}: {text}" if text else type(error).__name__
+    reasons = list(dict.fromkeys(describe(leaf) for leaf in _leaves(error)))
+    shown = "; ".join(reasons[:3])
+    return shown + (f" (and {len(reasons) - 3} more)" if len(reasons) > 3 else "")
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    """The exceptions of ``group`` and of the groups nested in it, in order."""
+    found: list[BaseException] = []
+    for inner in group.exceptions:
+        if isinstance(inner, BaseExceptionGroup):
+            found.extend(_leaves(inner))
+        else:
+            found.append(inner)
+    return found
 
 
 class Backoff:
@@ -194,12 +216,14 @@ class Outage:
         *,
         logger: logging.Logger = log,
         shared: OutageLog | None = None,
+        on_recovery: Callable[[], None] | None = None,
     ) -> None:
         self.check = check
         self.readiness = readiness
         self.backoff = backoff or Backoff()
         self.logger = logger
         self.shared = shared or OutageLog()
+        self.on_recovery = on_recovery  # told when this outage ends (``Resilience`` wakes others)
         self.since: float | None = None  # time.monotonic() of the outage's first failure
         self.failures = 0
 
@@ -239,6 +263,8 @@ class Outage:
                 )
             if self.readiness is not None:
                 self.readiness.recover(self.check, self)
+            if self.on_recovery is not None:
+                self.on_recovery()
         self.since = None
         self.failures = 0
         self.backoff.reset()
@@ -262,6 +288,9 @@ class Resilience:
         self.minimum_seconds = minimum_seconds
         self.maximum_seconds = maximum_seconds
         self._logs: dict[str, OutageLog] = {}  # check -> the log its outages share
+        # Set when any outage ends: a dependency is back, so every loop still failing tries
+        # again at once instead of sleeping out its backoff (and ``/readyz`` with it).
+        self._recovery: anyio.Event | None = None
 
     def outage(self, check: str, *, logger: logging.Logger = log, ready: bool = True) -> Outage:
         """A fresh ``Outage`` for one loop (or one operation) under the readiness ``check``;
@@ -269,7 +298,21 @@ class Resilience:
         backoff = Backoff(self.minimum_seconds, self.maximum_seconds)
         shared = self._logs.setdefault(check, OutageLog())
         readiness = self.readiness if ready else None
-        return Outage(check, readiness, backoff, logger=logger, shared=shared)
+        return Outage(
+            check, readiness, backoff, logger=logger, shared=shared, on_recovery=self._recovered
+        )
+
+    def _recovered(self) -> None:
+        if self._recovery is not None:
+            self._recovery.set()
+            self._recovery = None
+
+    async def _wait_to_retry(self, seconds: float, stop: anyio.Event | None = None) -> None:
+        """Sleep out a backoff, or less: until another loop recovers from its outage (the
+        dependency may be back for this one too) or ``stop`` is set."""
+        if self._recovery is None:
+            self._recovery = anyio.Event()
+        await _pause(seconds, self._recovery, stop)
 
     async def retry(
         self,
@@ -296,7 +339,7 @@ class Resilience:
                     delay = outage.failed(error)
                     if stop is not None and stop.is_set():
                         raise
-                    await _pause(delay, stop)
+                    await self._wait_to_retry(delay, stop)
                     if stop is not None and stop.is_set():
                         raise
                 else:
@@ -328,8 +371,10 @@ class Resilience:
         """Run ``step`` again and again (``interval`` seconds apart) until cancelled.
 
         No failure ends the loop: transient ones are logged once per outage, permanent ones
-        with their traceback each time; either way the check fails and the next try waits for
-        the backoff (at least ``interval``).
+        with their traceback each time; either way the check fails and the next try comes
+        after the backoff, not the interval (a check fails until its loop succeeds once, so a
+        loop of a 10 s interval would keep ``/readyz`` failing 10 s after its dependency came
+        back), and at once when another loop recovers from its outage.
         """
         outage = self.outage(check, logger=logger)
         try:
@@ -337,7 +382,7 @@ class Resilience:
                 try:
                     await step()
                 except Exception as error:
-                    await anyio.sleep(max(outage.failed(error), interval))
+                    await self._wait_to_retry(outage.failed(error))
                     continue
                 outage.succeeded()
                 await anyio.sleep(interval)
@@ -345,9 +390,17 @@ class Resilience:
             outage.close()
 
 
-async def _pause(seconds: float, stop: anyio.Event | None) -> None:
-    if stop is None:
-        await anyio.sleep(seconds)
-        return
+async def _pause(seconds: float, *wake: anyio.Event | None) -> None:
+    """Sleep ``seconds``, or until one of the ``wake`` events is set."""
+    events = [event for event in wake if event is not None]
     with anyio.move_on_after(seconds):
-        await stop.wait()
+        async with anyio.create_task_group() as tasks:
+            for event in events:
+                tasks.start_soon(_set_then_cancel, event, tasks.cancel_scope)
+            if not events:
+                await anyio.sleep(seconds)
+
+
+async def _set_then_cancel(event: anyio.Event, scope: anyio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()

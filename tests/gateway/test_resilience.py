@@ -4,6 +4,8 @@ capped jittered backoff, and the retry / forever helpers every long-running loop
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
+from functools import partial
 
 import anyio
 import pytest
@@ -15,9 +17,11 @@ from gateway.resilience import (
     Readiness,
     Resilience,
     TransientError,
+    describe,
     is_transient,
     register_transient,
 )
+from gateway.testing import wait_until
 
 
 class LibraryHiccup(Exception):
@@ -215,9 +219,96 @@ async def test_forever_survives_every_failure_and_reports_readiness() -> None:
         "NOREPLICAS Not enough good replicas to write.",
         "CLUSTERDOWN The cluster is down",
         "Error running script (call to f_1): @user_script:3: NOREPLICAS Not enough good replicas",
+        "OOM command not allowed when used memory > 'maxmemory'.",
     ],
 )
 def test_a_master_refusing_for_now_is_transient(message: str) -> None:
     """min-replicas-to-write and Cluster slot trouble pass by themselves: retried."""
     assert is_transient(redis.exceptions.ResponseError(message))
     assert not is_transient(redis.exceptions.ResponseError("WRONGTYPE Operation against a key"))
+
+
+def test_an_exception_group_is_described_by_the_exceptions_in_it() -> None:
+    """A task group's failure names its cause, not "unhandled errors in a TaskGroup"."""
+    refused = ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+    group = ExceptionGroup("unhandled errors in a TaskGroup", [refused])
+    assert describe(group) == (
+        "ConnectionError: Error 111 connecting to 127.0.0.1:6379. Connection refused."
+    )
+    nested = BaseExceptionGroup("outer", [group, ExceptionGroup("inner", [TimeoutError()])])
+    assert describe(nested) == (
+        "ConnectionError: Error 111 connecting to 127.0.0.1:6379. Connection refused.; TimeoutError"
+    )
+    many = ExceptionGroup("many", [ValueError(str(n)) for n in range(5)])
+    assert describe(many) == "ValueError: 0; ValueError: 1; ValueError: 2 (and 2 more)"
+
+
+@pytest.mark.anyio
+async def test_a_retry_logs_the_cause_inside_an_exception_group(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    resilience = Resilience(Readiness(), minimum_seconds=0.001, maximum_seconds=0.001)
+    failures = [ExceptionGroup("unhandled errors in a TaskGroup", [ConnectionError("refused")])]
+
+    async def publish() -> None:
+        if failures:
+            raise failures.pop()
+
+    with caplog.at_level(logging.WARNING), anyio.fail_after(5):
+        await resilience.retry("publisher", publish)
+    [line] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert line == "publisher: ConnectionError: refused; retrying until it is back"
+
+
+@pytest.mark.anyio
+async def test_a_failed_loop_of_a_long_interval_retries_at_its_backoff() -> None:
+    """Its check passes again once the loop has succeeded, so the next try may not wait for
+    the loop's interval (an hour here) once the dependency is back."""
+    readiness = Readiness()
+    resilience = Resilience(readiness, minimum_seconds=0.001, maximum_seconds=0.01)
+    outcomes: list[Exception | None] = [ConnectionError("down"), None]
+    succeeded = anyio.Event()
+
+    async def step() -> None:
+        outcome = outcomes.pop(0) if outcomes else None
+        if outcome is not None:
+            raise outcome
+        succeeded.set()
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(lambda: resilience.forever("hourly", step, interval=3600))
+            await succeeded.wait()
+            assert readiness.ready
+            tasks.cancel_scope.cancel()
+
+
+@pytest.mark.anyio
+async def test_when_one_loop_recovers_every_failing_loop_tries_again_at_once() -> None:
+    """Backoffs of a minute: the loops that failed during the outage do not wait them out
+    once another loop found the dependency back, and ``/readyz`` turns ready with them."""
+    readiness = Readiness()
+    resilience = Resilience(readiness, minimum_seconds=60, maximum_seconds=120)
+    up = False
+    tries = {"engine": 0, "publisher": 0}
+
+    def loop(name: str) -> Callable[[], Awaitable[None]]:
+        async def step() -> None:
+            tries[name] += 1
+            if not up:
+                raise ConnectionError("down")
+
+        return step
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tasks:
+            for name in tries:
+                tasks.start_soon(partial(resilience.forever, name, loop(name), interval=3600))
+            await wait_until(lambda: set(readiness.failing) == set(tries))
+            up = True
+            probe = resilience.outage("probe")  # a third loop that failed and succeeds now
+            probe.failed(ConnectionError("down"))
+            probe.succeeded()
+            await wait_until(lambda: readiness.ready)
+            tasks.cancel_scope.cancel()
+    assert tries == {"engine": 2, "publisher": 2}
