@@ -40,6 +40,7 @@ DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
     ("http", "gateway_http.plugin"),
     ("ui", "gateway_ui.plugin"),
     ("opcua", "gateway_opcua.plugin"),
+    ("sparkplug", "gateway_sparkplug.plugin"),
     ("demo", "gateway_demo.plugin"),
 )
 ALWAYS_LOADED = frozenset({"core"})
