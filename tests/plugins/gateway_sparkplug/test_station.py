@@ -1,0 +1,153 @@
+"""The simulated station as a Sparkplug host sees it, over real mosquitto and Redis.
+
+The MES runs the rear-axle recipe on the simulated station (positioner and camera over MQTT,
+the tightener a separate controller over MessagePack-RPC); a Sparkplug host written in the
+test follows ``spBv1.0/#``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from gateway.app import Gateway
+from gateway.testing import running
+from gateway.testing.mqtt import connect_test_client
+from gateway.testing.services import free_port
+from gateway_jobs.testing import JobsMes, final_response, store_and_start
+from gateway_jobs.testing import state_texts as states
+from gateway_sfc.model import DATASCHEMA
+from gateway_simulator.testing import fast_devices, station_environ
+from tests.plugins.gateway_sparkplug.conftest import Host, sparkplug_host
+
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+
+REAR_AXLE: dict[str, Any] = json.loads(
+    (Path(__file__).parents[3] / "examples" / "recipes" / "rear_axle.json").read_text()
+)
+SCOPE = "cell1"
+EQUIPMENT = ("camera", "positioner", "tightener")
+
+
+class Station:
+    def __init__(self, mqtt_url: str, redis_url: str, name: str) -> None:
+        self.mqtt_url, self.redis_url, self.name = mqtt_url, redis_url, name
+        self.rpc_port = free_port()
+
+    def gateway(self, instance: str = "a", **simulator: str) -> Gateway:
+        """An instance with the Sparkplug mirror on; the tightener is a remote RPC device."""
+        settings = fast_devices(
+            f"{self.name}-sim", **{"rpc_devices": "", "tightener": "", **simulator}
+        )
+        environ = station_environ(
+            mqtt_url=self.mqtt_url,
+            redis_url=self.redis_url,
+            name=self.name,
+            instance=instance,
+            simulator=settings,
+            extra={
+                "GATEWAY_MSGPACK_RPC_PORT": str(self.rpc_port),
+                "GATEWAY_SPARKPLUG_ENABLED": "true",
+                "GATEWAY_SPARKPLUG_GROUP_ID": self.name,
+                "GATEWAY_SPARKPLUG_SCOPES": SCOPE,
+                "GATEWAY_SPARKPLUG_EQUIPMENT": ",".join(EQUIPMENT),
+                "GATEWAY_SPARKPLUG_POLL_SECONDS": "0.1",
+            },
+        )
+        return Gateway.from_environment(None, environ)
+
+    def tightener(self) -> Gateway:
+        """The tightening controller, a simulator of its own connected over RPC."""
+        settings = fast_devices(
+            f"{self.name}-sim",
+            positioner="",
+            camera="",
+            rpc_devices="tightener",
+            rpc_port=str(self.rpc_port),
+        )
+        environ = station_environ(
+            mqtt_url=self.mqtt_url,
+            redis_url=self.redis_url,
+            name=self.name,
+            instance="tightener",
+            role="simulator",
+            simulator=settings,
+            extra={"GATEWAY_MSGPACK_RPC_PORT": "0"},
+        )
+        return Gateway.from_environment(None, environ)
+
+
+@pytest.fixture
+def station(mqtt_url: str, redis_url: str, unique: str) -> Station:
+    return Station(mqtt_url, redis_url, unique)
+
+
+def born(host: Host) -> bool:
+    devices = {m.device for m in host.of_kind("DBIRTH")}
+    return bool(host.of("NBIRTH", SCOPE)) and {"Jobs", *EQUIPMENT} <= devices
+
+
+async def test_a_host_sees_births_the_running_slot_and_equipment_going_offline(
+    station: Station, spb: ModuleType
+) -> None:
+    async with sparkplug_host(station.mqtt_url, spb, station.name) as host:
+        async with running(station.gateway()), running(station.tightener()) as tightener:
+            await host.wait(lambda: born(host) and host.tags[(SCOPE, "tightener")]["Online"])
+            kinds = [m.kind for m in host.messages]
+            assert kinds[0] == "NBIRTH"
+            nbirth = host.of("NBIRTH", SCOPE)[0].metrics
+            assert nbirth["Node Control/Rebirth"] is False
+            assert nbirth["Scope/Online"] is True
+            assert nbirth["Queue/MaxRunningJobOrders"] == 1
+            assert nbirth["Queue/RunningCount"] == 0
+            assert nbirth["Properties/Gateway Version"]
+            jobs = host.of("DBIRTH", SCOPE, "Jobs")[0].metrics
+            assert jobs["Running/1/JobOrderID"] == ""
+
+            async with connect_test_client(station.mqtt_url) as client:
+                mes = JobsMes(client, station.name, SCOPE)
+                await store_and_start(mes, REAR_AXLE, "J1", dataschema=DATASCHEMA)
+                response = await final_response(mes, "J1")
+            assert states(response)[:2] == ["Ended", "Completed"]
+            await host.wait(
+                lambda: host.tags[(SCOPE, "Jobs")]["Running/1/State"] == "Ended.Completed"
+            )
+            slot = host.history(SCOPE, "Jobs", "Running/1/State")
+            assert slot[0] == ""  # the empty slot at birth
+            assert [state.partition(".")[0] for state in _distinct(slot[1:])] == [
+                "AllowedToStart",
+                "Running",
+                "Ended",
+            ]
+            assert host.tags[(SCOPE, "Jobs")]["Running/1/JobOrderID"] == "J1"
+            assert host.tags[(SCOPE, "Jobs")]["Running/1/StateNumber"] == 5
+            assert "J1" in host.history(SCOPE, "tightener", "CurrentJob")
+            # Recorded by the instance that got the reply, read at the next poll.
+            await host.wait(lambda: host.tags[(SCOPE, "tightener")]["LastResultStatus"] == "Good")
+            assert host.tags[(SCOPE, "positioner")]["LastCommandType"]
+
+            # The tightening controller goes away: DDEATH; no data for it meanwhile.
+            tightener.request_stop("test: the controller goes away")
+            await host.wait(lambda: bool(host.of("DDEATH", SCOPE, "tightener")))
+            # A host's NCMD Rebirth: NBIRTH (seq 0, same bdSeq) and every DBIRTH again.
+            births = len(host.of("NBIRTH", SCOPE))
+            await host.client.publish(host.rebirth(SCOPE))
+            await host.wait(lambda: len(host.of("NBIRTH", SCOPE)) > births)
+            first, again = host.of("NBIRTH", SCOPE)[0], host.of("NBIRTH", SCOPE)[-1]
+            assert again.metrics["bdSeq"] == first.metrics["bdSeq"]
+            await host.wait(lambda: len(host.of("DBIRTH", SCOPE, "Jobs")) == 2)
+            # Born again with its last values, and dead: the DDEATH follows its DBIRTH.
+            await host.wait(lambda: len(host.of("DDEATH", SCOPE, "tightener")) == 2)
+        # The gateway stops: its NDEATH, with the NBIRTH's bdSeq.
+        await host.wait(lambda: bool(host.of("NDEATH", SCOPE)))
+        assert host.of("NDEATH", SCOPE)[0].metrics["bdSeq"] == first.metrics["bdSeq"]
+    assert host.seq_errors == []
+
+
+def _distinct(values: list[Any]) -> list[Any]:
+    """``values`` without immediate repetitions."""
+    return [value for i, value in enumerate(values) if i == 0 or values[i - 1] != value]
