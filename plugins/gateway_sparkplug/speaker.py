@@ -119,14 +119,18 @@ class ScopeSpeaker:
             self.stopped.set()
 
     async def _term(self) -> None:
+        """One term: connect, be born, speak until the lease or the host is lost.
+
+        A term that ends normally (stopping, lease lost, host offline) returns and the lease
+        is tried again at once; a broker that cannot be reached raises, and ``run`` backs off.
+        """
         self.bd_seq = await self.lease.next_bd_seq()
         edge = EdgeNode(self.settings.group_id, self.scope, self.bd_seq, _now_ms)
         death = edge.death()
         client_id = f"spb-{self.settings.group_id}-{self.scope}-{self.gateway.instance_id}"[:128]
         try:
-            async with edge_connection(
-                self.broker, client_id, death.topic, death.payload
-            ) as client:
+            connecting = edge_connection(self.broker, client_id, death.topic, death.payload)
+            async with connecting as client:
                 self._client = client
                 try:
                     await self._speak(client, edge)
@@ -135,19 +139,25 @@ class ScopeSpeaker:
                     self._edge = None
                     self._client = None
                     self.metrics.speaking.labels(self.scope).set(0)
-                    with anyio.CancelScope(shield=True), anyio.move_on_after(2):
-                        # The Will goes only on a lost connection: say it ourselves.
-                        await client.publish(death.topic, death.payload, qos=1)
-                        self.metrics.messages.labels(MessageType.NDEATH.value).inc()
-                        log.info("sparkplug: %s NDEATH (bdSeq %d)", self.scope, self.bd_seq)
-        except* TermEnded as group:
-            log.info("sparkplug: %s: %s", self.scope, group.exceptions[0])
-        except* aiomqtt.MqttError as group:
-            log.warning(
-                "sparkplug: %s: broker connection lost (%s)", self.scope, group.exceptions[0]
-            )
+                    await self._say_death(client, death)
+        except Exception as error:
+            error = _single(error)
+            if not isinstance(error, TermEnded):
+                raise error from None
+            log.info("sparkplug: %s: %s", self.scope, error)
         finally:
             await self._release()
+
+    async def _say_death(self, client: aiomqtt.Client, death: Message) -> None:
+        """The Will goes only when the connection is lost: a clean end says it itself."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+            try:
+                await client.publish(death.topic, death.payload, qos=1)
+            except aiomqtt.MqttError as error:  # the connection is gone: the broker sends the Will
+                log.debug("sparkplug: %s NDEATH not sent: %s", self.scope, error)
+                return
+            self.metrics.messages.labels(MessageType.NDEATH.value).inc()
+            log.info("sparkplug: %s NDEATH (bdSeq %d)", self.scope, self.bd_seq)
 
     async def _release(self) -> None:
         with anyio.CancelScope(shield=True), anyio.move_on_after(2):
@@ -388,6 +398,13 @@ class ScopeSpeaker:
             await client.publish(message.topic, message.payload, qos=0, retain=False)
             self.metrics.messages.labels(message.kind.value).inc()
             self.metrics.payload_bytes.inc(len(message.payload))
+
+
+def _single(error: Exception) -> Exception:
+    """The one error a task group wrapped (nested groups too), else ``error`` itself."""
+    while isinstance(error, ExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error
 
 
 def _result(record: Any) -> str | None:

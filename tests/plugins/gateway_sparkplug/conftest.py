@@ -43,7 +43,8 @@ def spb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleType]:
     )
     assert status == 0, "protoc could not compile sparkplug_b.proto"
     spec = importlib.util.spec_from_file_location("sparkplug_b_pb2", out / "sparkplug_b_pb2.py")
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     module.DESCRIPTOR_SET = (out / "set.pb").read_bytes()  # type: ignore[attr-defined]

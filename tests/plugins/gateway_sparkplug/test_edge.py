@@ -37,7 +37,8 @@ def test_births_name_and_alias_every_metric_and_data_carries_only_changes(
     changed = {"Running/1/State": text("Running"), "Queue/WaitingCount": integer(0)}
     [ddata] = edge.update(node, {"Jobs": Device(changed)})
     data = spb.Payload.FromString(ddata.payload)
-    assert ddata.kind is MessageType.DDATA and data.seq == 2
+    assert ddata.kind is MessageType.DDATA
+    assert data.seq == 2
     [metric] = data.metrics
     assert not metric.HasField("name")
     assert (metric.alias, metric.string_value) == (aliases["Running/1/State"], "Running")

@@ -45,9 +45,12 @@ def test_values_go_to_the_member_their_type_calls_for(spb: ModuleType) -> None:
     a, b, c, d, e = payload.metrics
     assert (a.name, a.alias, a.datatype, a.int_value) == ("a", 1, 3, 2**32 - 5)
     assert (b.datatype, b.long_value) == (13, 1_700_000_000_123)
-    assert not c.HasField("name") and c.boolean_value is True
+    assert not c.HasField("name")
+    assert c.boolean_value is True
     assert d.string_value == "Running"
-    assert e.is_null and e.datatype == 3 and e.WhichOneof("value") is None
+    assert e.is_null
+    assert e.datatype == 3
+    assert e.WhichOneof("value") is None
 
 
 def test_the_ndeath_carries_bd_seq_and_no_seq(spb: ModuleType) -> None:
