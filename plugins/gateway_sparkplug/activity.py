@@ -1,9 +1,10 @@
-"""What each piece of equipment was last told and last answered, shared by every instance.
+"""What each piece of equipment was last told, last answered and last reported (all instances).
 
-The equipment observer hooks fire on the instance that sent a command or received a reply,
-but one instance speaks for a scope: so every instance records the latest command and reply of
-each equipment in the scope's hash ``{prefix}:{<scope>}:sparkplug:equipment`` (fields
-``command:<equipment>`` and ``result:<equipment>``, JSON), and the speaking instance reads it.
+The equipment observer hooks fire on the instance that sent a command or received a reply or
+event, but one instance speaks for a scope: so every instance records the latest command,
+reply and event of each equipment in the scope's hash ``{prefix}:{<scope>}:sparkplug:equipment``
+(fields ``command:<equipment>``, ``result:<equipment>``, ``event:<equipment>``; JSON), and the
+speaking instance reads it.
 Only the latest of each is kept, so the hash stays as small as the station; the hooks only
 note the record in memory (bounded: ``MAX_PENDING`` equipment between two writes) and a service
 writes them out.
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any, cast
 import anyio
 from anyio.abc import TaskStatus
 
-from gateway.equipment import EquipmentCommand, EquipmentReply
+from gateway.equipment import EquipmentCommand, EquipmentEvent, EquipmentReply
 from gateway.errors import ValidationError
 from gateway.hookspecs import hookimpl
 from gateway.store import Store, check_scope
@@ -52,9 +53,17 @@ class ResultRecord:
 
 
 @dataclass(frozen=True)
+class EventRecord:
+    type: str
+    job_order_id: str | None
+    at: float
+
+
+@dataclass(frozen=True)
 class Activity:
     command: CommandRecord | None
     result: ResultRecord | None
+    event: EventRecord | None = None
 
     @property
     def waiting(self) -> bool:
@@ -75,6 +84,7 @@ async def read_activity(store: Store, scope: str) -> dict[str, Activity]:
     raw = cast(dict[str, str], await store.client.hgetall(activity_key(store, scope)))
     commands: dict[str, CommandRecord] = {}
     results: dict[str, ResultRecord] = {}
+    events: dict[str, EventRecord] = {}
     for field, value in raw.items():
         kind, _, equipment = field.partition(":")
         try:
@@ -83,11 +93,13 @@ async def read_activity(store: Store, scope: str) -> dict[str, Activity]:
                 commands[equipment] = CommandRecord(**document)
             elif kind == "result":
                 results[equipment] = ResultRecord(**document)
+            elif kind == "event":
+                events[equipment] = EventRecord(**document)
         except (ValueError, TypeError) as error:  # another version's record: not ours to read
             log.debug("sparkplug: equipment record %s of %s skipped: %s", field, scope, error)
     return {
-        equipment: Activity(commands.get(equipment), results.get(equipment))
-        for equipment in commands.keys() | results.keys()
+        equipment: Activity(commands.get(equipment), results.get(equipment), events.get(equipment))
+        for equipment in commands.keys() | results.keys() | events.keys()
     }
 
 
@@ -172,3 +184,8 @@ class ActivityObserver:
         status = GOOD if reply.error is None else f"Bad: {reply.error}"[:200]
         record = ResultRecord(reply.correlation_id, status, self.clock())
         self.recorder.note(reply.scope, reply.equipment, "result", record)
+
+    @hookimpl
+    def gateway_equipment_event_received(self, event: EquipmentEvent) -> None:
+        record = EventRecord(event.type, event.job_order_id, self.clock())
+        self.recorder.note(event.scope, event.equipment, "event", record)

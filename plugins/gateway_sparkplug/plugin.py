@@ -6,12 +6,14 @@ dependency: ``pip install station-gateway[sparkplug]``) is only imported when ``
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import ssl
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from gateway.cli import Command
 from gateway.errors import PluginError, SettingsError
 from gateway.hookspecs import hookimpl
 from gateway.settings import Settings, url_problem
@@ -21,6 +23,7 @@ from gateway_sparkplug.settings import SparkplugSettings
 
 if TYPE_CHECKING:
     from gateway.phases import ServicePhase
+    from gateway.plugins import GatewayPluginManager
     from gateway_sparkplug.connection import BrokerAddress
 
 
@@ -86,3 +89,35 @@ def gateway_register_services(
     )
     register(recorder)
     register(gateway.state.add(SparkplugService(sparkplug, broker)))
+
+
+@hookimpl
+def gateway_register_commands(register: Callable[[Command], None]) -> None:
+    register(
+        Command(
+            "sparkplug watch",
+            "watch the Sparkplug B messages of a group and print the tag tree a SCADA host sees",
+            _configure_command,
+            _run_command,
+        )
+    )
+
+
+def _configure_command(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--mqtt", required=True, help="the broker (mqtt://host:port)")
+    parser.add_argument("--group", default="+", help="Sparkplug group id (default: every group)")
+    parser.add_argument("--seconds", type=float, default=None, help="stop after this long")
+    parser.add_argument(
+        "--until-death", action="store_true", help="stop at the first NDEATH (a gateway stopped)"
+    )
+
+
+def _run_command(args: argparse.Namespace, plugins: GatewayPluginManager) -> int:
+    if importlib.util.find_spec("google.protobuf") is None:
+        print(
+            "gateway sparkplug: protobuf is not installed: pip install 'station-gateway[sparkplug]'"
+        )
+        return 1
+    from gateway_sparkplug.watch import run_command  # protobuf is imported from here on
+
+    return run_command(args)

@@ -253,6 +253,7 @@ class ScopeSpeaker:
         async with self._lock:
             job, state = status.job_order_id, status.state
             previous = self._states.get(job)
+            order = _order_fields(status.job_order)
             if state is JobState.END:
                 self._states.pop(job, None)
             else:
@@ -266,9 +267,9 @@ class ScopeSpeaker:
                     and state is not previous
                 ):
                     # Let start while still AllowedToStart: the slot shows that first.
-                    self._slots.place(SlotJob(job, previous))
+                    self._slots.place(SlotJob(job, previous, *order))
                     await self._publish(edge.update(*self._tags()))
-                self._slots.place(SlotJob(job, state))
+                self._slots.place(SlotJob(job, state, *order))
             else:
                 self._slots.update(job, state=state)
             await self._publish(edge.update(*self._tags()))
@@ -372,6 +373,7 @@ class ScopeSpeaker:
             record = activity.get(name)
             command = None if record is None else record.command
             busy = command if record is not None and record.waiting else None
+            event = None if record is None else record.event
             view = EquipmentView(
                 equipment_id=name,
                 online=liveness.online,
@@ -380,6 +382,7 @@ class ScopeSpeaker:
                 current_action=busy.action if busy else None,
                 last_command_type=None if command is None else command.type,
                 last_result_status=_result(record),
+                last_event_type=None if event is None else event.type,
             )
             devices[name] = Device(equipment_tags(view), alive=liveness.online)
         return devices
@@ -398,6 +401,19 @@ class ScopeSpeaker:
             await client.publish(message.topic, message.payload, qos=0, retain=False)
             self.metrics.messages.labels(message.kind.value).inc()
             self.metrics.payload_bytes.inc(len(message.payload))
+
+
+def _order_fields(job_order: Mapping[str, Any]) -> tuple[int | None, str | None]:
+    """Priority and the first Work Master a status event's JobOrder names (the one chosen is
+    read at the next poll)."""
+    priority = job_order.get("Priority")
+    masters = job_order.get("WorkMasterID") or []
+    first = masters[0] if isinstance(masters, list) and masters else None
+    master = first.get("ID") if isinstance(first, Mapping) else first
+    return (
+        priority if isinstance(priority, int) else None,
+        master if isinstance(master, str) else None,
+    )
 
 
 def _single(error: Exception) -> Exception:

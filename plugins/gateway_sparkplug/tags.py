@@ -74,6 +74,7 @@ class EquipmentView:
     current_action: str | None
     last_command_type: str | None
     last_result_status: str | None
+    last_event_type: str | None = None
 
 
 def node_tags(version: str, instance: str, queue: QueueView) -> dict[str, Value]:
@@ -133,6 +134,7 @@ def equipment_tags(view: EquipmentView) -> dict[str, Value]:
         "CurrentAction": text(view.current_action),
         "LastCommandType": text(view.last_command_type),
         "LastResultStatus": text(view.last_result_status),
+        "LastEventType": text(view.last_event_type),
     }
 
 
