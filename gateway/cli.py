@@ -51,12 +51,20 @@ def _configure_run(parser: argparse.ArgumentParser) -> None:
         "publisher, simulator (when enabled), or one a third-party plugin declares; an unknown "
         "role is refused, naming the known ones",
     )
+    parser.add_argument(
+        "--simulator",
+        action="store_true",
+        help="also run the simulated station (positioning unit, tightening controller, camera "
+        "QA) on the gateway's broker: the setting simulator.enabled, for a first job",
+    )
 
 
 def _run(args: argparse.Namespace, plugins: GatewayPluginManager) -> int:
     environ = None
     if args.role:
         environ = {**os.environ, "GATEWAY_GATEWAY_ROLE": args.role}
+    if args.simulator:  # as the environment would set it (so it wins over a settings file)
+        environ = {**(environ or os.environ), "GATEWAY_SIMULATOR_ENABLED": "true"}
     settings = load_gateway_settings(plugins, args.config, environ)
     configure_logging(settings)
     gateway = Gateway(settings, plugins)
