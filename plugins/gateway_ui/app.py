@@ -31,6 +31,7 @@ from gateway.recipes import JobCommand
 from gateway_ui.activity import Activity, action_stats, scope_activity
 from gateway_ui.assets import JS
 from gateway_ui.dashboard import Dashboard, DashboardStream
+from gateway_ui.live import LiveFeed
 from gateway_ui.pages import OPERATOR_ACTIONS, job_page, job_url, scope_page
 from gateway_ui.settings import UiSettings
 from gateway_ui.sse import JobStream, ScopeStream, parse_cursor
@@ -68,9 +69,10 @@ def _error(status: int, message: str, request: Request) -> Response:
 
 
 class UiApplications:
-    def __init__(self, gateway: ServicePhase, settings: UiSettings) -> None:
+    def __init__(self, gateway: ServicePhase, settings: UiSettings, feed: LiveFeed) -> None:
         self.gateway = gateway
         self.settings = settings
+        self.feed = feed
         self.data = UiData(gateway)
         self.dashboard = Dashboard(gateway, self.data)
         self.operators = settings.operator_passwords()
@@ -152,16 +154,14 @@ class UiApplications:
 
     async def scope_page(self, request: Request) -> Response:
         scope = request.path_params["scope"]
-        stream = ScopeStream(self.data.store, scope, self.gateway.stopping, self.gateway.resilience)
+        stream = ScopeStream(self.data.store, scope, self.feed)
         cursor = await stream.cursor_now()  # before the read: nothing falls between the two
         jobs = await self.data.jobs(scope)
         return HTMLResponse(scope_page(scope, jobs, cursor, await self.data.queue(scope)))
 
     async def job_page(self, request: Request) -> Response:
         scope, job = request.path_params["scope"], request.path_params["job"]
-        stream = JobStream(
-            self.data, self.data.store, scope, job, self.gateway.stopping, self.gateway.resilience
-        )
+        stream = JobStream(self.data, self.data.store, scope, job, self.feed)
         cursor = await stream.cursor_now()  # before the reads: nothing falls between
         view = await self.data.job(scope, job)
         trace = await self._trace_until(scope, job, cursor.split(",")[1])
@@ -218,9 +218,7 @@ class UiApplications:
     async def job_events(self, request: Request) -> Response:
         scope, job = request.path_params["scope"], request.path_params["job"]
         await self.data.job(scope, job)
-        stream = JobStream(
-            self.data, self.data.store, scope, job, self.gateway.stopping, self.gateway.resilience
-        )
+        stream = JobStream(self.data, self.data.store, scope, job, self.feed)
         cursor = resume_cursor(request, 2, trace_last=True)
         if cursor is None:
             cursor = (await stream.cursor_now()).split(",")
@@ -229,15 +227,15 @@ class UiApplications:
         )
 
     async def scope_events(self, request: Request) -> Response:
-        scope = request.path_params["scope"]
-        stream = ScopeStream(self.data.store, scope, self.gateway.stopping, self.gateway.resilience)
+        scope = await self.data.known_scope(request.path_params["scope"])
+        stream = ScopeStream(self.data.store, scope, self.feed)
         cursor = resume_cursor(request, 1) or [await stream.cursor_now()]
         return StreamingResponse(
             stream.events(cursor), media_type="text/event-stream", headers=SSE_HEADERS
         )
 
     async def station_events(self, request: Request) -> Response:
-        stream = DashboardStream(self.gateway, self.dashboard, sections)
+        stream = DashboardStream(self.gateway, self.dashboard, sections, self.feed)
         return StreamingResponse(
             stream.events(), media_type="text/event-stream", headers=SSE_HEADERS
         )

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 from gateway.jobstates import JobState, TopState
 from gateway.recipes import JobSummary, ScopeQueue
 from gateway_ui.activity import Activity, CommandBar, Outcome, activity, read_traces, recent, unix
-from gateway_ui.sse import RETRY_MS, _read, format_event, last_id
+from gateway_ui.live import LiveFeed
+from gateway_ui.sse import RETRY_MS, format_event, last_id
 from gateway_ui.trace import trace_key
 from gateway_ui.views import UiData
 
@@ -238,14 +239,17 @@ class DashboardStream:
 
     It follows every scope's change stream and the traces of the jobs running now (so a step
     entered or a command answered shows at once), and looks again at least every
-    ``sse.BLOCK_MS`` for what no stream records (equipment going offline, time passing a
+    ``live.KEEPALIVE_SECONDS`` for what no stream records (equipment going offline, time passing a
     StartTime). The event carries the rendered sections, so the page and the stream draw alike.
     """
 
-    def __init__(self, gateway: ServicePhase, dashboard: Dashboard, render: Renderer) -> None:
+    def __init__(
+        self, gateway: ServicePhase, dashboard: Dashboard, render: Renderer, feed: LiveFeed
+    ) -> None:
         self.gateway = gateway
         self.dashboard = dashboard
         self.render = render
+        self.feed = feed  # the shared reader: no Redis connection held per open dashboard
 
     async def events(self) -> AsyncGenerator[str]:
         store = self.dashboard.data.store
@@ -255,7 +259,8 @@ class DashboardStream:
         last = self.render(snapshot)
         failed = ""  # the last error logged, once while it lasts
         yield _event(last, snapshot)
-        async for batch in _read(store, positions, self.gateway.stopping, self.gateway.resilience):
+        while not self.gateway.stopping.is_set():
+            batch = await self.feed.wait(positions)
             for stream, entries in batch or ():
                 positions[stream] = entries[-1][0]
             try:

@@ -10,6 +10,8 @@ from gateway.hookspecs import ASGIApp, hookimpl
 from gateway.settings import Settings
 from gateway.transport import Service
 from gateway_ui.app import UiApplications
+from gateway_ui.guard import Guard, guarded_register
+from gateway_ui.live import LiveFeed
 from gateway_ui.settings import UiSettings
 from gateway_ui.trace import TraceObserver
 from gateway_ui.trace_writer import TraceWriter
@@ -28,6 +30,8 @@ def gateway_register_services(
     register: Callable[[Service], None], settings: Settings, gateway: ServicePhase
 ) -> None:
     ui = settings.get(UiSettings)
+    if ui.enabled and gateway.store is not None:
+        register(live_feed(gateway))  # idle until a page follows a stream
     writer = TraceWriter(ui, gateway)
     if gateway.store is None or not gateway.runs(writer.roles):
         return
@@ -45,7 +49,19 @@ def gateway_register_http_apps(
     ui = settings.get(UiSettings)
     if not ui.enabled or gateway.store is None:
         return
-    applications = UiApplications(gateway, ui)
+    # Every application below goes through the guard (frames, origins, logins, stream caps).
+    register = guarded_register(register, Guard(ui))
+    applications = UiApplications(gateway, ui, live_feed(gateway))
     register("/ui", applications.pages())
     register("/api/scopes", applications.api())
     register("/api/station", applications.station())
+
+
+def live_feed(gateway: ServicePhase) -> LiveFeed:
+    """The gateway's one reader of the streams pages follow (made by whichever hook asks first:
+    the service that runs it and the applications that use it)."""
+    feed = gateway.state.find(LiveFeed)
+    if feed is None:
+        assert gateway.store is not None
+        feed = gateway.state.add(LiveFeed(gateway.store, gateway.resilience))
+    return feed

@@ -37,15 +37,46 @@ class UiSettings:
         "pairs separated by commas (HTTP Basic authentication); empty: no operator actions",
         secret=True,
     )
+    viewers: Secret | None = setting(
+        None,
+        "Who may read the UI and its JSON API, as 'name:password' pairs separated by commas "
+        "(HTTP Basic authentication; operators may read too); empty: reading needs no login",
+        secret=True,
+    )
+    trusted_origins: list[str] = setting(
+        [],
+        "Origins (scheme://host:port) besides the gateway's own whose pages may send operator "
+        "actions: the address a reverse proxy serves the UI under",
+    )
+    max_streams: int = setting(
+        100, "Live event streams (open pages) served at once; more get 429", minimum=1
+    )
+    max_streams_per_client: int = setting(
+        10, "Live event streams served at once to one client address; more get 429", minimum=1
+    )
+    stream_max_seconds: float = setting(
+        600.0,
+        "A live event stream ends after this long (the browser reconnects and goes on from "
+        "where it was), so no visitor holds one for ever",
+        minimum=1,
+    )
 
     def operator_passwords(self) -> dict[str, str]:
         """Operator name -> password; empty when operator actions are off."""
-        if self.operators is None or not self.operators.reveal().strip():
-            return {}
-        passwords: dict[str, str] = {}
-        for pair in self.operators.reveal().split(","):
-            name, colon, password = pair.strip().partition(":")
-            if not colon or not name or not password:
-                raise SettingsError("ui.operators", "expected name:password pairs, comma separated")
-            passwords[name] = password
-        return passwords
+        return _passwords(self.operators, "ui.operators")
+
+    def viewer_passwords(self) -> dict[str, str]:
+        """Viewer name -> password; empty when reading needs no login."""
+        return _passwords(self.viewers, "ui.viewers")
+
+
+def _passwords(secret: Secret | None, key: str) -> dict[str, str]:
+    if secret is None or not secret.reveal().strip():
+        return {}
+    passwords: dict[str, str] = {}
+    for pair in secret.reveal().split(","):
+        name, colon, password = pair.strip().partition(":")
+        if not colon or not name or not password:
+            raise SettingsError(key, "expected name:password pairs, comma separated")
+        passwords[name] = password
+    return passwords

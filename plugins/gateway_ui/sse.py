@@ -11,32 +11,30 @@ duplicates nor gaps: the cursor is all the state there is.
 Events: ``state`` (a change record of the job), ``trace`` (a trace entry), and after each batch
 ``live`` (the job's state, progress and response now, without an id: it describes the present,
 not a position in a stream). A scope page follows the change stream alone (``change`` events).
+
+Pages read the streams through ``gateway_ui.live.LiveFeed``: one reader for all of them, so
+open pages hold no connection of the store's pool.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-import anyio
-
-from gateway.resilience import Resilience
 from gateway.store import Store
+from gateway_ui.live import LiveFeed
 from gateway_ui.trace import happenings, is_happening_id, position, read_from, trace_key
 from gateway_ui.views import UiData
 
 log = logging.getLogger(__name__)
 
-BLOCK_MS = 2000  # how long one read waits; a quiet stream gets a keep-alive comment this often
 RETRY_MS = 1000  # how soon a browser reconnects
 START = "0-0"
 # Fields of a change record a page needs (the documents it may carry are left out).
 CHANGE_FIELDS = ("change_type", "job_order_id", "state", "previous", "priority", "has_result", "ts")
-
-StreamReply = list[tuple[str, list[tuple[str, dict[str, str]]]]]
 
 
 def format_event(event: str | None, data: Any, event_id: str | None = None) -> str:
@@ -80,8 +78,7 @@ class JobStream:
     store: Store
     scope: str
     job: str
-    stopping: anyio.Event
-    resilience: Resilience
+    feed: LiveFeed
 
     @property
     def keys(self) -> tuple[str, str]:
@@ -99,7 +96,7 @@ class JobStream:
         positions = {changes_key: cursor[0], trace_key_: read_from(sent)}
         yield f"retry: {RETRY_MS}\n\n"
         yield format_event("live", await self.data.live(self.scope, self.job))
-        async for batch in _read(self.store, positions, self.stopping, self.resilience):
+        async for batch in self.feed.follow(dict(positions)):
             if batch is None:
                 yield ": waiting\n\n"
                 continue
@@ -126,8 +123,7 @@ class ScopeStream:
 
     store: Store
     scope: str
-    stopping: anyio.Event
-    resilience: Resilience
+    feed: LiveFeed
 
     async def cursor_now(self) -> str:
         return await last_id(self.store, self.store.keys.changes(self.scope))
@@ -136,7 +132,7 @@ class ScopeStream:
         key = self.store.keys.changes(self.scope)
         positions = {key: cursor[0]}
         yield f"retry: {RETRY_MS}\n\n"
-        async for batch in _read(self.store, positions, self.stopping, self.resilience):
+        async for batch in self.feed.follow(positions):
             if batch is None:
                 yield ": waiting\n\n"
                 continue
@@ -144,31 +140,6 @@ class ScopeStream:
                 for entry_id, fields in entries:
                     positions[key] = entry_id
                     yield format_event("change", _change(entry_id, fields), entry_id)
-
-
-async def _read(
-    store: Store, positions: dict[str, str], stopping: anyio.Event, resilience: Resilience
-) -> AsyncIterator[StreamReply | None]:
-    """Batches of new entries after ``positions`` (which the caller moves on), ``None`` when
-    nothing came for a while (time for a keep-alive), until the gateway stops.
-
-    A store outage is logged once (however many pages follow it) and fails the readiness check
-    ``ui.live`` while it lasts; the page gets keep-alives meanwhile and resumes after it."""
-    outage = resilience.outage("ui.live", logger=log)
-    try:
-        while not stopping.is_set():
-            try:
-                reply = await store.read_streams(dict(positions), count=100, block_ms=BLOCK_MS)
-            except Exception as error:
-                delay = outage.failed(error)  # a permanent one too: a page keeps waiting
-                yield None
-                with anyio.move_on_after(delay):
-                    await stopping.wait()
-                continue
-            outage.succeeded()
-            yield cast(StreamReply, reply) if reply else None
-    finally:
-        outage.close()
 
 
 def _change(entry_id: str, fields: Mapping[str, str]) -> dict[str, Any]:

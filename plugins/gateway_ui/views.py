@@ -55,6 +55,13 @@ class UiData:
             )
         return rows
 
+    async def known_scope(self, scope: str) -> str:
+        """``scope`` if the store knows it (``NotFound`` otherwise): nothing is followed or
+        made for a scope a visitor names."""
+        if check(scope) not in await self.store.known_scopes():
+            raise NotFound(f"no scope {scope!r}")
+        return scope
+
     async def queue(self, scope: str) -> dict[str, Any]:
         """The scope's queue: online state, capacity, running jobs, waiting jobs in order."""
         queue = await self.gateway.job_control.queue(check(scope))

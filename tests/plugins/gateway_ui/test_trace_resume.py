@@ -13,6 +13,7 @@ import pytest
 
 from gateway.testing import wait_until
 from gateway_ui.app import resume_cursor
+from gateway_ui.live import LiveFeed
 from gateway_ui.sse import JobStream, parse_cursor
 from gateway_ui.trace import TraceEntry, TraceKind, position, read_from, read_trace
 
@@ -33,8 +34,10 @@ async def no_live(scope: str, job: str) -> dict[str, Any]:
 
 
 def job_stream(bench: TraceBench, stopping: anyio.Event) -> JobStream:
+    """A job page's stream through a feed of its own (its reader runs in ``feed_running``)."""
     data = SimpleNamespace(live=no_live)  # the job's present state: not what is tested here
-    return JobStream(cast(Any, data), bench.store, SCOPE, "J1", stopping, bench.gateway.resilience)
+    feed = LiveFeed(bench.store, bench.gateway.resilience, stopping, block_ms=100)
+    return JobStream(cast(Any, data), bench.store, SCOPE, "J1", feed)
 
 
 async def trace_events(
@@ -96,12 +99,14 @@ async def test_a_stream_going_on_from_inside_a_batch_gets_what_comes_next_live(
     got: list[tuple[str, str]] = []
     async with anyio.create_task_group() as tasks:
         stream = job_stream(trace_bench, stopping)
+        await tasks.start(stream.feed.run)
         tasks.start_soon(trace_events, stream, ["0-0", batch[0]], 4, got)
         await wait_until(lambda: len(got) == 2)  # the rest of the batch: now it waits
         for name in ("C0", "C1"):
             writer.add(step(name))
         await writer.flush()
-    stopping.set()
+        await wait_until(lambda: len(got) == 4)
+        stopping.set()
     trace = await read_trace(trace_bench.store, SCOPE, "J1")
     assert [happening for happening, _ in got] == [entry["id"] for entry in trace[1:]]
     assert [entry["step"] for entry in trace[1:]] == ["B1", "B2", "C0", "C1"]
