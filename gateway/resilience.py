@@ -11,8 +11,10 @@ behave alike:
   permanent: a message gets its error reply, a work item is logged and dropped. The transient
   types are ``TransientError`` (raise it, or a subclass, for "try again later"), the built-in
   ``ConnectionError`` and ``TimeoutError``, anyio's broken streams and redis-py's connection,
-  timeout, loading and read-only errors, and a server's "not now" replies (too few replicas,
-  a Cluster slot moving, out of memory); a plugin adds its own with ``register_transient``. An
+  timeout, loading and read-only errors, a server's "not now" replies (too few replicas, a
+  Cluster slot moving, out of memory), and the process running out of files or buffers
+  (``EMFILE``: a socket could not be opened, which is no reason to drop a command); a plugin
+  adds its own with ``register_transient``. An
   error whose ``__cause__`` is transient is transient too, so wrapping keeps the meaning.
 - **Logged once per outage.** ``Outage`` logs the first failure of a run of failures at WARNING
   and the recovery at INFO ("back after 3.2 s"), not every retry. Outages of one check made by
@@ -53,6 +55,7 @@ import anyio
 import redis.exceptions
 
 from gateway.errors import GatewayError
+from gateway.peers import SHORTAGE_ERRNOS
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +106,8 @@ def is_transient(error: BaseException) -> bool:
             return all(is_transient(inner) for inner in current.exceptions)
         if isinstance(current, _transient_types):
             return True
+        if isinstance(current, OSError) and current.errno in SHORTAGE_ERRNOS:
+            return True  # out of files or buffers (a peer holding many connections): passes
         if isinstance(current, redis.exceptions.ResponseError) and _REFUSED_FOR_NOW.search(
             str(current)
         ):

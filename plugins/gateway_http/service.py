@@ -15,7 +15,8 @@ import anyio
 from anyio.abc import TaskStatus
 
 from gateway.hookspecs import ASGIApp
-from gateway_http.server import HttpServer, Response, build_app
+from gateway.peers import connection_cap
+from gateway_http.server import ConnectionLimits, HttpServer, Response, build_app
 from gateway_http.settings import HttpSettings
 
 if TYPE_CHECKING:
@@ -44,12 +45,25 @@ class HttpService:
             "/readyz": lambda: self._readyz(gateway),
             "/metrics": lambda: self._metrics(gateway),
         }
+        settings = self.settings
+        refused = gateway.metrics.counter(
+            "http_connections_refused_total",
+            "HTTP connections closed at once because http.max_connections were open",
+        )
+        limits = ConnectionLimits(
+            max_connections=connection_cap("http.max_connections", settings.max_connections),
+            request_head_seconds=settings.request_head_seconds,
+            idle_seconds=settings.idle_seconds,
+            connection_max_seconds=settings.connection_max_seconds,
+        )
         server = HttpServer(
-            self.settings.host,
-            self.settings.port,
+            settings.host,
+            settings.port,
             build_app(routes, self.mounts),
-            max_request_bytes=self.settings.max_request_bytes,
+            max_request_bytes=settings.max_request_bytes,
             grace_seconds=gateway.grace_seconds,
+            limits=limits,
+            refused=refused.inc,
         )
         async with anyio.create_task_group() as tasks:
             self.port = await tasks.start(server.serve, gateway.stopping)

@@ -1,24 +1,44 @@
 """The server side: the listener equipment connects to (plain TCP or TLS).
 
 Each accepted connection becomes a ``Session`` that names its equipment with ``hello`` and is
-closed after ``heartbeat_timeout_seconds`` of silence.
+closed after ``heartbeat_timeout_seconds`` of silence, or ``hello_timeout_seconds`` after it
+opened if it has not named its equipment by then.
+
+Connections are bounded: at most ``max_connections`` at once (one more closes the oldest
+connection that has not named its equipment yet, or is itself closed when every connection
+belongs to named equipment; said once per minute), kept below the process's open-file limit
+with room for the gateway's own Redis and MQTT connections (``gateway.peers``). A process out
+of files (EMFILE) cannot accept: the listener waits a moment and goes on, it never stops.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, cast
 
 import anyio
-from anyio.abc import AnyByteStream, ByteStream, Listener, SocketAttribute, TaskGroup
-from anyio.streams.tls import TLSListener
+from anyio.abc import (
+    AnyByteStream,
+    ByteStream,
+    Listener,
+    SocketAttribute,
+    SocketListener,
+    TaskGroup,
+)
+from anyio.streams.stapled import MultiListener
+from anyio.streams.tls import TLSStream
 
 from gateway.errors import SettingsError
+from gateway.peers import LogOnce, connection_cap, is_resource_shortage
 from gateway_msgpack_rpc.auth import DeviceAuth, certificate_names
 from gateway_msgpack_rpc.sessions import Session, Sessions
 from gateway_msgpack_rpc.settings import SECTION, server_tls_context
 
 log = logging.getLogger(__name__)
+
+# Connections over the cap that an eviction makes room for only later (the evicted ones close
+# once their tasks see it); past this many more, a new connection is refused.
+EVICTING = 16
 
 
 class RpcServer:
@@ -29,6 +49,13 @@ class RpcServer:
         self.settings = sessions.settings
         self._tls = server_tls_context(self.settings)
         self.address: tuple[str, int] | None = None  # where it listens, while it does
+        self.max_connections = connection_cap(
+            f"{SECTION}.max_connections", self.settings.max_connections
+        )
+        self.connections = 0  # open now
+        self._sessions: dict[Session, None] = {}  # open ones, oldest first
+        self.refused = 0  # closed at once, over max_connections
+        self._refusals = LogOnce(log)
 
     async def listen(self) -> Listener[Any] | None:
         """Bind the port (``None`` when none is configured); ``SettingsError`` if it cannot."""
@@ -43,13 +70,6 @@ class RpcServer:
             raise SettingsError(
                 f"{SECTION}.port", f"cannot listen on {settings.host}:{settings.port}: {error}"
             ) from None
-        if self._tls is not None:
-            listener = _TlsListener(
-                listener,
-                self._tls,
-                standard_compatible=False,
-                handshake_timeout=settings.connect_timeout_seconds,
-            )
         self.address = (settings.host, settings.port)
         authenticator = self.sessions.authenticator
         if (authenticator is None or authenticator.mode is DeviceAuth.NONE) and (
@@ -72,30 +92,98 @@ class RpcServer:
 
     async def serve(self, listener: Listener[Any], tasks: TaskGroup) -> None:
         """Serve each connection ``listener`` accepts in ``tasks`` until cancelled."""
+        listeners = listener.listeners if isinstance(listener, MultiListener) else [listener]
+        assert all(isinstance(one, SocketListener) for one in listeners)
         try:
-            async with listener:
-                await listener.serve(self._serve_connection, tasks)
+            async with listener, anyio.create_task_group() as accepting:
+                for one in listeners:
+                    accepting.start_soon(self._accept, cast(SocketListener, one), tasks)
         finally:
             self.address = None
 
-    async def _serve_connection(self, stream: ByteStream) -> None:
-        names = certificate_names(stream)
-        session = Session(self.sessions, peer_name(stream), certificate_names=names)
-        log.info("MessagePack-RPC connection from %s", session.peer)
-        await self.sessions.serve(session, stream, watchdog=True)
+    async def _accept(self, listener: SocketListener, tasks: TaskGroup) -> None:
+        pause = 0.05
+        while True:
+            try:
+                stream = await listener.accept()
+            except OSError as error:
+                if not is_resource_shortage(error):
+                    raise
+                # Out of files: the connection waits in the backlog; try again shortly.
+                self._refusals.report(
+                    "accept", "MessagePack-RPC server cannot accept (%s); retrying", error
+                )
+                await anyio.sleep(pause)
+                pause = min(pause * 2, 1.0)
+                continue
+            pause = 0.05
+            if self.connections >= self.max_connections and (
+                self.connections >= self.max_connections + EVICTING or not self._evict_one()
+            ):
+                self.refused += 1
+                await anyio.aclose_forcefully(stream)
+                self._refusals.report(
+                    "full",
+                    "MessagePack-RPC connection refused: %d connections open (%s.max_connections)",
+                    self.max_connections,
+                    SECTION,
+                )
+                continue
+            self.connections += 1
+            tasks.start_soon(self._serve_connection, stream)
 
+    def _evict_one(self) -> bool:
+        """Close the oldest connection that has not named its equipment (``False``: none)."""
+        for session in self._sessions:
+            if session.equipment_id is None and session.connection is not None:
+                session.connection.close("too many connections, and this one never said hello")
+                self._refusals.report(
+                    "evict",
+                    "MessagePack-RPC connections over %s.max_connections (%d): closing the "
+                    "ones that did not say hello",
+                    SECTION,
+                    self.max_connections,
+                )
+                return True
+        return False
 
-class _TlsListener(TLSListener):
-    """anyio's TLS listener, logging a failed handshake as one warning instead of a traceback
-    (any port scanner or misconfigured client causes one)."""
+    async def _serve_connection(self, stream: AnyByteStream) -> None:
+        session: Session | None = None
+        try:
+            if self._tls is not None:
+                wrapped = await self._handshake(stream)
+                if wrapped is None:
+                    return
+                stream = wrapped
+            names = certificate_names(stream)
+            session = Session(self.sessions, peer_name(stream), certificate_names=names)
+            self._sessions[session] = None
+            log.debug("MessagePack-RPC connection from %s", session.peer)
+            await self.sessions.serve(session, stream, watchdog=True)  # type: ignore[arg-type]
+        finally:
+            self.connections -= 1
+            if session is not None:
+                self._sessions.pop(session, None)
 
-    @staticmethod
-    async def handle_handshake_error(exc: BaseException, stream: AnyByteStream) -> None:
+    async def _handshake(self, stream: AnyByteStream) -> ByteStream | None:
+        """The TLS stream, or ``None`` when the handshake failed: one warning, no traceback
+        (any port scanner or misconfigured client causes one)."""
+        assert self._tls is not None
         peer = peer_name(stream)
-        await anyio.aclose_forcefully(stream)
-        if not isinstance(exc, Exception) or isinstance(exc, anyio.get_cancelled_exc_class()):
-            raise exc
-        log.warning("TLS handshake with %s failed: %s", peer, str(exc) or type(exc).__name__)
+        try:
+            with anyio.fail_after(self.settings.connect_timeout_seconds):
+                return await TLSStream.wrap(
+                    stream, server_side=True, ssl_context=self._tls, standard_compatible=False
+                )
+        except Exception as error:
+            await anyio.aclose_forcefully(stream)
+            self._refusals.report(
+                f"tls {peer.rpartition(':')[0]}",
+                "TLS handshake with %s failed: %s",
+                peer,
+                str(error) or type(error).__name__,
+            )
+            return None
 
 
 def peer_name(stream: AnyByteStream) -> str:

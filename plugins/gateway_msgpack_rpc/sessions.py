@@ -119,6 +119,8 @@ class Sessions:
             async with anyio.create_task_group() as watch:
                 if watchdog and self.settings.heartbeat_timeout_seconds:
                     watch.start_soon(self._watchdog, connection)
+                if watchdog:
+                    watch.start_soon(self._hello_deadline, session)
                 watch.start_soon(self._keep_alive, session)
                 await connection.run()
                 watch.cancel_scope.cancel()
@@ -152,8 +154,15 @@ class Sessions:
         connection = session.connection
         assert connection is not None
         reason = connection.close_reason or "closed"
-        log.info("MessagePack-RPC connection %s closed: %s", session.peer, reason)
         equipment_id = session.equipment_id
+        # Only equipment's connections are news; anonymous ones closing (a scanner, a flood
+        # of idle connections) would flood the log.
+        log.log(
+            logging.INFO if equipment_id is not None else logging.DEBUG,
+            "MessagePack-RPC connection %s closed: %s",
+            session.peer,
+            reason,
+        )
         if equipment_id is not None and self._connections.get(equipment_id) is connection:
             del self._connections[equipment_id]
             await self.liveness.mark_gone(equipment_id, reason)
@@ -167,6 +176,14 @@ class Sessions:
                 connection.close(f"nothing received for {timeout:g} s (no heartbeat)")
                 return
             await anyio.sleep(timeout - idle)
+
+    async def _hello_deadline(self, session: Session) -> None:
+        """Close a connection that does not name its equipment in time: only equipment that
+        proves who it is may keep a connection (and one of the server's files)."""
+        timeout = self.settings.hello_timeout_seconds
+        await anyio.sleep(timeout)
+        if session.equipment_id is None and session.connection is not None:
+            session.connection.close(f"no hello within {timeout:g} s")
 
     async def _keep_alive(self, session: Session) -> None:
         """Renew the liveness of the connection's equipment while it is open: an open connection

@@ -54,6 +54,19 @@ class MsgpackRpcSettings:
         "(its connection is closed); 0: never",
         minimum=0,
     )
+    hello_timeout_seconds: float = setting(
+        10.0,
+        "A connection to the server that has not named its equipment (hello) this long after "
+        "it opened is closed",
+        minimum=0.1,
+    )
+    max_connections: int = setting(
+        256,
+        "Connections to the server at once; one more is closed at once. Lowered (with a "
+        "warning) to stay below the open-file limit with room for the gateway's own "
+        "connections",
+        minimum=1,
+    )
     send_timeout_seconds: float = setting(
         5.0,
         "A peer that takes no frame for this long is given up (connection closed)",
