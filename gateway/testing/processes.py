@@ -3,6 +3,7 @@ and restart it."""
 
 from __future__ import annotations
 
+import resource
 import signal
 import subprocess
 import sys
@@ -27,6 +28,12 @@ class GatewayProcess:
     process: subprocess.Popen[bytes] | None = None
     starts: int = 0
     arguments: tuple[str, ...] = ()
+    max_open_files: int | None = None  # the process's open-file limit (ulimit -n), if lower
+
+    def _limit_files(self) -> None:
+        if self.max_open_files is not None:
+            _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (self.max_open_files, hard))
 
     @property
     def command(self) -> list[str]:
@@ -38,7 +45,11 @@ class GatewayProcess:
         self.starts += 1
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
-                self.command, env=self.environ, stdout=log, stderr=subprocess.STDOUT
+                self.command,
+                env=self.environ,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=self._limit_files if self.max_open_files is not None else None,
             )
 
     @property

@@ -36,8 +36,8 @@ from gateway_msgpack_rpc.settings import SECTION, server_tls_context
 
 log = logging.getLogger(__name__)
 
-# Connections over the cap that an eviction makes room for only later (the evicted ones close
-# once their tasks see it); past this many more, a new connection is refused.
+# Connections over the cap while evicted ones are closing (their tasks see it a moment later);
+# past this many, accepting waits for them.
 EVICTING = 16
 
 
@@ -54,6 +54,7 @@ class RpcServer:
         )
         self.connections = 0  # open now
         self._sessions: dict[Session, None] = {}  # open ones, oldest first
+        self._closed = anyio.Event()  # set (and made anew) when a connection has closed
         self.refused = 0  # closed at once, over max_connections
         self._refusals = LogOnce(log)
 
@@ -117,9 +118,12 @@ class RpcServer:
                 pause = min(pause * 2, 1.0)
                 continue
             pause = 0.05
-            if self.connections >= self.max_connections and (
-                self.connections >= self.max_connections + EVICTING or not self._evict_one()
-            ):
+            if self.connections >= self.max_connections and self._evict_one():
+                # The evicted connection closes once its task sees it: accept no more until
+                # files come back (the next connections wait in the kernel's backlog).
+                while self.connections >= self.max_connections + EVICTING:
+                    await self._closed.wait()
+            elif self.connections >= self.max_connections:
                 self.refused += 1
                 await anyio.aclose_forcefully(stream)
                 self._refusals.report(
@@ -164,6 +168,8 @@ class RpcServer:
             self.connections -= 1
             if session is not None:
                 self._sessions.pop(session, None)
+            self._closed.set()
+            self._closed = anyio.Event()
 
     async def _handshake(self, stream: AnyByteStream) -> ByteStream | None:
         """The TLS stream, or ``None`` when the handshake failed: one warning, no traceback

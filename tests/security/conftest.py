@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.security.station import Deployment, HostileStation, make_deployment
 
 
 @pytest.fixture
@@ -32,3 +34,24 @@ def all_logs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
     """Every log line at every level (paho's packet traces included)."""
     caplog.set_level(logging.DEBUG)
     return caplog
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[Deployment]:
+    """The shipped mosquitto configuration and ACL, and the session's Redis (module-wide)."""
+    made = make_deployment(tmp_path_factory.mktemp("deployment"), redis_url)
+    try:
+        yield made
+    finally:
+        made.broker.close()
+
+
+@pytest.fixture
+async def hostile_station(deployment: Deployment, tmp_path: Path) -> AsyncIterator[HostileStation]:
+    """A gateway process (ulimit -n 1024) on the deployment, its scope configured."""
+    station = HostileStation(deployment, tmp_path)
+    try:
+        yield station
+    finally:
+        station.stop()
+        print(station.log_tail(200))  # shown when the test failed
