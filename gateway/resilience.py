@@ -14,8 +14,8 @@ behave alike:
   timeout, loading and read-only errors, a server's "not now" replies (too few replicas, a
   Cluster slot moving, out of memory), and the process running out of files or buffers
   (``EMFILE``: a socket could not be opened, which is no reason to drop a command); a plugin
-  adds its own with ``register_transient``. An
-  error whose ``__cause__`` is transient is transient too, so wrapping keeps the meaning.
+  adds its own with ``register_transient``. An error whose ``__cause__`` is transient is
+  transient too, so wrapping keeps the meaning.
 - **Logged once per outage.** ``Outage`` logs the first failure of a run of failures at WARNING
   and the recovery at INFO ("back after 3.2 s"), not every retry. Outages of one check made by
   ``Resilience`` share their log: when many operations (every message in flight, say) hit the
