@@ -85,6 +85,7 @@ class ScopeSpeaker:
         self.lease = ScopeLease(store, scope, self.token, settings.lease_seconds)
         self.speaking = False
         self.stopped = anyio.Event()  # set once ``run`` returned (the last term ended)
+        self.awaiting_host = False  # connected, waiting for the primary host's STATE
         self.bd_seq: int | None = None
         # Per term: the session, the slots, each job's last known state.
         self._edge: EdgeNode | None = None
@@ -178,7 +179,9 @@ class ScopeSpeaker:
             tasks.start_soon(self._until_stopping, tasks.cancel_scope)
             tasks.start_soon(self._commands, client, edge, host_online)
             tasks.start_soon(self._keep_lease)
+            self.awaiting_host = not host_online.is_set()
             await host_online.wait()
+            self.awaiting_host = False
             async with methods.status_feed([self.scope]) as feed:
                 # Read after entering the feed: nothing that changes later is missed.
                 await self._load()
@@ -396,6 +399,9 @@ class ScopeSpeaker:
         client = self._client
         if client is None:
             raise TermEnded("not connected")
+        if not self.lease.valid:
+            # Paused past the lease (a frozen VM): another instance may speak by now.
+            raise TermEnded("the lease is no longer certainly held")
         for message in messages:
             # QoS 0, never retained: what Sparkplug 3.0 asks of births and data.
             await client.publish(message.topic, message.payload, qos=0, retain=False)

@@ -15,13 +15,16 @@ from typing import Any
 import pytest
 
 from gateway.app import Gateway
-from gateway.testing import running
+from gateway.codecs.mqtt import MqttMessage
+from gateway.testing import running, wait_until
 from gateway.testing.mqtt import connect_test_client
 from gateway.testing.services import free_port
 from gateway_jobs.testing import JobsMes, final_response, store_and_start
 from gateway_jobs.testing import state_texts as states
 from gateway_sfc.model import DATASCHEMA
 from gateway_simulator.testing import fast_devices, station_environ
+from gateway_sparkplug.service import SparkplugService
+from gateway_sparkplug.topics import state_topic
 from tests.plugins.gateway_sparkplug.conftest import Host, sparkplug_host
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
@@ -38,8 +41,11 @@ class Station:
         self.mqtt_url, self.redis_url, self.name = mqtt_url, redis_url, name
         self.rpc_port = free_port()
 
-    def gateway(self, instance: str = "a", **simulator: str) -> Gateway:
-        """An instance with the Sparkplug mirror on; the tightener is a remote RPC device."""
+    def gateway(
+        self, instance: str = "a", sparkplug: dict[str, str] | None = None, **simulator: str
+    ) -> Gateway:
+        """An instance with the Sparkplug mirror on (``sparkplug``: more of its settings); the
+        tightener is a remote RPC device."""
         settings = fast_devices(
             f"{self.name}-sim", **{"rpc_devices": "", "tightener": "", **simulator}
         )
@@ -56,18 +62,21 @@ class Station:
                 "GATEWAY_SPARKPLUG_SCOPES": SCOPE,
                 "GATEWAY_SPARKPLUG_EQUIPMENT": ",".join(EQUIPMENT),
                 "GATEWAY_SPARKPLUG_POLL_SECONDS": "0.1",
+                **{f"GATEWAY_SPARKPLUG_{k.upper()}": v for k, v in (sparkplug or {}).items()},
             },
         )
         return Gateway.from_environment(None, environ)
 
     def tightener(self) -> Gateway:
-        """The tightening controller, a simulator of its own connected over RPC."""
+        """The tightening controller, a simulator of its own connected over RPC; it takes its
+        time (0.5 s), so the host sees it busy whatever the machine's load."""
         settings = fast_devices(
             f"{self.name}-sim",
             positioner="",
             camera="",
             rpc_devices="tightener",
             rpc_port=str(self.rpc_port),
+            tighten_seconds="0.5",
         )
         environ = station_environ(
             mqtt_url=self.mqtt_url,
@@ -111,6 +120,13 @@ async def test_a_host_sees_births_the_running_slot_and_equipment_going_offline(
             async with connect_test_client(station.mqtt_url) as client:
                 mes = JobsMes(client, station.name, SCOPE)
                 await store_and_start(mes, REAR_AXLE, "J1", dataschema=DATASCHEMA)
+                tightener_tags = host.tags[(SCOPE, "tightener")]
+                await host.wait(
+                    lambda: (
+                        (tightener_tags["CurrentJob"], tightener_tags["CurrentAction"])
+                        == ("J1", "tighten")
+                    )
+                )
                 response = await final_response(mes, "J1")
             assert states(response)[:2] == ["Ended", "Completed"]
             await host.wait(
@@ -125,7 +141,12 @@ async def test_a_host_sees_births_the_running_slot_and_equipment_going_offline(
             ]
             assert host.tags[(SCOPE, "Jobs")]["Running/1/JobOrderID"] == "J1"
             assert host.tags[(SCOPE, "Jobs")]["Running/1/StateNumber"] == 5
-            assert "J1" in host.history(SCOPE, "tightener", "CurrentJob")
+            assert host.tags[(SCOPE, "tightener")]["LastCommandType"] == (
+                "com.example.station.tighten.v1"
+            )
+            assert host.tags[(SCOPE, "camera")]["LastEventType"] == (
+                "com.example.station.qa_result.v1"
+            )
             # Recorded by the instance that got the reply, read at the next poll.
             await host.wait(lambda: host.tags[(SCOPE, "tightener")]["LastResultStatus"] == "Good")
             assert host.tags[(SCOPE, "positioner")]["LastCommandType"]
@@ -151,3 +172,30 @@ async def test_a_host_sees_births_the_running_slot_and_equipment_going_offline(
 def _distinct(values: list[Any]) -> list[Any]:
     """``values`` without immediate repetitions."""
     return [value for i, value in enumerate(values) if i == 0 or values[i - 1] != value]
+
+
+async def test_births_wait_for_the_primary_host_and_its_going_offline_ends_the_term(
+    station: Station, spb: ModuleType
+) -> None:
+    host_id = f"{station.name}-scada"
+    gateway = station.gateway(sparkplug={"primary_host_id": host_id})
+
+    def state(online: bool) -> MqttMessage:
+        document = {"online": online, "timestamp": 1}
+        return MqttMessage(topic=state_topic(host_id), payload=json.dumps(document).encode())
+
+    async with sparkplug_host(station.mqtt_url, spb, station.name) as host, running(gateway):
+        speakers = gateway.state.get(SparkplugService).speakers
+        await wait_until(lambda: SCOPE in speakers and speakers[SCOPE].awaiting_host)
+        assert host.messages == []  # connected, lease held: silent until the host is online
+        await host.client.publish(state(True))
+        await host.wait(lambda: bool(host.of("NBIRTH", SCOPE)))
+        first = host.of("NBIRTH", SCOPE)[0].metrics["bdSeq"]
+        await host.client.publish(state(False))
+        await host.wait(lambda: bool(host.of("NDEATH", SCOPE)))
+        assert host.of("NDEATH", SCOPE)[0].metrics["bdSeq"] == first
+        await wait_until(lambda: speakers[SCOPE].awaiting_host)
+        await host.client.publish(state(True))
+        await host.wait(lambda: len(host.of("NBIRTH", SCOPE)) == 2)
+        assert host.of("NBIRTH", SCOPE)[1].metrics["bdSeq"] != first
+    assert host.seq_errors == []
