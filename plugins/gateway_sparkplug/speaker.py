@@ -31,7 +31,7 @@ import anyio
 
 from gateway.errors import GatewayError
 from gateway.jobmethods import JobStatus
-from gateway.jobstates import JobState, TopState
+from gateway.jobstates import JobState
 from gateway.recipes import RecipeViewer, ScopeQueue
 from gateway_sparkplug.activity import read_activity
 from gateway_sparkplug.connection import BrokerAddress, edge_connection
@@ -261,26 +261,10 @@ class ScopeSpeaker:
                 self._states.pop(job, None)
             else:
                 self._states[job] = state
-            self._queue = await self.gateway.job_control.queue(self.scope)
-            placed = self._slots.index(job) is not None
-            if not placed and self._takes_slot(job, state):
-                if (
-                    previous is not None
-                    and previous.top is TopState.ALLOWED_TO_START
-                    and state is not previous
-                ):
-                    # Let start while still AllowedToStart: the slot shows that first.
-                    self._slots.place(SlotJob(job, previous, *order))
-                    await self._publish(edge.update(*self._tags()))
-                self._slots.place(SlotJob(job, state, *order))
-            else:
-                self._slots.update(job, state=state)
-            await self._publish(edge.update(*self._tags()))
-
-    def _takes_slot(self, job: str, state: JobState) -> bool:
-        if state.top in (TopState.RUNNING, TopState.INTERRUPTED):
-            return True
-        return self._queue is not None and job in self._queue.running
+            self._queue = queue = await self.gateway.job_control.queue(self.scope)
+            steps = self._slots.follow(job, previous, state, job in queue.running, *order)
+            for _ in steps:  # each step of the slot its own message, in order
+                await self._publish(edge.update(*self._tags()))
 
     async def _poll(self, edge: EdgeNode) -> None:
         while True:

@@ -14,11 +14,11 @@ churn never changes the metric set) and the queue figures. One device per equipm
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gateway.jobstates import JobState
+from gateway.jobstates import JobState, TopState
 from gateway_sparkplug.payloads import Value
 from gateway_sparkplug.schema import DataType
 
@@ -178,6 +178,37 @@ class Slots:
         assert held is not None
         self.jobs[number] = replace(held, **changes)
         return True
+
+    def follow(
+        self,
+        job_order_id: str,
+        previous: JobState | None,
+        state: JobState,
+        admitted: bool,
+        priority: int | None = None,
+        work_master_id: str | None = None,
+    ) -> Iterator[None]:
+        """Apply a job's state change, yielding after each change of its slot to publish.
+
+        A job takes a slot when it is let start (``admitted``, still AllowedToStart) or is seen
+        running (Running, Interrupted). Seen running before being seen let start, while its last
+        known state was AllowedToStart, it was let start in that state: the slot shows it first,
+        so a host sees the slot go AllowedToStart -> Running whatever the timing of the reads.
+        A job in no slot changes none (yields once all the same: the queue figures may move).
+        """
+        if self.index(job_order_id) is not None:
+            self.update(job_order_id, state=state)
+            yield
+            return
+        if not (admitted or state.top in (TopState.RUNNING, TopState.INTERRUPTED)):
+            yield
+            return
+        let_start_earlier = previous is not None and previous.top is TopState.ALLOWED_TO_START
+        if let_start_earlier and previous is not None and state is not previous:
+            self.place(SlotJob(job_order_id, previous, priority, work_master_id))
+            yield
+        self.place(SlotJob(job_order_id, state, priority, work_master_id))
+        yield
 
     def live(self) -> list[str]:
         return [job.job_order_id for job in self.jobs if job is not None and not _over(job.state)]
