@@ -121,6 +121,10 @@ class EdgeNode:
     def next_seq(self) -> int:
         return self._seq
 
+    def alias(self, device_id: str | None, name: str) -> int | None:
+        """The alias the last birth gave ``name`` (of the node: ``device_id`` None)."""
+        return self._aliases.get((device_id, name))
+
     # -- helpers ----------------------------------------------------------------------------
 
     def _device_birth(self, device_id: str, tags: Tags, now: int) -> Message:

@@ -24,33 +24,21 @@ import json
 import logging
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import aiomqtt
 import anyio
 
 from gateway.errors import GatewayError
 from gateway.jobmethods import JobStatus
-from gateway.jobstates import JobState
-from gateway.recipes import RecipeViewer, ScopeQueue
-from gateway_sparkplug.activity import read_activity
 from gateway_sparkplug.connection import BrokerAddress, edge_connection
-from gateway_sparkplug.edge import REBIRTH, Device, EdgeNode, Message
+from gateway_sparkplug.edge import REBIRTH, EdgeNode, Message
 from gateway_sparkplug.lease import ScopeLease
 from gateway_sparkplug.metrics import SparkplugMetrics
 from gateway_sparkplug.payloads import BadPayload, decode_commands
+from gateway_sparkplug.reader import ScopeReader
 from gateway_sparkplug.settings import SparkplugSettings
-from gateway_sparkplug.tags import (
-    JOBS_DEVICE,
-    EquipmentView,
-    QueueView,
-    SlotJob,
-    Slots,
-    equipment_tags,
-    jobs_tags,
-    node_tags,
-)
-from gateway_sparkplug.topics import MessageType, state_topic, topic, valid_id
+from gateway_sparkplug.topics import MessageType, state_topic, topic
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
@@ -86,16 +74,14 @@ class ScopeSpeaker:
         self.speaking = False
         self.stopped = anyio.Event()  # set once ``run`` returned (the last term ended)
         self.awaiting_host = False  # connected, waiting for the primary host's STATE
+        self.ignored_commands = 0
         self.bd_seq: int | None = None
-        # Per term: the session, the slots, each job's last known state.
+        self.reader = ScopeReader(gateway, store, scope, settings, version)
+        # Per term: the session and its connection; the lock keeps reads and publishes of
+        # events, polls and rebirths from interleaving (seq and the diff are one sequence).
         self._edge: EdgeNode | None = None
-        self._slots = Slots(0)
-        self._states: dict[str, JobState] = {}
-        self._queue: ScopeQueue | None = None
-        self._equipment: dict[str, Device] = {}
         self._client: aiomqtt.Client | None = None
         self._lock = anyio.Lock()
-        self._warned: set[str] = set()
 
     # -- the lease ---------------------------------------------------------------------------
 
@@ -184,9 +170,9 @@ class ScopeSpeaker:
             self.awaiting_host = False
             async with methods.status_feed([self.scope]) as feed:
                 # Read after entering the feed: nothing that changes later is missed.
-                await self._load()
+                await self.reader.load()
                 async with self._lock:
-                    node, devices = await self._read()
+                    node, devices = await self.reader.read()
                     self._edge = edge
                     await self._publish(edge.birth(node, devices))
                 self.speaking = True
@@ -235,149 +221,61 @@ class ScopeSpeaker:
         try:
             commands = decode_commands(payload)
         except BadPayload as error:
-            log.warning(
-                "sparkplug: NCMD for %s ignored: not a Sparkplug payload (%s)", self.scope, error
-            )
+            self._ignored(f"not a Sparkplug payload ({error})")
             return
-        rebirth = any(command.name == REBIRTH and command.value is True for command in commands)
+        alias = edge.alias(None, REBIRTH)
+        rebirth = any(
+            (command.name == REBIRTH or (command.name is None and command.alias == alias))
+            and command.value is True
+            for command in commands
+        )
         if not rebirth:
-            log.info("sparkplug: NCMD for %s without a rebirth request ignored", self.scope)
+            self._ignored("no rebirth request (the mirror takes no commands)")
             return
         self.metrics.rebirths.inc()
         async with self._lock:
             if self._edge is None:
                 return  # not born yet: the birth follows anyway
-            node, devices = await self._read()
+            node, devices = await self.reader.read()
             await self._publish(edge.birth(node, devices))
+
+    def _ignored(self, why: str) -> None:
+        """Log an ignored NCMD: the first, then every 1000th (a peer cannot flood the log)."""
+        self.ignored_commands += 1
+        if self.ignored_commands % 1000 == 1:
+            log.warning(
+                "sparkplug: NCMD for %s ignored: %s (%d so far)",
+                self.scope,
+                why,
+                self.ignored_commands,
+            )
 
     # -- what is published -------------------------------------------------------------------
 
     async def _on_status(self, edge: EdgeNode, status: JobStatus) -> None:
         async with self._lock:
-            job, state = status.job_order_id, status.state
-            previous = self._states.get(job)
-            order = _order_fields(status.job_order)
-            if state is JobState.END:
-                self._states.pop(job, None)
-            else:
-                self._states[job] = state
-            self._queue = queue = await self.gateway.job_control.queue(self.scope)
-            steps = self._slots.follow(job, previous, state, job in queue.running, *order)
-            for _ in steps:  # each step of the slot its own message, in order
-                await self._publish(edge.update(*self._tags()))
+            for node, devices in await self.reader.on_status(status):
+                await self._publish(edge.update(node, devices))  # each step, in order
 
     async def _poll(self, edge: EdgeNode) -> None:
-        while True:
-            await anyio.sleep(self.settings.poll_seconds)
-            try:
-                async with self._lock:
-                    node, devices = await self._read()
-                    await self._publish(edge.update(node, devices))
-            except (aiomqtt.MqttError, TermEnded):
-                raise
-            except Exception as error:  # the store away: the next poll tries again
-                log.warning("sparkplug: %s not refreshed: %s", self.scope, error)
-
-    async def _load(self) -> None:
-        """Each job's state now, at the start of a term."""
-        control = self.gateway.job_control
-        self._states = {job.job_order_id: job.state for job in await control.jobs(self.scope)}
-        self._slots = Slots(0)
-
-    async def _read(self) -> tuple[dict[str, Any], dict[str, Device]]:
-        """Read the scope through the host's API and build the node's and devices' tags."""
-        control = self.gateway.job_control
-        self._queue = queue = await control.queue(self.scope)
-        self._slots.resize(queue.capacity or self.settings.unlimited_slots)
-        for job in sorted(queue.running):
-            if self._slots.index(job) is None:
-                state = self._states.get(job)
-                if state is not None:
-                    self._slots.place(SlotJob(job, state))
-        for held in list(self._slots.jobs):
-            if held is None or held.job_order_id not in self._slots.live():
-                continue
-            summary = await control.summary(self.scope, held.job_order_id)
-            steps, done = await self._progress(held.job_order_id)
-            self._slots.update(
-                held.job_order_id,
-                priority=None if summary is None else summary.priority,
-                work_master_id=None if summary is None else summary.work_master_id,
-                equipment=tuple(queue.running.get(held.job_order_id, held.equipment)),
-                active_steps=steps,
-                actions_done=done,
-            )
-        self._equipment = await self._read_equipment(queue)
-        return self._tags()
-
-    def _tags(self) -> tuple[dict[str, Any], dict[str, Device]]:
-        queue = self._queue
-        assert queue is not None
-        view = QueueView(
-            online=queue.online,
-            reason=queue.reason,
-            capacity=queue.capacity,
-            running=len(queue.running),
-            waiting=len(queue.waiting),
-            next_job=queue.waiting[0].job_order_id if queue.waiting else None,
-        )
-        devices = dict(self._equipment)
-        devices[JOBS_DEVICE] = Device(jobs_tags(self._slots.jobs, view))
-        return node_tags(self.version, self.gateway.instance_id, view), devices
-
-    async def _progress(self, job: str) -> tuple[tuple[str, ...], int | None]:
-        recipe_job = await self.gateway.job_control.job(self.scope, job)
-        interpreter: object = (
-            None
-            if recipe_job is None
-            else self.gateway.recipe_interpreters.get(recipe_job.dataschema or "")
-        )
-        if not isinstance(interpreter, RecipeViewer):
-            return (), None
-        progress = await interpreter.progress(self.scope, job)
-        if progress is None:
-            return (), None
-        done = sum(action.phase == "done" for action in progress.actions)
-        return tuple(step.name for step in progress.active), done
-
-    async def _read_equipment(self, queue: ScopeQueue) -> dict[str, Device]:
-        configured = await self.gateway.job_methods.receiver_configuration(self.scope)
-        activity = await read_activity(self.store, self.scope)
-        holders = {item: job for job, held in queue.running.items() for item in held}
-        names = {
-            *configured.get("EquipmentID", ()),
-            *self.settings.equipment,
-            *activity,
-            *holders,
-            *self._equipment,  # a device stays in the tree once born this term
-        }
-        devices = {}
-        for name in sorted(names):
-            if not valid_id(name) or name == JOBS_DEVICE:
-                self._warn_once(name, f"equipment id {name!r} is no valid Sparkplug device id")
-                continue
-            liveness = await self.gateway.equipment.liveness(name)
-            record = activity.get(name)
-            command = None if record is None else record.command
-            busy = command if record is not None and record.waiting else None
-            event = None if record is None else record.event
-            view = EquipmentView(
-                equipment_id=name,
-                online=liveness.online,
-                last_seen=liveness.last_seen,
-                current_job=holders.get(name) or (busy.job_order_id if busy else None),
-                current_action=busy.action if busy else None,
-                last_command_type=None if command is None else command.type,
-                last_result_status=_result(record),
-                last_event_type=None if event is None else event.type,
-            )
-            devices[name] = Device(equipment_tags(view), alive=liveness.online)
-        return devices
-
-    def _warn_once(self, key: str, message: str) -> None:
-        if key not in self._warned and len(self._warned) < 1000:
-            self._warned.add(key)
-            log.warning("sparkplug: %s: %s", self.scope, message)
+        """Read and publish what changed every ``poll_seconds``; a store away is logged once
+        (and its end), and the next poll tries again."""
+        outage = self.gateway.resilience.outage(f"sparkplug.{self.scope}.read", logger=log)
+        try:
+            while True:
+                await anyio.sleep(self.settings.poll_seconds)
+                try:
+                    async with self._lock:
+                        node, devices = await self.reader.read()
+                        await self._publish(edge.update(node, devices))
+                except (aiomqtt.MqttError, TermEnded):
+                    raise
+                except Exception as error:
+                    outage.failed(error)
+                else:
+                    outage.succeeded()
+        finally:
+            outage.close()
 
     async def _publish(self, messages: list[Message]) -> None:
         client = self._client
@@ -393,32 +291,11 @@ class ScopeSpeaker:
             self.metrics.payload_bytes.inc(len(message.payload))
 
 
-def _order_fields(job_order: Mapping[str, Any]) -> tuple[int | None, str | None]:
-    """Priority and the first Work Master a status event's JobOrder names (the one chosen is
-    read at the next poll)."""
-    priority = job_order.get("Priority")
-    masters = job_order.get("WorkMasterID") or []
-    first = masters[0] if isinstance(masters, list) and masters else None
-    master = first.get("ID") if isinstance(first, Mapping) else first
-    return (
-        priority if isinstance(priority, int) else None,
-        master if isinstance(master, str) else None,
-    )
-
-
 def _single(error: Exception) -> Exception:
     """The one error a task group wrapped (nested groups too), else ``error`` itself."""
     while isinstance(error, ExceptionGroup) and len(error.exceptions) == 1:
         error = error.exceptions[0]
     return error
-
-
-def _result(record: Any) -> str | None:
-    if record is None:
-        return None
-    if record.command is not None and record.command.error is not None:
-        return f"NotDelivered: {record.command.error}"[:200]
-    return None if record.result is None else str(record.result.status)
 
 
 def _host_online(payload: bytes) -> bool:

@@ -199,3 +199,29 @@ async def test_births_wait_for_the_primary_host_and_its_going_offline_ends_the_t
         await host.wait(lambda: len(host.of("NBIRTH", SCOPE)) == 2)
         assert host.of("NBIRTH", SCOPE)[1].metrics["bdSeq"] != first
     assert host.seq_errors == []
+
+
+async def test_a_rebirth_by_alias_is_answered_other_commands_are_ignored_and_counted(
+    station: Station, spb: ModuleType
+) -> None:
+    gateway = station.gateway()
+    async with sparkplug_host(station.mqtt_url, spb, station.name) as host, running(gateway):
+        await host.wait(lambda: born(host))
+        speaker = gateway.state.get(SparkplugService).speakers[SCOPE]
+        ncmd = f"spBv1.0/{station.name}/NCMD/{SCOPE}"
+        await host.client.publish(MqttMessage(topic=ncmd, payload=b"\xff\xff not protobuf"))
+        other = spb.Payload(timestamp=1)
+        other.metrics.add(name="Scope/Online", datatype=11, boolean_value=False)
+        await host.client.publish(MqttMessage(topic=ncmd, payload=other.SerializeToString()))
+        await wait_until(lambda: speaker.ignored_commands == 2)
+        [alias] = [a for (node, a), name in host.aliases.items() if name == "|Node Control/Rebirth"]
+        by_alias = spb.Payload(timestamp=1)
+        by_alias.metrics.add(alias=alias, datatype=11, boolean_value=True)
+        await host.client.publish(MqttMessage(topic=ncmd, payload=by_alias.SerializeToString()))
+        await host.wait(lambda: len(host.of("NBIRTH", SCOPE)) == 2)
+        exposition = (await gateway.metrics.render()).decode()
+    assert host.tags[(SCOPE, None)]["Scope/Online"] is True  # the mirror is read-only
+    assert 'gateway_sparkplug_messages_total{type="NBIRTH"} 2.0' in exposition
+    assert "gateway_sparkplug_rebirths_total 1.0" in exposition
+    assert 'gateway_sparkplug_speaking{scope="cell1"} 1.0' in exposition
+    assert host.seq_errors == []
