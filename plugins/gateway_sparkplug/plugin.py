@@ -44,7 +44,8 @@ def broker_address(settings: Settings) -> BrokerAddress:
         raise SettingsError(
             key,
             f"Sparkplug needs an mqtt:// or mqtts:// broker (its NDEATH is a Will, which the "
-            f"in-process memory:// broker does not keep), got {url!r}",
+            f"in-process memory:// broker does not keep), got {url!r}: set sparkplug.url to "
+            f"a real broker (gateway demo: --mqtt mqtt://host:port)",
         )
     password = sparkplug.password or (mqtt.password if mqtt is not None else None)
     tls = None
