@@ -13,25 +13,36 @@ import argparse
 import json
 import sys
 from collections.abc import Awaitable, Callable, Mapping
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import anyio
 from rich.console import Console
-from rich.table import Table
 
 from gateway.app import load_gateway_settings
 from gateway.cli import Command
 from gateway.cloudevents import CloudEvent
+from gateway.codecs.mqtt import MqttMessage
 from gateway.documents import DocumentError, read_document
 from gateway.errors import GatewayError
-from gateway.mqttclient import connect_client
+from gateway.mqttclient import CloudEventClient, connect_client
 from gateway.plugins import GatewayPluginManager
 from gateway_jobs.client import LISTED_STATES, JobsClient, config_kinds, job_order_payload
 from gateway_jobs.config import CONFIG_KINDS, ONLINE
+from gateway_jobs.tables import (
+    error,
+    job_table,
+    jobs_table,
+    queue_table,
+    results,
+    short_state,
+    short_time,
+    state_path,
+)
 
 DEFAULT_MQTT_URL = "mqtt://localhost:1883"
+RETAINED_QUIET_SECONDS = 0.3  # no retained message for this long after the subscription: all came
+MAX_RETAINED = 100_000  # bounds what a listing reads of a broker's retained messages
 # Methods that take a JobOrderID: action name -> OPC 40001-3 method.
 JOB_ACTIONS = {
     "start": "Start",
@@ -52,7 +63,13 @@ Action = Callable[[argparse.Namespace, JobsClient, Console], Awaitable[None]]
 
 def _add_connection_options(parser: argparse.ArgumentParser) -> None:
     where = parser.add_argument_group("where the station is")
-    where.add_argument("-s", "--scope", required=True, help="station scope (CloudEvent subject)")
+    where.add_argument(
+        "-s",
+        "--scope",
+        default=None,
+        help="station scope (CloudEvent subject); default: the scope the station publishes, "
+        "when it publishes one only",
+    )
     where.add_argument(
         "--mqtt",
         default=None,
@@ -142,9 +159,50 @@ async def _session(args: argparse.Namespace, url: str, prefix: str, out: Console
     async with connect_client(
         url, reply_prefix=f"{prefix}/cli-replies", connect_timeout=args.timeout
     ) as client:
+        if args.scope is None:
+            args.scope = await _only_scope(client, prefix)
         jobs = JobsClient(client, prefix, args.scope, timeout=args.timeout)
         action: Action = args.run
         await action(args, jobs, out)
+
+
+async def _retained(client: CloudEventClient, topic_filter: str) -> list[MqttMessage]:
+    """The retained messages of ``topic_filter``: the broker sends them right after the
+    subscription; what has not come after ``RETAINED_QUIET_SECONDS`` of quiet is not there."""
+    found: list[MqttMessage] = []
+    async with client.watch(topic_filter) as stream:
+        while True:
+            with anyio.move_on_after(RETAINED_QUIET_SECONDS) as quiet:
+                found.append(await stream.receive())
+            if quiet.cancelled_caught or len(found) >= MAX_RETAINED:
+                return found
+
+
+async def _only_scope(client: CloudEventClient, prefix: str) -> str:
+    """The scope when the station publishes one only (its retained state index)."""
+    messages = await _retained(client, f"{prefix}/+/state-index")
+    scopes = sorted({m.topic.split("/")[-2] for m in messages if m.payload})
+    if len(scopes) == 1:
+        return scopes[0]
+    known = f"the station publishes {', '.join(scopes)}" if scopes else "none is published yet"
+    raise GatewayError(f"name the scope with -s SCOPE ({known})")
+
+
+async def _priorities(jobs: JobsClient) -> dict[str, int]:
+    """Each job's Priority, from the job orders the station keeps retained for the MES (a job
+    order without one counts as 0; a station without the MES publisher gives none)."""
+    found: dict[str, int] = {}
+    topic = f"{jobs.topic_prefix}/{jobs.scope}/order/+"
+    for message in await _retained(jobs.client, topic):
+        try:
+            order = json.loads(message.payload)
+        except ValueError:
+            continue
+        order = order.get("JobOrder", order) if isinstance(order, Mapping) else None
+        if isinstance(order, Mapping) and isinstance(order.get("JobOrderID"), str):
+            priority = order.get("Priority")
+            found[order["JobOrderID"]] = priority if isinstance(priority, int) else 0
+    return found
 
 
 def _where(args: argparse.Namespace, plugins: GatewayPluginManager) -> tuple[str, str]:
@@ -175,18 +233,7 @@ async def _list(args: argparse.Namespace, jobs: JobsClient, out: Console) -> Non
     if not responses:
         out.print(f"no jobs in scope {jobs.scope}")
         return
-    table = Table(title=f"jobs in {jobs.scope}", title_justify="left", expand=False)
-    for column in ("job", "state", "started", "ended", "results"):
-        table.add_column(column, overflow="fold")
-    for response in responses:
-        table.add_row(
-            str(response.get("JobOrderID", "?")),
-            state_path(response),
-            _time(response.get("StartTime")),
-            _time(response.get("EndTime")),
-            str(len(response.get("JobResponseData") or [])),
-        )
-    out.print(table)
+    out.print(jobs_table(jobs.scope, responses, await _priorities(jobs), out.width))
 
 
 async def _show(args: argparse.Namespace, jobs: JobsClient, out: Console) -> None:
@@ -194,15 +241,7 @@ async def _show(args: argparse.Namespace, jobs: JobsClient, out: Console) -> Non
     if args.json:
         _print_json(out, response)
         return
-    table = Table(title=f"job {args.job}", title_justify="left", show_header=False)
-    table.add_column("field", style="bold")
-    table.add_column("value", overflow="fold")
-    table.add_row("state", state_path(response))
-    table.add_row("started", _time(response.get("StartTime")) or "-")
-    table.add_row("ended", _time(response.get("EndTime")) or "-")
-    for entry in response.get("JobResponseData") or []:
-        table.add_row(str(entry.get("ID")), _value(entry.get("Value")))
-    out.print(table)
+    out.print(job_table(args.job, response, out.width))
 
 
 async def _store(args: argparse.Namespace, jobs: JobsClient, out: Console) -> None:
@@ -251,8 +290,11 @@ def _print_event(args: argparse.Namespace, out: Console, event: CloudEvent) -> N
     result = ""
     response = data.get("JobResponse")
     if isinstance(response, Mapping):
-        result = f"  {len(response.get('JobResponseData') or [])} results"
-    out.print(f"{_time(event.time)}  {job}  {state}{result}", markup=False)
+        result = f"  {len(results(response))} results"
+        if failed := error(response):
+            result += f"  {failed}"
+    text = f"{short_time(event.time)}  {job}  {short_state(state)}{result}"
+    out.print(text, markup=False, overflow="ellipsis", no_wrap=True, crop=True)
 
 
 async def _push(args: argparse.Namespace, jobs: JobsClient, out: Console) -> None:
@@ -294,20 +336,7 @@ async def _queue(args: argparse.Namespace, jobs: JobsClient, out: Console) -> No
     online = "online" if queue.get("Online") else f"OFFLINE ({queue.get('Reason') or 'no reason'})"
     capacity = queue.get("MaxRunningJobOrders") or "unlimited"
     out.print(f"scope {jobs.scope}: {online}, runs {capacity} at once", markup=False)
-    table = Table(title_justify="left", expand=False)
-    for column in ("#", "job", "priority", "start time", "equipment"):
-        table.add_column(column, overflow="fold")
-    for entry in queue.get("Running") or []:
-        table.add_row("running", entry["JobOrderID"], "", "", ", ".join(entry["Equipment"]))
-    for entry in queue.get("Waiting") or []:
-        table.add_row(
-            str(entry["Position"]),
-            entry["JobOrderID"],
-            str(entry["Priority"]),
-            _time(entry.get("StartTime")),
-            ", ".join(entry["Equipment"]),
-        )
-    out.print(table)
+    out.print(queue_table(queue, out.width))
     unlisted = {  # the topic lists the first [jobs] queue_feed_jobs of each
         kind: queue.get(f"{kind.capitalize()}Count", 0) - len(queue.get(kind.capitalize()) or [])
         for kind in ("running", "waiting")
@@ -315,33 +344,6 @@ async def _queue(args: argparse.Namespace, jobs: JobsClient, out: Console) -> No
     if any(unlisted.values()):
         more = ", ".join(f"{count} more {kind}" for kind, count in unlisted.items() if count)
         out.print(f"({more}, not listed)", markup=False)
-
-
-# -- formatting -------------------------------------------------------------------------------
-
-
-def state_path(document: Mapping[str, Any]) -> str:
-    """``Ended.Completed`` from a Job Response's or status event's ``JobState``."""
-    states = document.get("JobState") or []
-    texts = [
-        str((entry.get("StateText") or {}).get("Text", "?"))
-        for entry in states
-        if isinstance(entry, Mapping)
-    ]
-    return ".".join(texts) or "?"
-
-
-def _time(value: Any) -> str:
-    """An ISO 8601 time as ``2026-11-26 07:21:05`` (seconds are enough to read)."""
-    if isinstance(value, datetime):
-        value = value.isoformat()
-    if not isinstance(value, str) or not value:
-        return ""
-    return value.replace("T", " ")[:19]
-
-
-def _value(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value)
 
 
 def jobs_command() -> Command:

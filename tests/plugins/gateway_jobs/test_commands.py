@@ -57,10 +57,16 @@ async def test_a_job_from_file_to_clear_by_hand(station: Station, tmp_path: Path
             stored = await gateway_cli("jobs", "store", str(order_file), "--start", *at)
             assert (stored.returncode, stored.stdout) == (0, "StoreAndStart j1: done\n")
 
-            listed = await gateway_cli("jobs", "list", *at)
-            assert listed.returncode == 0, listed.stderr
+            # No -s: the one scope the station publishes (its state index, retained once the
+            # publisher has the job).
+            with anyio.fail_after(30):
+                while True:
+                    listed = await gateway_cli("jobs", "list", *at[2:])
+                    if listed.returncode == 0:
+                        break
+                    assert "name the scope with -s SCOPE" in listed.stderr, listed.stderr
             row = next(line for line in listed.stdout.splitlines() if " j1 " in line)
-            assert "Running" in row
+            assert row.split()[1:3] == ["Running", "3"]  # the state and the priority
             assert max(map(len, listed.stdout.splitlines())) <= 80
 
             paused = await gateway_cli("jobs", "pause", "j1", "--comment", "tool change", *at)
@@ -97,6 +103,16 @@ async def test_a_job_from_file_to_clear_by_hand(station: Station, tmp_path: Path
         "EndState",
     ]
     assert {event["JobOrderID"] for event in events} == {"j1"}
+
+
+async def test_without_a_published_scope_the_scope_must_be_named(
+    mqtt_url: str, unique: str
+) -> None:
+    done = await gateway_cli("jobs", "list", "--mqtt", mqtt_url, "--prefix", unique)
+    assert (done.returncode, done.stderr) == (
+        1,
+        "gateway jobs: name the scope with -s SCOPE (none is published yet)\n",
+    )
 
 
 async def test_no_gateway_on_the_topics_says_so(mqtt_url: str, unique: str) -> None:
