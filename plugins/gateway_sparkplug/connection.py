@@ -18,6 +18,8 @@ import aiomqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+MAX_QUEUED = 10_000
+
 
 @dataclass(frozen=True)
 class BrokerAddress:
@@ -45,6 +47,9 @@ class BrokerAddress:
             keepalive=self.keepalive,
             tls_context=self.tls or (ssl.create_default_context() if secure else None),
             timeout=10,
+            # A broker that stops reading must not grow the client's queue for ever: past this,
+            # a publish fails, the term ends and the next one is born afresh.
+            max_queued_outgoing_messages=MAX_QUEUED,
         )
 
 

@@ -151,18 +151,30 @@ async def test_a_host_sees_births_the_running_slot_and_equipment_going_offline(
             await host.wait(lambda: host.tags[(SCOPE, "tightener")]["LastResultStatus"] == "Good")
             assert host.tags[(SCOPE, "positioner")]["LastCommandType"]
 
-            # The tightening controller goes away: DDEATH; no data for it meanwhile.
+            def tightener_kinds(since: int) -> list[str]:
+                return [m.kind for m in host.messages[since:] if m.device == "tightener"]
+
+            # The tightening controller goes away: DDEATH.
+            mark = len(host.messages)
             tightener.request_stop("test: the controller goes away")
-            await host.wait(lambda: bool(host.of("DDEATH", SCOPE, "tightener")))
-            # A host's NCMD Rebirth: NBIRTH (seq 0, same bdSeq) and every DBIRTH again.
-            births = len(host.of("NBIRTH", SCOPE))
+            await host.wait(lambda: "DDEATH" in tightener_kinds(mark))
+            # A host's NCMD Rebirth: NBIRTH (seq 0, same bdSeq) and every DBIRTH again, the
+            # dead tightener's followed by its DDEATH (a host shows its last values, stale).
+            mark = len(host.messages)
             await host.client.publish(host.rebirth(SCOPE))
-            await host.wait(lambda: len(host.of("NBIRTH", SCOPE)) > births)
-            first, again = host.of("NBIRTH", SCOPE)[0], host.of("NBIRTH", SCOPE)[-1]
-            assert again.metrics["bdSeq"] == first.metrics["bdSeq"]
-            await host.wait(lambda: len(host.of("DBIRTH", SCOPE, "Jobs")) == 2)
-            # Born again with its last values, and dead: the DDEATH follows its DBIRTH.
-            await host.wait(lambda: len(host.of("DDEATH", SCOPE, "tightener")) == 2)
+            await host.wait(lambda: "DDEATH" in tightener_kinds(mark))
+            first = host.of("NBIRTH", SCOPE)[0]
+            again = next(m for m in host.messages[mark:] if m.kind == "NBIRTH")
+            assert (again.seq, again.metrics["bdSeq"]) == (0, first.metrics["bdSeq"])
+            reborn = {m.device for m in host.messages[mark:] if m.kind == "DBIRTH"}
+            assert reborn == {"Jobs", *EQUIPMENT}
+            assert tightener_kinds(mark) == ["DBIRTH", "DDEATH"]
+            # The controller comes back: a DBIRTH, online.
+            mark = len(host.messages)
+            async with running(station.tightener()):
+                await host.wait(lambda: "DBIRTH" in tightener_kinds(mark))
+            back = next(m for m in host.messages[mark:] if m.device == "tightener")
+            assert (back.kind, back.metrics["Online"]) == ("DBIRTH", True)
         # The gateway stops: its NDEATH, with the NBIRTH's bdSeq.
         await host.wait(lambda: bool(host.of("NDEATH", SCOPE)))
         assert host.of("NDEATH", SCOPE)[0].metrics["bdSeq"] == first.metrics["bdSeq"]
