@@ -44,3 +44,10 @@ def test_plugins_use_each_other_only_through_their_public_api() -> None:
                 if rest.split(".")[0] not in PUBLIC_MODULES:
                     offending.append(f"{path.relative_to(ROOT)}: {module}")
     assert offending == []
+
+
+def test_test_modules_have_unique_basenames() -> None:
+    """pytest imports test modules by basename (the test tree has no packages): a second
+    ``test_demo.py`` anywhere stops the whole collection."""
+    names = [path.name for path in (ROOT / "tests").rglob("test_*.py") if "build" not in path.parts]
+    assert sorted(name for name in set(names) if names.count(name) > 1) == []
