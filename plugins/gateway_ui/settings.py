@@ -13,8 +13,9 @@ class UiSettings:
     enabled: bool = setting(True, "Serve the web UI at /ui and its JSON at /api (needs http.port)")
     trace_max_entries: int = setting(
         2000,
-        "Happenings kept in each job's trace, about (the oldest go first; a stream entry may "
-        "hold several, so the trace is cut by whole entries)",
+        "Stream entries kept in each job's trace (the oldest go first): an entry holds what "
+        "happened to the job within one flush (trace_flush_ms), one happening mostly and at "
+        "most 10, so a trace keeps at least this many happenings",
         minimum=10,
     )
     trace_flush_ms: int = setting(

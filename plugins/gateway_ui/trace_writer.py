@@ -3,9 +3,17 @@
 The hooks queue entries in memory (``add``: no I/O). The writer flushes at most every
 ``ui.trace_flush_ms``: the first entry after a quiet spell goes at once, the ones that follow
 wait for the interval and go together. A flush costs one pipeline, one XADD per job in it
-(all the job's queued happenings in one stream entry, see ``gateway_ui.trace``), plus a
-round trip before it only when it must look something up: the scope of a job this instance
-has not seen, or whether the trace of a job that only refused calls exists (rare both).
+(the job's queued happenings in one stream entry, up to ``HAPPENINGS_PER_ENTRY``, see
+``gateway_ui.trace``), plus a round trip before it only when it must look something up: the
+scope of a reply that does not name it (equipment that does not echo the command's subject)
+and whose job has no other entry in the flush, or whether the trace of a job that only
+refused calls exists (rare both).
+
+The writer keeps nothing about a job beyond the queue: a trace is cut to its newest
+``ui.trace_max_entries`` stream entries by the XADD itself (``MAXLEN``), which is right
+whichever instances wrote them, and a scope is looked up rather than remembered. So its
+memory is the queue (at most ``ui.trace_buffer`` entries), however many jobs the station has
+run, and no instance holds anything of a job another instance ended.
 
 While Redis is away the queue keeps the newest ``ui.trace_buffer`` entries, the readiness
 check ``ui.trace`` fails, and the flush is retried; stopping makes one last (shielded) flush.
@@ -34,7 +42,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-REMEMBERED_JOBS = 10000  # jobs whose scope and entry sizes the writer keeps in memory
+# A stream entry holds the happenings of one flush for the job, at most this many (a queue
+# refilled after an outage may hold thousands for one job): a trace of ``trace_max_entries``
+# entries holds at most this many times as many happenings.
+HAPPENINGS_PER_ENTRY = 10
 # A flush writes its jobs in pipelines of this many: building and sending a pipeline holds the
 # event loop, and one of a few hundred jobs held it for tens of milliseconds, which the MES's
 # calls and the steps waited out.
@@ -76,15 +87,11 @@ class TraceWriter:
         self.dropped = 0
         self.written = 0  # happenings taken from the queue and handled (written or skipped)
         self._wake: anyio.Event | None = None
-        self._scopes: dict[str, str] = {}  # job -> scope, learned from the hooks
-        self._sizes: dict[str, _EntrySizes] = {}  # job -> its newest entries' sizes
 
     def add(self, entry: TraceEntry) -> None:
         if len(self.queue) == self.queue.maxlen:
             self.dropped += 1  # the oldest goes; said in the log when Redis is back
         self.queue.append(entry)
-        if entry.scope is not None:
-            _remember(self._scopes, entry.job, entry.scope)
         if self._wake is not None:
             self._wake.set()
 
@@ -164,27 +171,16 @@ class TraceWriter:
                     self._queue_write(pipe, store, write, instance)
                 await pipe.execute()
             written.update(write.job for write in chunk)
-            self._tally_written(chunk)
-
-    def _tally_written(self, writes: list[_JobWrite]) -> None:
-        """Remember how many happenings each job's newest entries hold (for MAXLEN)."""
-        most = self.settings.trace_max_entries
-        for write in writes:
-            if any(entry.ends_job for entry in write.entries):
-                self._sizes.pop(write.job, None)  # its trace is kept as it is, then goes
-                continue
-            tally = self._tally(write)
-            tally.add(len(write.entries), most)
-            _remember(self._sizes, write.job, tally)
 
     async def _group(self, store: Store, entries: list[TraceEntry]) -> list[_JobWrite]:
         """The entries by job, in order (a job's scope looked up when no entry names it)."""
-        unknown = {e.job for e in entries if e.scope is None and e.job not in self._scopes}
+        scopes = {entry.job: entry.scope for entry in entries if entry.scope is not None}
+        unknown = {entry.job for entry in entries if entry.job not in scopes}
         if unknown:
-            await self._look_up_scopes(store, unknown)
+            scopes |= await self._look_up_scopes(store, unknown)
         writes: dict[tuple[str, str], _JobWrite] = {}
         for entry in entries:
-            scope = entry.scope or self._scopes.get(entry.job)
+            scope = entry.scope or scopes.get(entry.job)
             if scope is None:
                 log.debug("trace entry for unknown job %s dropped", entry.job)
                 continue
@@ -194,16 +190,16 @@ class TraceWriter:
             writes[key].add(entry)
         return list(writes.values())
 
-    async def _look_up_scopes(self, store: Store, jobs: Iterable[str]) -> None:
-        """The scopes of jobs this instance has not seen: one round trip for all."""
+    async def _look_up_scopes(self, store: Store, jobs: Iterable[str]) -> dict[str, str]:
+        """The scopes of jobs no entry of the flush names one for: one round trip for all."""
         ordered = list(jobs)
         async with store.client.pipeline(transaction=False) as pipe:
             for job in ordered:
                 pipe.hget(job_scopes_key(store), job)
             found = await pipe.execute()
-        for job, scope in zip(ordered, found, strict=True):
-            if scope is not None:
-                _remember(self._scopes, job, str(scope))
+        return {
+            job: str(scope) for job, scope in zip(ordered, found, strict=True) if scope is not None
+        }
 
     async def _skip_refused_without_trace(self, store: Store, writes: list[_JobWrite]) -> None:
         """Drop the writes of refused calls about jobs with no trace (a call may name a job
@@ -223,55 +219,14 @@ class TraceWriter:
         if write.starts_job:
             pipe.delete(key)
             pipe.hset(job_scopes_key(store), write.job, write.scope)
-        pipe.xadd(
-            key,
-            stream_record(write.entries, instance),
-            maxlen=self._tally(write).kept_with(
-                len(write.entries), self.settings.trace_max_entries
-            ),
-            approximate=False,
-        )
+        for start in range(0, len(write.entries), HAPPENINGS_PER_ENTRY):
+            entries = write.entries[start : start + HAPPENINGS_PER_ENTRY]
+            pipe.xadd(
+                key,
+                stream_record(entries, instance),
+                maxlen=self.settings.trace_max_entries,
+                approximate=False,
+            )
         if any(entry.ends_job for entry in write.entries):
             pipe.expire(key, self.settings.trace_kept_seconds)  # cleared or cancelled: it goes
             pipe.hdel(job_scopes_key(store), write.job)
-
-    def _tally(self, write: _JobWrite) -> _EntrySizes:
-        """The sizes of the job's newest entries as written before ``write``."""
-        tally = None if write.starts_job else self._sizes.get(write.job)
-        return tally if tally is not None else _EntrySizes()
-
-
-class _EntrySizes:
-    """How many happenings each of a job's newest stream entries holds (those this writer
-    wrote), enough of them to hold ``trace_max_entries`` happenings: which MAXLEN keeps that
-    many when entries hold several."""
-
-    def __init__(self) -> None:
-        self.sizes: deque[int] = deque()  # oldest first
-        self.total = 0
-
-    def kept_with(self, size: int, happenings: int) -> int:
-        """MAXLEN once an entry of ``size`` is added: the fewest newest entries holding at
-        least ``happenings`` happenings (all of them while they hold fewer)."""
-        total = self.total + size
-        dropped = 0
-        for oldest in self.sizes:
-            if total - oldest < happenings:
-                break
-            total -= oldest
-            dropped += 1
-        return len(self.sizes) + 1 - dropped
-
-    def add(self, size: int, happenings: int) -> None:
-        kept = self.kept_with(size, happenings)
-        self.sizes.append(size)
-        self.total += size
-        while len(self.sizes) > kept:
-            self.total -= self.sizes.popleft()
-
-
-def _remember(memory: dict[str, Any], job: str, value: Any) -> None:
-    """Keep ``value`` for ``job``, forgetting the oldest job beyond ``REMEMBERED_JOBS``."""
-    memory[job] = value
-    if len(memory) > REMEMBERED_JOBS:
-        memory.pop(next(iter(memory)))

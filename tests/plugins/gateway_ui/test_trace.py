@@ -5,6 +5,7 @@ and is written when the gateway stops."""
 from __future__ import annotations
 
 import logging
+from collections import deque
 from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, cast
@@ -22,7 +23,7 @@ from gateway.testing.redis_ha import packets_sent
 from gateway.testing.services import redis_server
 from gateway_ui.settings import UiSettings
 from gateway_ui.trace import TraceEntry, TraceKind, position, read_trace
-from gateway_ui.trace_writer import JOBS_PER_PIPELINE, TraceWriter
+from gateway_ui.trace_writer import HAPPENINGS_PER_ENTRY, JOBS_PER_PIPELINE, TraceWriter
 
 if TYPE_CHECKING:
     from tests.plugins.gateway_ui.conftest import TraceBench
@@ -163,7 +164,7 @@ async def test_the_flush_interval_makes_one_write_per_job_of_what_came_meanwhile
 ) -> None:
     interval = 0.2
     writer = trace_bench.writer(trace_flush_ms=int(interval * 1000))
-    happenings = 40
+    happenings = 2 * HAPPENINGS_PER_ENTRY  # a job's happenings of a flush fit one entry
     async with anyio.create_task_group() as tasks:
         await tasks.start(writer.run, trace_bench.gateway)
         began = anyio.current_time()
@@ -180,7 +181,7 @@ async def test_the_flush_interval_makes_one_write_per_job_of_what_came_meanwhile
         assert steps == [f"S{n}" for n in range(first, happenings, 2)]
 
 
-async def test_max_entries_counts_happenings_about_cutting_by_whole_entries(
+async def test_a_trace_keeps_its_newest_max_entries_stream_entries(
     trace_bench: TraceBench,
 ) -> None:
     writer = trace_bench.writer(trace_max_entries=10)
@@ -189,11 +190,64 @@ async def test_max_entries_counts_happenings_about_cutting_by_whole_entries(
             writer.add(step("J1", f"S{flush}.{number}"))
         await writer.flush()
     steps = [e["step"] for e in await trace(trace_bench, "J1")]
-    assert steps == [f"S{flush}.{number}" for flush in (2, 3) for number in range(5)]
-    for number in range(30):  # one at a time: the mean size falls, the cut follows it
+    assert steps == [f"S{flush}.{number}" for flush in range(4) for number in range(5)]
+    for number in range(30):  # one at a time: the newest 10 entries stay
         writer.add(step("J1", f"T{number}"))
         await writer.flush()
     assert [e["step"] for e in await trace(trace_bench, "J1")] == [f"T{n}" for n in range(20, 30)]
+
+
+async def test_a_burst_for_one_job_is_split_into_entries_of_a_bounded_size(
+    trace_bench: TraceBench,
+) -> None:
+    """A queue refilled after an outage may hold thousands of happenings of one job: one
+    entry each would make a trace of ``trace_max_entries`` entries unbounded."""
+    writer = trace_bench.writer(trace_max_entries=10)
+    for number in range(HAPPENINGS_PER_ENTRY * 12):
+        writer.add(step("J1", f"S{number}"))
+    await writer.flush()
+    raw = cast(list[Entry], await trace_bench.store.client.xrange(f"t:{{{SCOPE}}}:trace:J1"))
+    assert len(raw) == 10
+    steps = [e["step"] for e in await trace(trace_bench, "J1")]
+    assert steps == [f"S{n}" for n in range(HAPPENINGS_PER_ENTRY * 2, HAPPENINGS_PER_ENTRY * 12)]
+
+
+async def test_instances_writing_one_jobs_trace_keep_each_others_entries(
+    trace_bench: TraceBench,
+) -> None:
+    """Replies reach any instance, so several write a job's trace: none may cut it by what it
+    wrote itself (an instance writing a job for the first time cut it to one entry)."""
+    first, second = trace_bench.writer(), trace_bench.writer()
+    first.add(started("J1"))
+    await first.flush()
+    for number in range(3):
+        first.add(step("J1", f"A{number}"))
+        await first.flush()
+    second.add(step("J1", "B0"))
+    await second.flush()
+    first.add(step("J1", "A3"))
+    await first.flush()
+    steps = [e.get("step") for e in await trace(trace_bench, "J1")]
+    assert steps == [None, "A0", "A1", "A2", "B0", "A3"]
+
+
+async def test_the_writer_keeps_nothing_of_the_jobs_it_wrote(trace_bench: TraceBench) -> None:
+    """Its memory is its queue, however many jobs the station runs: nothing of a job is left
+    on an instance when another ends it."""
+    writer = trace_bench.writer()
+    before = {name: _size(value) for name, value in vars(writer).items()}
+    for job in range(200):
+        writer.add(started(f"J{job}"))
+        writer.add(step(f"J{job}", "S1"))
+        reply = {"correlation_id": f"J{job}:a:1", "error": None, "data": None}
+        writer.add(TraceEntry(TraceKind.REPLY, f"J{job}", None, reply))
+    await writer.flush()
+    assert writer.queue == deque()
+    assert {name: _size(value) for name, value in vars(writer).items()} == before
+
+
+def _size(value: Any) -> int | None:
+    return len(value) if isinstance(value, (dict, set, list, deque)) else None
 
 
 async def test_stopping_writes_what_waits_for_the_interval(trace_bench: TraceBench) -> None:
