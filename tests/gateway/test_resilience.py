@@ -29,6 +29,7 @@ class LibraryHiccup(Exception):
 
 
 def test_transient_and_permanent_are_told_apart_by_type() -> None:
+    assert is_transient(redis.exceptions.OutOfMemoryError("command not allowed when used memory"))
     assert is_transient(TransientError("store away"))
     assert is_transient(redis.exceptions.ConnectionError("Connection refused"))
     assert is_transient(redis.exceptions.BusyLoadingError("loading"))
