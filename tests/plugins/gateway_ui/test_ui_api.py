@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from gateway.recipes import recipe_version
-from gateway.testing import running
+from gateway.testing import poll_until, running
 from gateway_ui.trace import position
 
 if TYPE_CHECKING:
@@ -105,14 +105,25 @@ async def test_the_trace_records_methods_states_steps_commands_replies_and_event
 
 
 async def test_the_trace_keeps_only_its_newest_entries(station: Station) -> None:
-    async with running(station.gateway(GATEWAY_UI_TRACE_MAX_ENTRIES="10")), station.mes() as mes:
+    gateway = station.gateway(GATEWAY_UI_TRACE_MAX_ENTRIES="10", GATEWAY_UI_TRACE_FLUSH_MS="0")
+    async with running(gateway), station.mes() as mes:
         await station.start_rear_axle(mes, "J1")
-        entries = await final_trace(station, "J1")
-    # Cut to the newest 10 stream entries (each holding 1 to 10 happenings).
-    stream_entries = {entry["id"].partition("/")[0] for entry in entries}
-    assert len(stream_entries) == 10
-    assert 10 <= len(entries) <= 100
-    assert entries[-1]["kind"] in ("state", "method", "step")
+        await final_trace(station, "J1")
+        for _ in range(12):  # refused (the job has ended), each written as it is answered
+            await mes.act("Pause", "J1")
+
+        entries: list[dict[str, Any]] = []
+
+        async def cut() -> bool:
+            entries[:] = (await station.get_json(f"{JOB_API}/J1/trace"))["entries"]
+            return bool(entries[0]["kind"] == "method")
+
+        await poll_until(cut, timeout=10)
+    # The newest 10 stream entries (each holding 1 to 10 happenings): the job's own
+    # happenings went, the refused calls after them stayed.
+    assert len({entry["id"].partition("/")[0] for entry in entries}) <= 10
+    assert {entry["method"] for entry in entries} == {"Pause"}
+    assert all(entry["status"] != "NO_ERROR" for entry in entries)
 
 
 async def test_a_reconnecting_stream_resumes_after_its_last_event_without_a_gap(
