@@ -432,9 +432,7 @@ def report(
         processes[name] = {
             "rss_mb_per_hour": _mb(process_growth(samples, name, options.warmup, rss)),
             "fds_per_hour": process_growth(samples, name, options.warmup, fds),
-            "rss_mb_last": round(samples[-1].rss[name][1] / MB, 1)
-            if samples and name in samples[-1].rss
-            else None,
+            **_first_and_last(samples, name, options.warmup),
         }
     lost = sorted(job for job in tally.stored if job not in tally.seen_ended)
     doubled = sorted(job for job, count in tally.endings.items() if count > 1)
@@ -466,10 +464,28 @@ def report(
             "keys_most": max((s.redis_keys for s in samples), default=None),
             "dedupe_markers_last": last.dedupe_markers if last else None,
             "global_markers_most": max((s.global_markers for s in samples), default=None),
+            # Keys without a TTL at the end, every job cleared: what lasts for ever.
+            "lasting_keys": usage["keys"] - usage["expiring_keys"] if "keys" in usage else None,
             "measured_from_second": round((plateau or warm)[0].at) if (plateau or warm) else None,
         },
         "store_usage": usage,
         "samples": len(samples),
+    }
+
+
+def _first_and_last(samples: list[Sample], name: str, warmup: float) -> dict[str, Any]:
+    """RSS and fds of the process's last life: after its warm-up (or its first sample) and now."""
+    alive = [item for item in samples if name in item.rss]
+    if not alive:
+        return {"rss_mb_warm": None, "rss_mb_last": None, "fds_warm": None, "fds_last": None}
+    pid = alive[-1].rss[name][0]
+    life = [item for item in alive if item.rss[name][0] == pid]
+    warm = next((item for item in life if item.at - life[0].at >= warmup), life[0])
+    return {
+        "rss_mb_warm": round(warm.rss[name][1] / MB, 1),
+        "rss_mb_last": round(life[-1].rss[name][1] / MB, 1),
+        "fds_warm": warm.fds.get(name),
+        "fds_last": life[-1].fds.get(name),
     }
 
 
@@ -500,7 +516,8 @@ def print_report(figures: dict[str, Any]) -> None:
         f"memory {_text(redis['memory_mb_per_hour'])} MB/h, keys {_text(redis['keys_per_hour'])}/h;"
         f" now {redis['memory_mb_last']} MB, {redis['keys_last']} keys (most "
         f"{redis['keys_most']}); de-duplication markers {redis['dedupe_markers_last']}, "
-        f"of no scope (heartbeats) at most {redis['global_markers_most']}"
+        f"of no scope (heartbeats) at most {redis['global_markers_most']}; keys without a TTL "
+        f"(every job cleared) {redis['lasting_keys']}"
     )
     usage = figures["store_usage"]
     if "per_job" in usage:
