@@ -46,7 +46,7 @@ class CloudEventClient:
     """Use through ``connect_client``; every reply topic and client id is unique."""
 
     def __init__(
-        self, connection: ClientConnection, client_id: str, reply_prefix: str = "test-replies"
+        self, connection: ClientConnection, client_id: str, reply_prefix: str = "mes/replies"
     ) -> None:
         self._connection = connection
         self.client_id = client_id
@@ -153,7 +153,7 @@ async def connect_client(
     url: str,
     client_id: str | None = None,
     *,
-    reply_prefix: str = "test-replies",
+    reply_prefix: str = "mes/replies",
     connect_timeout: float = 10.0,
 ) -> AsyncIterator[CloudEventClient]:
     """Connect a ``CloudEventClient`` to ``url``: mqtt://host:port or mqtts://host:port (TLS
@@ -178,7 +178,7 @@ async def open_client(
     connecting: AbstractAsyncContextManager[ClientConnection],
     client_id: str,
     *,
-    reply_prefix: str = "test-replies",
+    reply_prefix: str = "mes/replies",
 ) -> AsyncIterator[CloudEventClient]:
     """A ``CloudEventClient`` over the connection ``connecting`` opens (any transport)."""
     try:

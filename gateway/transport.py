@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from enum import Enum
@@ -99,12 +99,38 @@ class Subscription:
     ``lane``: a binding that can serve each lane on a connection of its own, with its own
     budget of messages in flight, so a flood on one lane (equipment replies while the engine is
     busy) does not hold up another (MES calls, ``MES_LANE``). ``""``: the binding's main lane.
+
+    ``reply_to``: where replies to its messages (and error replies to malformed ones) may go.
+    A binding whose requests name their reply address (MQTT v5 Response Topic) sends a reply
+    only to an address under one of these prefixes, and drops it otherwise (counted, logged
+    once per sender): whoever may publish on the topic must not make the gateway publish, with
+    its own permissions, on another peer's topics. ``()``: never reply (equipment's replies and
+    events answer nothing); ``None``: anywhere (a processor that says nothing).
     """
 
     topic: str
     shared: bool = True
     qos: int = 1
     lane: str = ""
+    reply_to: tuple[str, ...] | None = None
+
+
+def reply_allowed(subscriptions: Iterable[Subscription], topic: str, reply_topic: str) -> bool:
+    """Whether a reply to a message on ``topic`` may go to ``reply_topic``: under a prefix of
+    every subscription matching ``topic`` that restricts its replies (``Subscription.reply_to``).
+    """
+    restricted = False
+    prefixes: set[str] = set()
+    for subscription in subscriptions:
+        if subscription.reply_to is None or not topic_matches(subscription.topic, topic):
+            continue
+        restricted = True
+        prefixes.update(subscription.reply_to)
+    if not restricted:
+        return True
+    if "+" in reply_topic or "#" in reply_topic:
+        return False
+    return any(reply_topic == prefix or reply_topic.startswith(prefix + "/") for prefix in prefixes)
 
 
 MES_LANE = "mes"  # job management's calls from the MES: answered while equipment floods in

@@ -157,7 +157,7 @@ def _run(args: argparse.Namespace, plugins: GatewayPluginManager) -> int:
 
 async def _session(args: argparse.Namespace, url: str, prefix: str, out: Console) -> None:
     async with connect_client(
-        url, reply_prefix=f"{prefix}/cli-replies", connect_timeout=args.timeout
+        url, reply_prefix=cli_reply_prefix(prefix), connect_timeout=args.timeout
     ) as client:
         if args.scope is None:
             args.scope = await _only_scope(client, prefix)
@@ -203,6 +203,11 @@ async def _priorities(jobs: JobsClient) -> dict[str, int]:
             priority = order.get("Priority")
             found[order["JobOrderID"]] = priority if isinstance(priority, int) else 0
     return found
+
+
+def cli_reply_prefix(topic_prefix: str) -> str:
+    """Where the command line asks for its replies (the gateway replies there too)."""
+    return f"{topic_prefix}/cli-replies"
 
 
 def _where(args: argparse.Namespace, plugins: GatewayPluginManager) -> tuple[str, str]:

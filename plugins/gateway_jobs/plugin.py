@@ -18,7 +18,12 @@ from gateway.jobmethods import JobMethods
 from gateway.recipes import JobControl
 from gateway.settings import Settings
 from gateway.transport import MQTT_BINDING, Processor, Service
-from gateway_jobs.commands import config_push_command, jobs_command, scope_command
+from gateway_jobs.commands import (
+    cli_reply_prefix,
+    config_push_command,
+    jobs_command,
+    scope_command,
+)
 from gateway_jobs.control import JobsControl
 from gateway_jobs.dispatcher import DispatchService
 from gateway_jobs.events import BindingEvents, MetadataService, StatusEventService
@@ -99,11 +104,14 @@ def gateway_register_processors(
 ) -> None:
     manager, methods = gateway.state.find(JobManager), gateway.state.find(JobsMethods)
     if manager is not None and methods is not None and BINDING in gateway.bindings:
-        prefix = settings.get(JobsSettings).topic_prefix
+        jobs = settings.get(JobsSettings)
+        prefix = jobs.topic_prefix
         processor = JobsProcessor(
             manager, methods, source=gateway.source, count=count_methods(gateway.metrics)
         )
-        register(processor.processor(prefix))
+        # The command line asks for its replies under its own prefix (``commands.py``).
+        replies = (*jobs.reply_topic_prefixes, cli_reply_prefix(prefix))
+        register(processor.processor(prefix, reply_to=replies))
 
 
 @hookimpl

@@ -50,10 +50,13 @@ class JobsProcessor:
         self.source = source
         self.count = count  # (config kind, ReturnStatus name): for metrics
 
-    def processor(self, topic_prefix: str) -> Processor:
+    def processor(self, topic_prefix: str, reply_to: tuple[str, ...] | None = None) -> Processor:
+        """The processor of the MES's commands; ``reply_to``: where replies may go."""
         return Processor(
             name="jobs",
-            subscriptions=[Subscription(f"{topic_prefix}/+/commands", lane=MES_LANE)],
+            subscriptions=[
+                Subscription(f"{topic_prefix}/+/commands", lane=MES_LANE, reply_to=reply_to)
+            ],
             handle=self.handle,
             event_types=frozenset({*_CALL_TYPES, *CONFIG_TYPES}),
             binding=MQTT_BINDING,

@@ -61,6 +61,12 @@ class JobsSettings:
         "Attempts of one state change when other instances keep changing the same job",
         minimum=1,
     )
+    reply_topic_prefixes: list[str] = setting(
+        ["mes/replies"],
+        "Where replies to the MES's commands may go: a command's Response Topic must be under "
+        "one of these prefixes (the command line's replies come under mes/replies too), or "
+        "no reply is sent (counted and logged once per topic)",
+    )
 
     def __post_init__(self) -> None:
         # ValueError here becomes a SettingsError naming the section (see gateway.settings).

@@ -42,8 +42,9 @@ from gateway.cloudevents import CloudEvent
 from gateway.codecs.mqtt import MqttMessage, correlation_of, from_mqtt, to_mqtt
 from gateway.core import ALL_ROLES
 from gateway.errors import CloudEventError, GatewayError
+from gateway.peers import LogOnce
 from gateway.resilience import TransientError, is_transient
-from gateway.transport import INVALID_REQUEST, MQTT_BINDING, error_event
+from gateway.transport import INVALID_REQUEST, MQTT_BINDING, error_event, reply_allowed
 from gateway_mqtt.adoption import SessionAdopter, wait_quiet
 from gateway_mqtt.client import ConnectionLost, Connector, MqttClient, Received, connector_for
 from gateway_mqtt.settings import MqttSettings
@@ -125,6 +126,7 @@ class MqttBinding:
         self._pending: dict[str, MemoryObjectSendStream[CloudEvent]] = {}
         self._closed = False
         self.received = 0  # messages taken from the broker (for draining and metrics)
+        self._refused_replies = LogOnce(log)  # Response Topics refused, by the sender's topic
         self.reconnects = 0
 
     def _prepare(self) -> None:
@@ -357,7 +359,7 @@ class MqttBinding:
                 self._deliver_reply(incoming)
             else:
                 for reply in await self._process_durably(gateway, incoming):
-                    await self._send_reply(client, incoming, reply)
+                    await self._send_reply(client, gateway, incoming, reply)
         except ConnectionLost as error:
             log.warning(
                 "reply to %s not sent (%s); the broker redelivers the message",
@@ -429,10 +431,28 @@ class MqttBinding:
         return await dispatcher.dispatch(event, binding=self.name, topic=incoming.topic)
 
     async def _send_reply(
-        self, client: MqttClient, request: MqttMessage, reply: CloudEvent
+        self, client: MqttClient, gateway: Gateway, request: MqttMessage, reply: CloudEvent
     ) -> None:
         if request.response_topic is None:
             log.debug("no Response Topic on %s: reply %s not sent", request.topic, reply.type)
+            return
+        subscriptions = [
+            subscription
+            for processor in gateway.dispatcher.processors_for(self.name)
+            for subscription in processor.subscriptions
+        ]
+        if not reply_allowed(subscriptions, request.topic, request.response_topic):
+            gateway.metrics.counter(
+                "mqtt_replies_dropped_total",
+                "Replies not sent: the Response Topic is not where replies to that topic may go",
+            ).inc()
+            self._refused_replies.report(
+                request.topic,
+                "reply to a message on %s not sent: its Response Topic %r is not where replies "
+                "to that topic may go",
+                request.topic,
+                request.response_topic[:200],
+            )
             return
         outgoing = to_mqtt(reply, request.response_topic)
         # Echo the request's Correlation Data byte for byte, as MQTT request/response expects.

@@ -23,7 +23,7 @@ async def connect_client(
     url: str,
     client_id: str | None = None,
     *,
-    reply_prefix: str = "test-replies",
+    reply_prefix: str = "mes/replies",
     connect_timeout: float = 10.0,
 ) -> AsyncIterator[CloudEventClient]:
     """Connect a ``CloudEventClient`` to ``url``: mqtt://host:port, mqtts://host:port or

@@ -46,6 +46,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# Equipment's replies, events and heartbeats answer nothing: whatever Response Topic one names
+# (another equipment's command topic, a retained MES topic), the gateway publishes nothing there.
+NO_REPLIES: tuple[str, ...] = ()
+
 
 class MqttEquipmentDriver:
     """Delivers commands to equipment over MQTT; ``gateway.equipment.EquipmentDriver``.
@@ -164,7 +168,9 @@ class MqttEquipmentDriver:
         processors = [
             Processor(
                 name=f"{self.name}-replies",
-                subscriptions=[Subscription(self.topics.replies(item)) for item in served],
+                subscriptions=[
+                    Subscription(self.topics.replies(item), reply_to=NO_REPLIES) for item in served
+                ],
                 handle=self._on_reply,
                 binding=self.binding,
                 roles=roles,
@@ -174,7 +180,9 @@ class MqttEquipmentDriver:
             ),
             Processor(
                 name=f"{self.name}-events",
-                subscriptions=[Subscription(self.topics.events(item)) for item in served],
+                subscriptions=[
+                    Subscription(self.topics.events(item), reply_to=NO_REPLIES) for item in served
+                ],
                 handle=self._on_event,
                 binding=self.binding,
                 roles=roles,
@@ -185,7 +193,8 @@ class MqttEquipmentDriver:
                 Processor(
                     name=f"{self.name}-heartbeats",
                     subscriptions=[
-                        Subscription(self.topics.heartbeat(item), qos=0) for item in served
+                        Subscription(self.topics.heartbeat(item), qos=0, reply_to=NO_REPLIES)
+                        for item in served
                     ],
                     handle=self._on_heartbeat,
                     event_types=frozenset({HEARTBEAT_TYPE, OFFLINE_TYPE}),
