@@ -69,3 +69,18 @@ def test_a_device_that_dies_gets_a_ddeath_and_a_dbirth_when_back() -> None:
     assert back.kind is MessageType.DBIRTH
     [gone] = edge.update({}, {"camera": Device(tags, alive=False)})
     assert (gone.kind, gone.device_id) == (MessageType.DDEATH, "camera")
+
+
+def test_a_device_whose_metric_names_change_is_born_again_with_new_aliases(
+    spb: ModuleType,
+) -> None:
+    """MaxRunningJobOrders went from 1 to 2: the Jobs device gets a DBIRTH with slot 2."""
+    edge = EdgeNode("g", "n", 0, lambda: 1)
+    [_, first] = edge.birth({}, {"Jobs": Device({"Running/1/State": text(None)})})
+    two_slots = {"Running/1/State": text("Running"), "Running/2/State": text(None)}
+    [again] = edge.update({}, {"Jobs": Device(two_slots)})
+    assert again.kind is MessageType.DBIRTH
+    before = {m.name: m.alias for m in spb.Payload.FromString(first.payload).metrics}
+    after = {m.name: m.alias for m in spb.Payload.FromString(again.payload).metrics}
+    assert after["Running/1/State"] == before["Running/1/State"]  # a name keeps its alias
+    assert after["Running/2/State"] not in before.values()
