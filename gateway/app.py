@@ -20,7 +20,7 @@ from gateway.instances import InstanceRegistry
 from gateway.jobmethods import JobMethods
 from gateway.metrics import Metrics
 from gateway.phases import BUILT_BY, PluginState
-from gateway.plugins import GatewayPluginManager, build_plugin_manager
+from gateway.plugins import ALWAYS_LOADED, GatewayPluginManager, build_plugin_manager
 from gateway.recipes import JobControl, RecipeInterpreter
 from gateway.resilience import Readiness, Resilience
 from gateway.settings import Settings, SettingsRegistry, load_settings
@@ -46,9 +46,15 @@ def describe_error(error: BaseException) -> str:
 
 
 def settings_registry(plugins: GatewayPluginManager) -> SettingsRegistry:
-    """Every settings section the loaded plugins declare."""
+    """Every settings section the loaded plugins declare, in the order the plugins load (the
+    host's own first, as the example settings file has them): pluggy calls hooks newest
+    plugin first, so each implementation is called here, the host's first, then in
+    registration order."""
     registry = SettingsRegistry()
-    plugins.hook.gateway_add_settings(register=registry.register)
+    implementations = plugins.hook.gateway_add_settings.get_hookimpls()
+    implementations.sort(key=lambda implementation: implementation.plugin_name not in ALWAYS_LOADED)
+    for implementation in implementations:
+        implementation.function(register=registry.register)
     return registry
 
 
@@ -396,9 +402,24 @@ class Gateway:
                 self.request_stop(f"received {name}")
 
     def _log_settings(self) -> None:
+        """One short line per section: the values set (by the file or the environment), each
+        cut to ``LOGGED_VALUE_CHARS``; ``gateway config show`` has them all."""
+        sources = self.settings.sources
         for section, values in self.settings.masked().items():
-            shown = ", ".join(f"{key}={value!r}" for key, value in values.items())
-            log.info("settings [%s] %s", section, shown)
+            chosen = [key for key in values if f"{section}.{key}" in sources]
+            if not chosen:
+                log.info("settings [%s] defaults", section)
+                continue
+            shown = ", ".join(f"{key}={_short(values[key])}" for key in chosen)
+            log.info("settings [%s] %s (%d default)", section, shown, len(values) - len(chosen))
+
+
+LOGGED_VALUE_CHARS = 120
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= LOGGED_VALUE_CHARS else text[: LOGGED_VALUE_CHARS - 1] + "…"
 
 
 class _StartedCallback:

@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import sys
+import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,13 +103,49 @@ def _plugins(args: argparse.Namespace, plugins: GatewayPluginManager) -> int:
 
 def _configure_config_show(parser: argparse.ArgumentParser) -> None:
     _add_config_argument(parser)
+    parser.add_argument(
+        "section",
+        nargs="*",
+        metavar="SECTION",
+        help="only these sections (e.g. mqtt redis); default: all",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON: {section: {key: {value, from, env, help}}}",
+    )
 
 
 def _config(args: argparse.Namespace, plugins: GatewayPluginManager) -> int:
     registry = settings_registry(plugins)
     settings = load_settings(registry, args.config)
     helps = {(info.section, info.key): info for info in registry.describe()}
-    for section, values in settings.masked().items():
+    masked = settings.masked()
+    unknown = [name for name in args.section if name not in masked]
+    if unknown:
+        print(
+            f"gateway config show: no section {', '.join(unknown)} (known: {', '.join(masked)})",
+            file=sys.stderr,
+        )
+        return 2
+    sections = _file_order(list(args.section or masked), args.config)
+    if args.json:
+        document = {
+            section: {
+                key: {
+                    "value": value,
+                    "from": settings.sources.get(f"{section}.{key}", "default"),
+                    "env": helps[(section, key)].env_name,
+                    "help": helps[(section, key)].help,
+                }
+                for key, value in masked[section].items()
+            }
+            for section in sections
+        }
+        print(json.dumps(document, indent=2, default=str))
+        return 0
+    for section in sections:
+        values = masked[section]
         print(f"[{section}]")
         for key, value in values.items():
             info = helps[(section, key)]
@@ -120,6 +157,19 @@ def _config(args: argparse.Namespace, plugins: GatewayPluginManager) -> int:
                 print(f"{key} = {_toml_value(value)}")
         print()
     return 0
+
+
+def _file_order(sections: list[str], path: Path | None) -> list[str]:
+    """``sections`` in the order of the settings file (those it has, first), the others in the
+    order the plugins load (the registry's)."""
+    if path is None:
+        return sections
+    try:
+        in_file = list(tomllib.loads(path.read_text(encoding="utf-8")))
+    except (OSError, tomllib.TOMLDecodeError):
+        return sections  # load_settings read it already: not reached
+    rank = {name: index for index, name in enumerate(in_file)}
+    return sorted(sections, key=lambda name: rank.get(name, len(rank)))
 
 
 def _toml_value(value: Any) -> str:

@@ -577,6 +577,8 @@ def test_gateway_run_stops_cleanly_on_a_signal(
     assert child.wait(timeout=30) == 0
     text = log.finish()
     assert "settings [gateway]" in text
+    settings_lines = [line for line in text.splitlines() if " settings [" in line]
+    assert max(map(len, settings_lines)) < 300  # one short line per section
     assert f"data_dir='{tmp_path / 'data'}'" in text
     assert "instance_id='gw-signal-test'" in text
     assert "bindings none, services none" in text

@@ -129,6 +129,34 @@ def test_config_show_prints_every_section_with_masked_secrets_and_origins(
     assert "GATEWAY_GATEWAY_LOG_LEVEL; from default" in shown["gateway"]["log_level"][1]
 
 
+def test_config_show_keeps_the_files_order_filters_sections_and_prints_json(
+    vault: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "gateway.toml"
+    config.write_text('[vault]\nretries = 4\n[gateway]\nrole = "publisher"\n')
+    assert main(["config", "show", "-c", str(config)]) == 0
+    headers = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
+    assert headers == ["[vault]", "[gateway]"]  # as the file has them
+    assert main(["config", "show"]) == 0  # no file: the host's section first
+    headers = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
+    assert headers == ["[gateway]", "[vault]"]
+
+    assert main(["config", "show", "vault", "-c", str(config)]) == 0
+    assert list(sections(capsys.readouterr().out)) == ["vault"]
+    assert main(["config", "show", "vault", "--json", "-c", str(config)]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert list(document) == ["vault"]
+    assert document["vault"]["retries"] == {
+        "value": 4,
+        "from": f"file {config}",
+        "env": "GATEWAY_VAULT_RETRIES",
+        "help": "Retries",
+    }
+    assert document["vault"]["password"]["value"] is None
+    assert main(["config", "show", "nope"]) == 2
+    assert "no section nope (known: gateway, vault)" in capsys.readouterr().err
+
+
 def test_config_show_marks_an_unset_secret(
     vault: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
