@@ -39,6 +39,14 @@ def _configure(parser: argparse.ArgumentParser) -> None:
         "--timeout", type=float, default=120, help="give up after this many seconds (all of it)"
     )
     parser.add_argument("--log-level", default="WARNING", help="gateway log level")
+    parser.add_argument(
+        "--ui",
+        action="store_true",
+        help="serve the web UI (its URL is printed) during the run and after it, until Ctrl-C",
+    )
+    parser.add_argument(
+        "--port", type=int, default=0, help="the UI's port with --ui; 0: a free one"
+    )
 
 
 def demo_environment(args: argparse.Namespace) -> dict[str, str]:
@@ -63,6 +71,8 @@ def demo_environment(args: argparse.Namespace) -> dict[str, str]:
     )
     if args.seed is not None:
         environ["GATEWAY_SIMULATOR_SEED"] = str(args.seed)
+    if args.ui:
+        environ["GATEWAY_HTTP_PORT"] = str(args.port or free_port())
     if args.redis:  # a shared Redis: keep this run's keys apart
         environ["GATEWAY_REDIS_KEY_PREFIX"] = f"demo-{uuid.uuid4().hex[:8]}"
     else:
@@ -89,6 +99,8 @@ def _run(args: argparse.Namespace, plugins: GatewayPluginManager) -> int:
         f"{'Redis ' + args.redis if args.redis else 'embedded Redis'})",
         markup=False,
     )
+    if args.ui:
+        out.print(f"The web UI: {ui_url(environ)}", markup=False, soft_wrap=True)
     try:
         return anyio.run(_demo, args, environ, gateway, progress, out)
     except BrokerUnreachable as error:
@@ -111,11 +123,13 @@ async def _demo(
     started = time.monotonic()
     demo = anyio.CancelScope(deadline=anyio.current_time() + args.timeout)
     ended_by = ["timed out"]
+    interrupted = anyio.Event()
 
     async def on_signal() -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async for _ in signals:
                 ended_by[0] = "interrupted"
+                interrupted.set()
                 demo.cancel()
 
     status: int | None = None
@@ -127,9 +141,16 @@ async def _demo(
     ):
         tasks.start_soon(on_signal)
         async with running(gateway):
-            mes = DemoMes(client, progress, args.jobs, args.interval, out)
+            mes = DemoMes(client, progress, args.jobs, args.interval, out, keep_jobs=args.ui)
             with demo:  # cancelled by the deadline or a signal; the gateway then stops
                 status = await run_demo(gateway, mes, started)
+            if args.ui and status is not None and not interrupted.is_set():
+                out.print(
+                    f"The web UI stays at {ui_url(environ)} (Ctrl-C ends).",
+                    markup=False,
+                    soft_wrap=True,
+                )
+                await interrupted.wait()
             # The simulated devices leave and replies in flight are lost as the demo ends:
             # expected, not news. Errors still show.
             logging.getLogger().setLevel(logging.ERROR)
@@ -138,6 +159,10 @@ async def _demo(
         out.print(partial_summary(progress, args.jobs, time.monotonic() - started, ended_by[0]))
         return 130 if ended_by[0] == "interrupted" else 1
     return status
+
+
+def ui_url(environ: dict[str, str]) -> str:
+    return f"http://127.0.0.1:{environ['GATEWAY_HTTP_PORT']}/ui/"
 
 
 def demo_command() -> Command:

@@ -71,17 +71,27 @@ class Progress:
         """One line, for output that is not a terminal (a log, a pipe): what changed."""
         states = ", ".join(f"{name} {count}" for name, count in sorted(self.counts().items()))
         line = f"{elapsed:5.1f} s  jobs {len(self.ended())}/{total} done  [{states or 'none yet'}]"
-        running = ", ".join(entry["JobOrderID"] for entry in self.queue.get("Running") or [])
+        running = ", ".join(job for job, _ in self.running())
         if running:
             line += f"  running: {running}"
         waiting = self.waiting()
         return f"{line}  waiting: {waiting}" if waiting else line
 
     def waiting(self) -> str:
-        """The queue in the order the jobs will start: ``AXLE-0005 p5, AXLE-0002 p3``."""
+        """The queue in the order the jobs will start: ``AXLE-0005 p5, AXLE-0002 p3``.
+
+        The retained queue document follows the dispatcher a moment later than the hooks: a
+        job the hooks already saw start is running, not waiting (each job is listed once)."""
         return ", ".join(
             f"{entry['JobOrderID']} p{entry['Priority']}"
             for entry in self.queue.get("Waiting") or []
+            if self._queued(entry["JobOrderID"])
+        )
+
+    def _queued(self, job: str) -> bool:
+        state = self.states.get(job)
+        return (state is None or state.top is TopState.ALLOWED_TO_START) and not self.active.get(
+            job
         )
 
     def running(self) -> list[tuple[str, str]]:
@@ -117,13 +127,16 @@ class Progress:
 
 @dataclass
 class DemoMes:
-    """Configures the station, starts the jobs, waits for them, reads and clears the results."""
+    """Configures the station, starts the jobs, waits for them, reads the results and clears
+    the jobs (unless ``keep_jobs``)."""
 
     client: CloudEventClient
     progress: Progress
     jobs: int
     interval: float
     out: Console = field(default_factory=Console)
+    # Leave the jobs in the station (read the results, Clear none), for the web UI to show.
+    keep_jobs: bool = False
 
     @property
     def commands(self) -> str:
@@ -207,6 +220,8 @@ class DemoMes:
         mes = MesClient(self.client, TOPIC_PREFIX, SCOPE)
         # Taken once: a job the MES clears leaves the Ended state, so the count would shrink.
         ended = set(self.progress.ended())
+        if self.keep_jobs:  # waits for the publisher to catch up; a missing one shows missing
+            return await mes.retained("result", ended, timeout=30)
         with anyio.fail_after(30):
             while not ended <= mes.results.keys():
                 await mes.resync()
@@ -215,7 +230,9 @@ class DemoMes:
         return dict(mes.results)
 
 
-def summary(results: dict[str, Any], progress: Progress, elapsed: float) -> Group:
+def summary(
+    results: dict[str, Any], progress: Progress, elapsed: float, *, keep: bool = False
+) -> Group:
     """The end of the demo: totals, a row per job, throughput."""
     outcomes: Counter[str] = Counter()
     table = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
@@ -236,7 +253,8 @@ def summary(results: dict[str, Any], progress: Progress, elapsed: float) -> Grou
     rate = f"{60 * done / elapsed:.0f} jobs/min" if elapsed else "-"
     tail = (
         f"Throughput: {rate}, {progress.steps_done} recipe steps. The simulated MES read every "
-        "result from the retained MQTT topics and cleared the jobs."
+        "result from the retained MQTT topics"
+        + (" and left the jobs for the web UI." if keep else " and cleared the jobs.")
     )
     return Group(Text(head, style="bold"), table, Text(tail))
 
@@ -278,7 +296,8 @@ async def run_demo(gateway: Gateway, mes: DemoMes, started: float) -> int:
             await mes.start_jobs()
         watching.cancel_scope.cancel()
     results = await mes.collect()
-    mes.out.print(summary(results, mes.progress, time.monotonic() - started))
+    elapsed = time.monotonic() - started
+    mes.out.print(summary(results, mes.progress, elapsed, keep=mes.keep_jobs))
     completed = all(
         result.get("JobState", [{}])[0].get("StateText", {}).get("Text") == TopState.ENDED
         for result in results.values()

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import termios
 import time
+import urllib.request
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -132,3 +133,48 @@ def test_the_live_view_fits_80_columns_in_a_terminal() -> None:
     lines = [line for line in re.split(r"\r\n|\r|\n", visible) if line]
     assert max(len(line) for line in lines) <= 80
     assert any("AXLE-0001" in line and "Ended/Completed" in line for line in lines)
+
+
+def test_with_ui_the_demo_serves_the_ui_after_the_run_until_ctrl_c() -> None:
+    running = start_demo(
+        "--jobs", "2", "--interval", "0.1", "--ui", stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        assert running.stdout is not None
+        assert running.stdout.readline().startswith("Station gateway demo: 2 rear-axle jobs")
+        url = running.stdout.readline().strip().removeprefix("The web UI: ")
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/ui/", url), url
+        lines = []
+        for line in running.stdout:  # the run, its summary, then the UI stays
+            lines.append(line)
+            if line.startswith("The web UI stays at"):
+                break
+        assert line.strip() == f"The web UI stays at {url} (Ctrl-C ends).", lines
+        assert running.poll() is None  # serving, after the run
+        with urllib.request.urlopen(url, timeout=30) as page:
+            html = page.read().decode()
+        assert 'data-scope="' in html  # the dashboard, with the demo's scope
+        timeline = url + "scopes/cell/timeline?minutes=60"
+        with urllib.request.urlopen(timeline.replace("/ui/", "/api/", 1), timeout=30) as api:
+            done = json.load(api)
+        assert {job["job_order_id"] for job in done["jobs"]} == {"AXLE-0001", "AXLE-0002"}
+        running.send_signal(signal.SIGINT)
+        _, err = running.communicate(timeout=60)
+    finally:
+        if running.poll() is None:
+            running.kill()
+            running.communicate()
+    assert running.returncode == 0  # the run completed; Ctrl-C only ended the serving
+    assert err == ""
+
+
+def test_the_live_view_lists_each_job_once() -> None:
+    """Out of a terminal, a line per change: a running job is never also listed as waiting."""
+    result = demo("--jobs", "4", "--interval", "0.05")
+    assert result.returncode == 0, result.stderr
+    for line in result.stdout.splitlines():
+        running = re.search(r"running: ([^ ]+(?:, [^ ]+)*)", line)
+        waiting = re.search(r"waiting: (.*)$", line)
+        if running and waiting:
+            names = {name.split()[0] for name in waiting.group(1).split(", ")}
+            assert not set(running.group(1).split(", ")) & names, line
