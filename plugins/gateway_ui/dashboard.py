@@ -14,6 +14,8 @@ import time
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import anyio
+
 from gateway.jobstates import JobState, TopState
 from gateway.recipes import JobSummary, ScopeQueue
 from gateway_ui.activity import Activity, CommandBar, Outcome, activity, read_traces, recent, unix
@@ -30,6 +32,8 @@ log = logging.getLogger(__name__)
 Renderer = Callable[[Mapping[str, Any]], str]
 
 WINDOW_SECONDS = 3600  # the last errors and failures shown come from this long back
+RECENT_JOBS = 50  # the newest jobs whose traces say what the equipment did lately
+MIN_REFRESH_SECONDS = 0.5  # a dashboard stream looks at the station at most this often
 FAILURES_SHOWN = 5
 
 
@@ -49,7 +53,7 @@ class Dashboard:
         control = self.gateway.job_control
         queue = await control.queue(scope)
         summaries = list(await control.jobs(scope))
-        shown = recent(summaries, now - WINDOW_SECONDS)
+        shown = recent(summaries, now - WINDOW_SECONDS, RECENT_JOBS)
         traces = await read_traces(self.data.store, scope, [job.job_order_id for job in shown])
         done = activity(shown, traces, now)
         admitted = set(queue.running)
@@ -259,10 +263,15 @@ class DashboardStream:
         last = self.render(snapshot)
         failed = ""  # the last error logged, once while it lasts
         yield _event(last, snapshot)
+        looked = anyio.current_time()
         while not self.gateway.stopping.is_set():
             batch = await self.feed.wait(positions)
             for stream, entries in batch or ():
                 positions[stream] = entries[-1][0]
+            # Pacing, not synchronisation: a busy station's trace wakes the stream every flush;
+            # what comes meanwhile is in the next look.
+            await anyio.sleep(max(0.0, looked + MIN_REFRESH_SECONDS - anyio.current_time()))
+            looked = anyio.current_time()
             try:
                 snapshot = await self._follow(store, positions)
             except Exception as error:  # the store away: the next read says so (ui.live)

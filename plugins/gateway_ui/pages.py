@@ -82,9 +82,24 @@ def _counts(states: Mapping[str, int]) -> str:
     return ", ".join(f"{state} {count}" for state, count in states.items())
 
 
+# The scope page lists what runs first, then what waits, then the ended jobs (the newest end
+# first), each group highest priority first; the script sorts alike.
+_GROUPS = {"Running": 0, "Interrupted": 0, "AllowedToStart": 1, "NotAllowedToStart": 1}
+
+
+def page_order(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def key(job: Mapping[str, Any]) -> tuple[int, int]:
+        group = _GROUPS.get(job["state"].split(".")[0], 2)
+        return group, -job["priority"] if group < 2 else 0
+
+    newest_end_first = sorted(jobs, key=lambda job: job["end_time"] or "", reverse=True)
+    return sorted(newest_end_first, key=key)  # stable: ended jobs stay newest first
+
+
 def scope_page(
     scope: str, jobs: list[dict[str, Any]], cursor: str, queue: Mapping[str, Any]
 ) -> str:
+    jobs = page_order(jobs)
     rows = "".join(
         f'<tr data-job="{_e(job["job_order_id"])}">'
         f'<td><a href="{_e(job_url(scope, job["job_order_id"]))}">'
@@ -105,7 +120,8 @@ def scope_page(
         "<thead><tr><th>Job order</th><th>State</th><th>Priority</th><th>Age</th>"
         "<th>Work Master</th><th>Recipe version</th></tr></thead>"
         f"<tbody>{rows}</tbody></table>"
-        '<p class="muted">Highest priority first.</p>'
+        '<p class="muted">Running first, then waiting (highest priority first), then ended '
+        "(the newest first).</p>"
     )
     return page(f"Scope {scope}", [(scope, None)], queue_section(scope, queue) + body)
 

@@ -217,7 +217,11 @@
   async function reload() {
     const response = await fetch(table.dataset.jobsUrl, { headers: { Accept: "application/json" } });
     if (!response.ok) return;
-    const jobs = await response.json();
+    const groups = { Running: 0, Interrupted: 0, AllowedToStart: 1, NotAllowedToStart: 1 };
+    const group = (job) => groups[job.state.split(".")[0]] ?? 2;
+    // As the server orders them: running, waiting (highest priority first), ended (newest first).
+    const jobs = (await response.json()).sort((a, b) => group(a) - group(b) ||
+      (group(a) < 2 ? b.priority - a.priority : String(b.end_time || "").localeCompare(String(a.end_time || ""))));
     body.replaceChildren();
     for (const job of jobs) {
       const row = body.insertRow();
