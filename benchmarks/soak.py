@@ -451,6 +451,7 @@ def report(
             "ended_twice": doubled,
             "refused": tally.refused[:20],
             "calls_sent_again": tally.unanswered,
+            "completion_logged_twice": completions_logged_twice(station),
             "per_second": round(len(tally.seen_ended) / options.seconds, 2),
         },
         "processes": processes,
@@ -471,6 +472,21 @@ def report(
         "store_usage": usage,
         "samples": len(samples),
     }
+
+
+def completions_logged_twice(station: Station) -> list[str]:
+    """Jobs whose chart end the instances logged more than once ("chart completed"): a
+    completion reported twice (refused by job management, so not ended twice)."""
+    seen: Counter[str] = Counter()
+    for process in station.gateways.values():
+        if not process.log.exists():
+            continue
+        with process.log.open(errors="replace") as lines:
+            for line in lines:
+                if ": chart completed" in line:
+                    job = line.split(": chart completed")[0].rpartition("/")[2]
+                    seen[job] += 1
+    return sorted(job for job, count in seen.items() if count > 1)
 
 
 def _first_and_last(samples: list[Sample], name: str, warmup: float) -> dict[str, Any]:
@@ -502,7 +518,8 @@ def print_report(figures: dict[str, Any]) -> None:
     print(
         f"jobs: {jobs['stored']} stored, {jobs['ended']} ended ({jobs['completed']} completed), "
         f"{jobs['cleared']} cleared, {jobs['per_second']}/s; lost {len(jobs['lost'])}, "
-        f"ended twice {len(jobs['ended_twice'])}; calls sent again {jobs['calls_sent_again']}"
+        f"ended twice {len(jobs['ended_twice'])}; calls sent again {jobs['calls_sent_again']}; "
+        f"chart completion logged twice for {len(jobs['completion_logged_twice'])}"
     )
     print(f"{'process':<10} {'RSS MB/h':>10} {'fds/h':>8} {'RSS MB now':>11}")
     for name, figures_of in figures["processes"].items():
