@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.plugins.gateway_ui.conftest import browser as browser
 from tests.security.station import Deployment, HostileStation, make_deployment
 
 
