@@ -14,6 +14,7 @@ servers.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -21,7 +22,7 @@ from anyio.abc import Listener, TaskGroup, TaskStatus
 from anyio.streams.memory import MemoryObjectSendStream
 
 from gateway.cloudevents import CloudEvent
-from gateway.equipment import EQUIPMENT_ATTRIBUTE
+from gateway.equipment import EQUIPMENT_ATTRIBUTE, EquipmentCommand, EquipmentDriver
 from gateway.errors import GatewayError, SettingsError
 from gateway.transport import Dispatcher
 from gateway_msgpack_rpc.auth import DeviceAuthenticator
@@ -107,6 +108,9 @@ class MsgpackRpcBinding:
     async def run(self, gateway: Gateway, *, task_status: TaskStatus[None]) -> None:
         self._gateway = gateway
         self.liveness.attach(gateway.equipment, owners=gateway.state.find(Forwarding))
+        self.sessions.served_elsewhere = lambda equipment_id: served_elsewhere(
+            gateway.equipment.drivers, equipment_id
+        )
         listener = await self.server.listen()
         async with anyio.create_task_group() as tasks:
             accepting = anyio.CancelScope()
@@ -227,3 +231,15 @@ def _known_equipment(settings: MsgpackRpcSettings) -> frozenset[str]:
         if problem is not None:
             raise SettingsError(f"{SECTION}.known_equipment", problem)
     return frozenset(settings.known_equipment)
+
+
+def served_elsewhere(drivers: Iterable[EquipmentDriver], equipment_id: str) -> str | None:
+    """The name of a driver other than this one that serves ``equipment_id`` by name (a
+    catch-all driver claims no name): one equipment id, one driver."""
+    probe = EquipmentCommand("", "", equipment_id, "", "", "")
+    for driver in drivers:
+        if driver.name == BINDING or getattr(driver, "catch_all", False):
+            continue
+        if driver.serves(probe):
+            return str(driver.name)
+    return None

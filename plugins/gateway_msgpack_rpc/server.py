@@ -32,7 +32,7 @@ from gateway.errors import SettingsError
 from gateway.peers import LogOnce, connection_cap, is_resource_shortage
 from gateway_msgpack_rpc.auth import DeviceAuth, certificate_names
 from gateway_msgpack_rpc.sessions import Session, Sessions
-from gateway_msgpack_rpc.settings import SECTION, server_tls_context
+from gateway_msgpack_rpc.settings import SECTION, is_loopback, server_tls_context
 
 log = logging.getLogger(__name__)
 
@@ -73,12 +73,12 @@ class RpcServer:
             ) from None
         self.address = (settings.host, settings.port)
         authenticator = self.sessions.authenticator
-        if (authenticator is None or authenticator.mode is DeviceAuth.NONE) and (
-            settings.host not in ("127.0.0.1", "::1", "localhost")
-        ):
+        if (authenticator is None or authenticator.mode is DeviceAuth.NONE) and not is_loopback(
+            settings.host
+        ):  # allowed by the settings' own check only when said explicitly
             log.warning(
                 "MessagePack-RPC server on %s:%d believes any device's equipment id "
-                "(%s.device_auth = none): use 'token' or 'certificate' outside a trusted network",
+                "(%s.device_auth = none, allow_unauthenticated_devices = true)",
                 settings.host,
                 settings.port,
                 SECTION,

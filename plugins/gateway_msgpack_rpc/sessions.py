@@ -25,6 +25,7 @@ from gateway_msgpack_rpc.liveness import Liveness
 from gateway_msgpack_rpc.protocol import (
     INVALID_CLOUDEVENT,
     INVALID_PARAMS,
+    NOT_AUTHORIZED,
     NOT_IDENTIFIED,
     RpcError,
     expect_params,
@@ -75,6 +76,9 @@ class Sessions:
             send_timeout_seconds=settings.send_timeout_seconds,
         )
         self.stopping = False  # set by ``close_all``: connections that arrive now are closed
+        # The other driver that serves an equipment id, if one does (set by the binding): such
+        # an id is not taken over by a device naming it here.
+        self.served_elsewhere: Callable[[str], str | None] = lambda equipment_id: None
         self._connections: dict[str, RpcConnection] = {}  # equipment id -> its live connection
         self._open: set[RpcConnection] = set()  # every connection, identified or not
 
@@ -266,6 +270,15 @@ class Session:
                     if self.connection is not None:
                         self.connection.close("not authorized")
                     raise
+            other = self.sessions.served_elsewhere(equipment_id)
+            if other is not None:
+                if self.connection is not None:
+                    self.connection.close("equipment id served by another driver")
+                raise RpcError(
+                    NOT_AUTHORIZED,
+                    f"equipment {equipment_id!r} is served by the {other} driver: its commands "
+                    "never go over MessagePack-RPC",
+                )
             self.equipment_id = equipment_id
             log.info("MessagePack-RPC connection %s is equipment %s", self.peer, equipment_id)
             await self.sessions.attach(self)

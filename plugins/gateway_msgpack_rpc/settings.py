@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import ssl
 from collections.abc import Iterator
@@ -101,10 +102,42 @@ class MsgpackRpcSettings:
         "name is the id; needs tls_client_auth)",
         choices=("none", "token", "certificate"),
     )
+    allow_unauthenticated_devices: bool = setting(
+        False,
+        "Let the server listen on an address other than loopback with device_auth 'none' "
+        "(any device may then name any equipment id: a network you trust only)",
+    )
     device_tokens_file: str = setting(
         "",
         "With device_auth 'token': lines '<equipment id> sha256:<hex SHA-256 of its token>'",
     )
+
+    def __post_init__(self) -> None:
+        # ValueError here becomes a SettingsError naming the section (see gateway.settings).
+        if (
+            self.port
+            and self.device_auth == "none"
+            and not is_loopback(self.host)
+            and not self.allow_unauthenticated_devices
+        ):
+            raise ValueError(
+                f"device_auth: the server listens on {self.host} and believes any device's "
+                "equipment id (device_auth = none): anyone reaching the port could take the "
+                "commands of any equipment. Set device_auth = 'token' with device_tokens_file "
+                "(docs/drivers.md shows how to make a token), or 'certificate' with "
+                "tls_client_auth; on a network you trust, set allow_unauthenticated_devices = "
+                "true"
+            )
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is reachable from this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ def gateway_register_services(
     register: Callable[[Service], None], settings: Settings, gateway: ServicePhase
 ) -> None:
     ui = settings.get(UiSettings)
-    if ui.enabled and gateway.store is not None:
+    if ui.enabled and gateway.store is not None and _serves_http(settings):
         register(live_feed(gateway))  # idle until a page follows a stream
     writer = TraceWriter(ui, gateway)
     if gateway.store is None or not gateway.runs(writer.roles):
@@ -65,3 +65,11 @@ def live_feed(gateway: ServicePhase) -> LiveFeed:
         assert gateway.store is not None
         feed = gateway.state.add(LiveFeed(gateway.store, gateway.resilience))
     return feed
+
+
+def _serves_http(settings: Settings) -> bool:
+    """Whether this gateway has an HTTP endpoint (``[http] port``) to serve the pages on."""
+    try:
+        return bool(getattr(settings.section("http"), "port", 0))
+    except KeyError:
+        return False

@@ -126,7 +126,9 @@ class HostileStation:
     def tokens_file(self) -> Path:
         path = self.directory / "device-tokens"
         digest = hashlib.sha256(RPC_TOKEN.encode()).hexdigest()
-        path.write_text(f"press sha256:{digest}\n")
+        # The tightener's line too: a device that knows a valid token for an equipment id
+        # another driver serves (MQTT) must still not take that equipment's commands.
+        path.write_text(f"press sha256:{digest}\ntightener sha256:{digest}\n")
         return path
 
     def gateway_environ(self) -> dict[str, str]:

@@ -169,3 +169,16 @@ def test_token_and_certificate_modes_need_their_settings(tmp_path: Path) -> None
         rpc_gateway(settings={"device_auth": "token", "device_tokens_file": str(bad)})
     with pytest.raises(SettingsError, match="'certificate' needs TLS with client certificates"):
         rpc_gateway(settings={"device_auth": "certificate"})
+
+
+async def test_a_server_beyond_loopback_will_not_believe_any_device_unless_told_to() -> None:
+    """device_auth = none on 0.0.0.0 stops start-up, saying how to fix it; the explicit
+    allow_unauthenticated_devices lets it start (a network the operator trusts)."""
+    with pytest.raises(SettingsError) as error:
+        rpc_gateway(settings={"host": "0.0.0.0"})
+    assert "[msgpack_rpc]: device_auth" in str(error.value)
+    assert "device_tokens_file" in str(error.value)
+    assert "allow_unauthenticated_devices" in str(error.value)
+    allowed = rpc_gateway(settings={"host": "0.0.0.0", "allow_unauthenticated_devices": "true"})
+    async with running(allowed):
+        assert rpc_binding(allowed).ready
