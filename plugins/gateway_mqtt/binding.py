@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -54,6 +55,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+
+# A connection that ends this soon after it was made, KICKS times within KICKS_WITHIN_SECONDS:
+# the session is being taken over by another client with the same client id.
+SHORT_LIFE_SECONDS = 5.0
+KICKS = 3
+KICKS_WITHIN_SECONDS = 30.0
 
 # Leaving a share group: how long no message must arrive before the connection closes.
 DRAIN_QUIET_SECONDS = 0.2
@@ -127,6 +134,7 @@ class MqttBinding:
         self._closed = False
         self.received = 0  # messages taken from the broker (for draining and metrics)
         self._refused_replies = LogOnce(log)  # Response Topics refused, by the sender's topic
+        self._takeovers = LogOnce(log, level=logging.ERROR, interval_seconds=300)
         self.reconnects = 0
 
     def _prepare(self) -> None:
@@ -180,6 +188,10 @@ class MqttBinding:
         reconnects = gateway.metrics.counter(
             "transport_reconnects_total", "Connections lost or refused, then retried", ["binding"]
         ).labels(self.name)
+        taken_over = gateway.metrics.counter(
+            "mqtt_sessions_taken_over_total",
+            "Connections the broker closed because another client took the session over",
+        )
         delay = self.settings.reconnect_min_seconds
         started = False
         # Logged once per outage (and its end once); /readyz shows "binding mqtt" meanwhile.
@@ -193,9 +205,15 @@ class MqttBinding:
             # binding stays up until the services have finished (``closing``).
             return gateway.closing if started else gateway.stopping
 
+        # When the last connections each ended soon after they were made, while the broker
+        # answers every time: another client is taking the session over (not every broker
+        # says so with reason code 0x8E, mosquitto 2.0 does not).
+        short_lives: deque[float] = deque(maxlen=KICKS)
         while not stop_event().is_set():
+            connected_at: float | None = None
             try:
                 async with lane.connector.connect() as client:
+                    connected_at = time.monotonic()
                     await self._subscribe(client, gateway, lane)
                     log.info("MQTT connected to %s as %s", lane.connector.where, lane.client_id)
                     outage.succeeded()
@@ -223,6 +241,31 @@ class MqttBinding:
                     ) from None
                 self.reconnects += 1
                 reconnects.inc()
+                now = time.monotonic()
+                if connected_at is not None and now - connected_at < SHORT_LIFE_SECONDS:
+                    short_lives.append(now)
+                kicked = len(short_lives) == KICKS and now - short_lives[0] < KICKS_WITHIN_SECONDS
+                if error.taken_over or kicked:
+                    # Another client holds this session (a second gateway with the same
+                    # instance id, or someone using the gateway's client id): reconnecting at
+                    # once would kick it off and be kicked off in turn, commands handled by
+                    # neither. Say so loudly and come back only slowly.
+                    taken_over.inc()
+                    self._takeovers.report(
+                        lane.client_id,
+                        "MQTT session %s on %s TAKEN OVER: another client connected with this "
+                        "gateway's client id (reason code 0x8E, or dropped %d times within %.0f "
+                        "s while the broker answers). Two gateways may share an "
+                        "instance id or mqtt.client_id, or a login may use the gateway's client "
+                        "id: the broker must bind client ids to users (deploy/mosquitto). "
+                        "Reconnecting only every %.0f s meanwhile",
+                        lane.client_id,
+                        lane.connector.where,
+                        KICKS,
+                        KICKS_WITHIN_SECONDS,
+                        self.settings.reconnect_max_seconds,
+                    )
+                    delay = self.settings.reconnect_max_seconds
                 what = "the gateway starts once it answers" if not started else "no commands flow"
                 outage.failed(
                     TransientError(

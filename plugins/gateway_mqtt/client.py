@@ -49,11 +49,19 @@ _TLS_FAILURES = {
 
 
 class ConnectionLost(TransientError):
-    """The broker connection failed or dropped; ``refused_for_good`` when retrying is futile."""
+    """The broker connection failed or dropped; ``refused_for_good`` when retrying is futile,
+    ``taken_over`` when the broker closed it because another client connected with the same
+    client id (MQTT v5 reason code 0x8E, Session taken over)."""
 
-    def __init__(self, reason: str, *, refused_for_good: bool = False) -> None:
+    def __init__(
+        self, reason: str, *, refused_for_good: bool = False, taken_over: bool = False
+    ) -> None:
         super().__init__(reason)
         self.refused_for_good = refused_for_good
+        self.taken_over = taken_over
+
+
+SESSION_TAKEN_OVER = 0x8E  # MQTT v5 DISCONNECT reason code
 
 
 @dataclass(frozen=True)
@@ -139,6 +147,10 @@ class AiomqttConnector:
         # The lane's handler budget, as the broker's window of unacknowledged messages to it
         # (we ack once handled): without it mosquitto sends 20 at a time, whatever the budget.
         connect_properties.ReceiveMaximum = self.settings.max_concurrent_handlers
+        # The broker sends nothing larger (it drops such a message for this session), so a
+        # peer's huge publish never reaches the gateway's memory: the payload limit plus room
+        # for the topic and the CloudEvent's properties.
+        connect_properties.MaximumPacketSize = max_packet_bytes(self.settings)
         client = _Client(
             self.address.host,
             self.address.port,
@@ -201,6 +213,8 @@ class _Client(aiomqtt.Client):
     certificate (its alert arrives after the handshake, at the first read) or the listener
     speaks TLS and the URL does not. The reason is what paho logged last as an error.
     """
+
+    disconnect_reason: Any = None  # the DISCONNECT reason code of the last drop
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -309,6 +323,7 @@ class _Client(aiomqtt.Client):
         reason_code: Any,
         properties: Properties | None = None,
     ) -> None:
+        self.disconnect_reason = getattr(reason_code, "value", reason_code)
         if not self._connected.done():
             reason = self._last_error or str(reason_code)
             self._connected.set_exception(
@@ -363,11 +378,25 @@ class _AiomqttMessages:
         try:
             message = await anext(self._messages)
         except aiomqtt.MqttError as error:
+            if getattr(self._client, "disconnect_reason", None) == SESSION_TAKEN_OVER:
+                raise ConnectionLost(
+                    "session taken over: another client connected with this client id "
+                    "(MQTT reason code 0x8E)",
+                    taken_over=True,
+                ) from None
             raise ConnectionLost(str(error)) from None
         return Received(from_client_message(message), lambda: self._ack(message))
 
     def _ack(self, message: aiomqtt.Message) -> None:
         self._client._client.ack(message.mid, message.qos)
+
+
+PACKET_HEADROOM = 65_536  # topic, MQTT v5 properties and CloudEvent attributes of a message
+
+
+def max_packet_bytes(settings: MqttSettings) -> int:
+    """The MQTT v5 Maximum Packet Size the gateway asks of the broker."""
+    return settings.max_payload_bytes + PACKET_HEADROOM
 
 
 def _explain(error: aiomqtt.MqttError) -> tuple[str, bool]:

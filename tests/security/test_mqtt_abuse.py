@@ -1,0 +1,86 @@
+"""M3 and H4: an MQTT login cannot blow up the gateway's memory, nor silently steal its session.
+
+- Three 60 MB publishes from the tightener on a topic the gateway reads: the shipped broker
+  (``max_packet_size``) refuses them, the gateway's memory does not grow by 50 MB, the MES is
+  answered meanwhile.
+- A login that connects with the gateway's client id takes its session over: the gateway says
+  so loudly (an ERROR naming the cause, a counter), and does not fight back at once (its next
+  connection comes only after ``mqtt.reconnect_max_seconds``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+
+from gateway.codecs.mqtt import MqttMessage
+from gateway.testing import poll_until
+from tests.security.station import EQUIPMENT_PREFIX, HostileStation, probing
+
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+
+HUGE = 60 * 1024 * 1024
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+async def test_huge_publishes_never_reach_the_gateways_memory(
+    hostile_station: HostileStation,
+) -> None:
+    station = hostile_station
+    await station.start()
+    assert station.process is not None
+    assert station.process.process is not None
+    pid = station.process.process.pid
+    before = rss_bytes(pid)
+    async with probing(station):
+        message = MqttMessage(
+            topic=f"{EQUIPMENT_PREFIX}/tightener/events", payload=b"x" * HUGE, qos=1
+        )
+        for _ in range(3):
+            # The broker drops the connection of a client sending a packet over its limit.
+            with pytest.raises(Exception):  # noqa: B017,PT011 - whichever the client library raises
+                await publish_twice(station, message)
+    assert rss_bytes(pid) - before < 50 * 1024 * 1024
+
+
+async def publish_twice(station: HostileStation, message: MqttMessage) -> None:
+    async with station.deployment.client("tightener") as tightener:
+        with anyio.fail_after(30):
+            await tightener.publish(message)
+            await tightener.publish(message)
+
+
+async def test_a_taken_over_session_is_said_loudly_and_not_fought_for(
+    hostile_station: HostileStation,
+) -> None:
+    """The MES's login connects with the gateway's client id again and again for a while
+    (each connection kicks the gateway's session, the gateway's comeback kicks it): the
+    gateway says so, and comes back only every mqtt.reconnect_max_seconds, not in a fight."""
+    station = hostile_station
+    station.environ["GATEWAY_MQTT_RECONNECT_MAX_SECONDS"] = "3"
+    await station.start()
+    thefts = 0
+    with anyio.move_on_after(8):
+        while True:
+            try:
+                async with station.deployment.client("mes", client_id=f"gw-{station.name}"):
+                    thefts += 1
+                    await anyio.sleep_forever()
+            except Exception:
+                continue
+    reconnects = await station.metric("gateway_transport_reconnects_total")
+    await poll_until(station.ready, timeout=20, interval=0.2)  # it holds on once left alone
+    log = station.log_text()
+    assert "TAKEN OVER" in log
+    assert log.count("TAKEN OVER") <= 2  # once per interval, not once per kick
+    assert await station.metric("gateway_mqtt_sessions_taken_over_total") >= 1
+    # A fight would be a comeback every reconnect_min_seconds (0.2 s): 40 in 8 s.
+    assert reconnects <= 8, (reconnects, thefts)
