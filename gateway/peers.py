@@ -95,8 +95,9 @@ class LogOnce:
         self.clock = clock
         self._sources: OrderedDict[str, tuple[float, int]] = OrderedDict()  # last logged, left out
 
-    def report(self, source: str, message: str, *args: object) -> bool:
-        """Log (or count) one complaint about ``source``; whether it was logged."""
+    def report(self, source: str, message: str, *args: object, exc_info: bool = False) -> bool:
+        """Log (or count) one complaint about ``source``; whether it was logged (with the
+        exception being handled when ``exc_info``)."""
         now = self.clock()
         known = self._sources.get(source)
         if known is not None and now - known[0] < self.interval_seconds:
@@ -110,7 +111,7 @@ class LogOnce:
         if left_out:
             message += " (%d more like it from this source since the last report)"
             args = (*args, left_out)
-        self.logger.log(self.level, message, *args)
+        self.logger.log(self.level, message, *args, exc_info=exc_info)
         return True
 
 

@@ -24,7 +24,7 @@ contract behind the same ``Store``. What callers may rely on, and must keep to:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -268,3 +268,32 @@ class Store(Protocol):
     async def reconcile_scopes(self) -> set[str]:
         """Register scopes whose discovery a crash interrupted; return every known scope."""
         ...
+
+
+class KnownScopes:
+    """Refuses what names a scope the store does not know: scopes come from the MES (its
+    commands and configuration make them), never from what equipment says.
+
+    An equipment event or reply whose ``subject`` names a scope no job ever ran in would
+    otherwise make the recipe engine take that scope on (a work stream, a consumer group, an
+    entry in the set of scopes, kept for ever). Scopes once known stay known here; one not known
+    is looked up in the store each time (an attacker's thousand names cost a thousand small
+    reads, and make nothing).
+    """
+
+    def __init__(self, store: Callable[[], Store | None]) -> None:
+        self._store = store
+        self._known: set[str] = set()
+
+    async def check(self, scope: str | None) -> None:
+        """Nothing if ``scope`` is ``None`` or known; ``ValidationError`` otherwise."""
+        if scope is None or scope in self._known:
+            return
+        store = self._store()
+        if store is None:  # no store: nothing is kept for any scope
+            return
+        self._known = await store.known_scopes()
+        if scope not in self._known:
+            raise ValidationError(
+                "subject", f"unknown scope {scope[:128]!r}: no job of it is known here"
+            )

@@ -29,6 +29,7 @@ from gateway.cloudevents import CloudEvent
 from gateway.errors import GatewayError, NotPermitted, ValidationError
 from gateway.logs import log_context
 from gateway.metrics import Metrics
+from gateway.peers import LogOnce
 from gateway.resilience import Resilience, describe, is_transient
 
 if TYPE_CHECKING:
@@ -168,6 +169,10 @@ class Processor:
     # Event types handled idempotently whatever ``redelivery`` says (a processor of commands
     # that also answers queries, which read and change nothing).
     idempotent_types: frozenset[str] = frozenset()
+    # Checked before anything is stored for an event (its de-duplication claim): raises
+    # ``ValidationError`` or ``NotPermitted`` to refuse it, so input that must make nothing
+    # (a scope equipment names that does not exist) leaves no key behind.
+    admit: Callable[[CloudEvent], Awaitable[None]] | None = None
 
     def accepts(self, event_type: str) -> bool:
         return self.event_types is None or event_type in self.event_types
@@ -299,6 +304,8 @@ class Dispatcher:
         self._in_flight = 0
         self._idle = anyio.Event()
         self._idle.set()
+        self._rejections = LogOnce(log)  # by binding, topic and code
+        self._failures = LogOnce(log, level=logging.ERROR)  # by processor and error type
 
     def processors_for(self, binding: str) -> list[Processor]:
         return [processor for processor in self._processors if processor.binding == binding]
@@ -314,7 +321,15 @@ class Dispatcher:
         """Log and count a message that could not be processed."""
         reason = str(error)
         self._failed.labels(binding, code).inc()
-        log.warning("rejected message on %s %s: %s: %s", binding, topic, code, reason)
+        # The same bad input again and again from one topic (one sender) is said once a minute.
+        self._rejections.report(
+            f"{binding} {topic} {code}",
+            "rejected message on %s %s: %s: %s",
+            binding,
+            topic,
+            code,
+            reason,
+        )
         self._on_failure(binding=binding, topic=topic, code=code, reason=reason)
 
     async def dispatch(self, event: CloudEvent, *, binding: str, topic: str) -> list[CloudEvent]:
@@ -347,6 +362,13 @@ class Dispatcher:
             self.reject(binding=binding, topic=topic, code=UNKNOWN_TYPE, error=message)
             return [event.error_reply(source=self.source, code=UNKNOWN_TYPE, message=message)]
         started = time.perf_counter()
+        if processor.admit is not None:
+            try:
+                await processor.admit(event)
+            except (ValidationError, NotPermitted) as error:
+                code = NOT_PERMITTED if isinstance(error, NotPermitted) else INVALID_REQUEST
+                self.reject(binding=binding, topic=topic, code=code, error=error)
+                return [event.error_reply(source=self.source, code=code, message=str(error))]
         replay = processor.redelivery_of(event.type) is Redelivery.REPLAY
         dedupe = self._dedupe if replay else None
         if dedupe is not None:
@@ -383,8 +405,13 @@ class Dispatcher:
                     describe(error),
                 )
                 raise
-            log.exception(
-                "processor %s failed on event %s (%s)", processor.name, event.id, event.type
+            self._failures.report(
+                f"{processor.name} {type(error).__name__}",
+                "processor %s failed on event %s (%s)",
+                processor.name,
+                event.id,
+                event.type,
+                exc_info=True,
             )
             self.reject(binding=binding, topic=topic, code=PROCESSING_FAILED, error=error)
             message = f"{type(error).__name__}: {error}"

@@ -29,6 +29,7 @@ from gateway.equipment import (
     reply_from_event,
 )
 from gateway.errors import GatewayError, NotPermitted, ValidationError
+from gateway.store import KnownScopes
 from gateway.transport import MQTT_BINDING, Processor, Redelivery, Subscription, arrival_topic
 from gateway_mqtt_equipment.conventions import (
     EQUIPMENT,
@@ -71,6 +72,7 @@ class MqttEquipmentDriver:
     ) -> None:
         names = list(equipment)
         self.gateway = gateway
+        self._scopes = KnownScopes(lambda: gateway.store)  # a scope equipment names must exist
         self.name = name
         self.topics = EquipmentTopics(check_topic_prefix("topic_prefix", topic_prefix))
         self.catch_all = WILDCARD in names
@@ -172,6 +174,7 @@ class MqttEquipmentDriver:
                     Subscription(self.topics.replies(item), reply_to=NO_REPLIES) for item in served
                 ],
                 handle=self._on_reply,
+                admit=self._admit,
                 binding=self.binding,
                 roles=roles,
                 # The engine commits a reply only while its attempt is outstanding, so a
@@ -184,6 +187,7 @@ class MqttEquipmentDriver:
                     Subscription(self.topics.events(item), reply_to=NO_REPLIES) for item in served
                 ],
                 handle=self._on_event,
+                admit=self._admit,
                 binding=self.binding,
                 roles=roles,
             ),
@@ -218,6 +222,10 @@ class MqttEquipmentDriver:
         if claimed is not None and claimed != sender:
             raise NotPermitted(f"equipment {sender} may not speak for equipment {claimed}")
         return sender
+
+    async def _admit(self, event: CloudEvent) -> None:
+        """Equipment names no scope the MES has not made (before anything is stored)."""
+        await self._scopes.check(event.subject)
 
     async def _on_reply(self, event: CloudEvent) -> Sequence[CloudEvent]:
         sender = self._sender(event)

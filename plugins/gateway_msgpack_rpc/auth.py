@@ -30,6 +30,7 @@ from anyio.abc import AnyByteStream
 from anyio.streams.tls import TLSAttribute
 
 from gateway.errors import SettingsError
+from gateway.peers import LogOnce
 from gateway_msgpack_rpc.protocol import NOT_AUTHORIZED, RpcError
 from gateway_msgpack_rpc.settings import SECTION, MsgpackRpcSettings, equipment_id_problem
 
@@ -100,6 +101,7 @@ class DeviceAuthenticator:
     def __init__(self, mode: DeviceAuth, tokens: Mapping[str, bytes] | None = None) -> None:
         self.mode = mode
         self._tokens = dict(tokens or {})
+        self._refusals = LogOnce(log)  # one line a minute per address, however many tries
 
     @classmethod
     def from_settings(cls, settings: MsgpackRpcSettings) -> DeviceAuthenticator:
@@ -126,7 +128,13 @@ class DeviceAuthenticator:
         why = self._refusal(equipment_id, token, names)
         if why is None:
             return
-        log.warning("MessagePack-RPC connection %s refused as %s: %s", peer, equipment_id, why)
+        self._refusals.report(
+            peer.rpartition(":")[0] or peer,
+            "MessagePack-RPC connection %s refused as %s: %s",
+            peer,
+            equipment_id,
+            why,
+        )
         raise RpcError(NOT_AUTHORIZED, f"not authorized as equipment {equipment_id!r}")
 
     def _refusal(self, equipment_id: str, token: Any, names: frozenset[str]) -> str | None:

@@ -27,6 +27,7 @@ from gateway.equipment import (
     event_from_cloudevent,
     reply_from_event,
 )
+from gateway.store import KnownScopes
 from gateway.transport import Processor, Subscription
 from gateway_msgpack_rpc.binding import BINDING, EquipmentOffline, MsgpackRpcBinding
 from gateway_msgpack_rpc.forwarding import Forwarding
@@ -123,8 +124,15 @@ class MsgpackRpcDriver:
             return False
 
 
-def equipment_processor(hub: EquipmentHub, topic_prefix: str) -> Processor:
-    """Takes every event equipment publishes that no more specific processor took."""
+def equipment_processor(
+    hub: EquipmentHub, topic_prefix: str, scopes: KnownScopes | None = None
+) -> Processor:
+    """Takes every event equipment publishes that no more specific processor took; one
+    naming a scope ``scopes`` does not know is refused."""
+
+    async def admit(event: CloudEvent) -> None:
+        if scopes is not None:
+            await scopes.check(event.subject)
 
     async def handle(event: CloudEvent) -> list[CloudEvent]:
         if event.correlationid is not None:
@@ -139,5 +147,6 @@ def equipment_processor(hub: EquipmentHub, topic_prefix: str) -> Processor:
         name="msgpack-rpc-equipment",
         subscriptions=[Subscription(f"{topic_prefix}/+/publish", shared=False)],
         handle=handle,
+        admit=admit,
         binding=BINDING,
     )

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from gateway.core import CoreSettings
 from gateway.errors import PluginError
 from gateway.hookspecs import hookimpl
+from gateway.store import KnownScopes
 from gateway_msgpack_rpc.binding import BINDING, MsgpackRpcBinding
 from gateway_msgpack_rpc.driver import MsgpackRpcDriver, equipment_processor
 from gateway_msgpack_rpc.forwarding import Forwarding
@@ -62,7 +63,8 @@ def gateway_register_processors(
 ) -> None:
     rpc = settings.get(MsgpackRpcSettings)
     if rpc.port or rpc.equipment:  # otherwise nothing can arrive over RPC
-        register(equipment_processor(gateway.equipment, rpc.topic_prefix))
+        scopes = KnownScopes(lambda: gateway.store)
+        register(equipment_processor(gateway.equipment, rpc.topic_prefix, scopes))
 
 
 def _binding(gateway: DriverPhase) -> MsgpackRpcBinding:
