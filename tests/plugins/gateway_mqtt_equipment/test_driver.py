@@ -358,8 +358,9 @@ async def test_heartbeats_leave_no_de_duplication_marker_in_the_store(station: S
         await wait_until(lambda: handled() >= 20)
         assert await online(gateway, "press")
         assert await markers() == []
-        # An event with effects is still claimed (the check does see markers).
-        seen = equipment_event(PART_SEEN, "press", {"part": "P-1"}, subject="cell1")
+        # An event with effects is still claimed (the check does see markers). It names no
+        # scope: one naming a scope no job ever ran in is refused before any claim.
+        seen = equipment_event(PART_SEEN, "press", {"part": "P-1"})
         await press.send(station.topics.events("press"), seen)
         await wait_until(lambda: handled() >= 21)
         assert len(await markers()) == 1
