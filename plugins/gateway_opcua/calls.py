@@ -17,6 +17,7 @@ Everything else is a ``Good`` call whose ``ReturnStatus`` output says what happe
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from asyncua import ua
 from gateway.errors import ValidationError
 from gateway.jobmethods import RETURN_STATUS, JobMethod, JobMethods, MethodResult
 from gateway.logs import log_context
+from gateway.peers import LogOnce
 from gateway_opcua.convert import ConversionError, from_json, to_json, ua_type
 
 log = logging.getLogger(__name__)
@@ -81,9 +83,13 @@ class BadCall(Exception):
 class MethodCalls:
     """The callback of every job method node of one scope."""
 
-    def __init__(self, methods: JobMethods, scope: str) -> None:
+    def __init__(
+        self, methods: JobMethods, scope: str, *, max_argument_bytes: int = 1_048_576
+    ) -> None:
         self.methods = methods
         self.scope = scope
+        self.max_argument_bytes = max_argument_bytes
+        self._failures = LogOnce(log, level=logging.ERROR)  # by method and error type
 
     def callback(self, method: JobMethod, parent: ua.NodeId) -> Any:
         """What ``server.link_method`` gets for ``method``, on the object ``parent``."""
@@ -107,6 +113,13 @@ class MethodCalls:
                     StatusCodes.BadMethodInvalid, f"{method} is not a method of that object"
                 )
             json_arguments = _arguments(signature, arguments)
+            size = len(json.dumps(json_arguments, default=str))
+            if size > self.max_argument_bytes:
+                raise BadCall(
+                    StatusCodes.BadRequestTooLarge,
+                    f"arguments of {size} bytes exceed the limit of {self.max_argument_bytes} "
+                    "(opcua.max_argument_bytes)",
+                )
             with log_context(scope=self.scope, job=_job_order_id(json_arguments)):
                 result = await self._call(method, json_arguments)
                 outputs = _outputs(method, result)
@@ -127,7 +140,15 @@ class MethodCalls:
                 StatusCodes.BadInvalidArgument, str(error), _argument_index(method, error.element)
             ) from None
         except Exception as error:
-            log.exception("OPC UA %s on %s failed", method, self.scope)
+            # Once a minute per kind of failure, with its traceback: a client repeating a call
+            # that fails must not flood the log.
+            self._failures.report(
+                f"{method} {type(error).__name__}",
+                "OPC UA %s on %s failed",
+                method,
+                self.scope,
+                exc_info=True,
+            )
             raise BadCall(
                 StatusCodes.BadInternalError, f"{type(error).__name__}: {error}"
             ) from None
@@ -160,7 +181,12 @@ def _arguments(signature: Sequence[Argument], arguments: list[ua.Variant]) -> di
         if not isinstance(items, list) or not all(_is(item, argument.kind) for item in items):
             expected = f"{argument.kind}{'[]' if argument.array else ''}"
             raise BadCall(StatusCodes.BadTypeMismatch, f"{argument.name} must be {expected}", index)
-        values[argument.name] = to_json(value)
+        try:
+            values[argument.name] = to_json(value)
+        except (ConversionError, TypeError, ValueError, AttributeError) as error:
+            raise BadCall(
+                StatusCodes.BadDecodingError, f"{argument.name} cannot be decoded: {error}", index
+            ) from None
     return values
 
 
@@ -191,7 +217,8 @@ def _refusal(bad: BadCall, count: int) -> ua.CallMethodResult:
 
 
 def _outputs(method: JobMethod, result: MethodResult) -> list[ua.Variant]:
-    status = ua.Variant(result.return_status, ua.VariantType.Int64)
+    # The methods declare ReturnStatus UInt64 (OPC 40001-3).
+    status = ua.Variant(result.return_status, ua.VariantType.UInt64)
     if method is JobMethod.REQUEST_JOB_RESPONSE_BY_JOB_ORDER_ID:
         response = result.output.get("JobResponse")
         value = None if response is None else job_response(response)

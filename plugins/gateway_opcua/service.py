@@ -10,6 +10,7 @@ each instance serves its own endpoint over the shared store.
 from __future__ import annotations
 
 import logging
+import math
 import resource
 import time
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 import anyio
 from anyio.abc import TaskStatus
 from asyncua import Server
+from asyncua.common.connection import TransportLimits
 
 from gateway.core import CoreSettings
 from gateway.jobmethods import JobMethods, StatusFeed
@@ -76,6 +78,7 @@ class OpcUaService:
             user_manager=PasswordUsers(self.settings.username, _password(self.settings), trust)
         )
         await server.init()
+        server.limits = message_limits(self.settings.max_message_bytes)
         host, port = self.settings.host_and_port()
         server.set_endpoint(f"opc.tcp://{host}:{port}")
         server.set_server_name(f"{SERVER_NAME} {gateway.instance_id}")
@@ -135,7 +138,9 @@ class OpcUaService:
                 log.info("OPC UA server on %s stopped", self.endpoint)
 
     def _link(self, server: Server, methods: JobMethods, nodes: ScopeNodes) -> None:
-        calls = MethodCalls(methods, nodes.scope)
+        calls = MethodCalls(
+            methods, nodes.scope, max_argument_bytes=self.settings.max_argument_bytes
+        )
         for nodeid, method in nodes.methods.items():
             server.link_method(
                 server.get_node(nodeid), calls.callback(method, nodes.parents[nodeid])
@@ -172,3 +177,15 @@ def _password(settings: OpcUaSettings) -> str:
 
 def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: kilobytes
+
+
+def message_limits(max_message_bytes: int) -> TransportLimits:
+    """asyncua's transport limits for messages up to ``max_message_bytes`` (its default is
+    100 MB: a client could make the server hold that much per request)."""
+    chunk = 65_535
+    return TransportLimits(
+        max_recv_buffer=chunk,
+        max_send_buffer=chunk,
+        max_chunk_count=math.ceil(max_message_bytes / chunk),
+        max_message_size=max_message_bytes,
+    )

@@ -74,6 +74,18 @@ class OpcUaSettings:
     scopes: list[str] = setting(
         [], "Scopes served: each is a MachineryItem under Machines, its BrowseName the scope id"
     )
+    max_argument_bytes: int = setting(
+        1_048_576,
+        "Largest method call arguments taken (their JSON form), as mqtt.max_payload_bytes for "
+        "MQTT: a larger call is refused with BadRequestTooLarge",
+        minimum=1024,
+    )
+    max_message_bytes: int = setting(
+        4_194_304,
+        "Largest OPC UA message a client may send or receive (negotiated at connect; a larger "
+        "one is refused before it is held in memory)",
+        minimum=65_536,
+    )
 
     def __post_init__(self) -> None:
         # ValueError here becomes a SettingsError naming the section (see gateway.settings).
