@@ -27,6 +27,7 @@ from starlette.responses import (
 )
 from starlette.routing import Route
 
+from gateway.errors import ValidationError
 from gateway.recipes import JobCommand
 from gateway_ui.activity import Activity, action_stats, scope_activity
 from gateway_ui.assets import JS
@@ -57,6 +58,8 @@ def _guarded(endpoint: Endpoint) -> Endpoint:
         try:
             return await endpoint(request)
         except NotFound as error:
+            return _error(404, str(error), request)
+        except ValidationError as error:  # a scope id that cannot exist ({x}, spaces...)
             return _error(404, str(error), request)
 
     return guarded

@@ -70,3 +70,10 @@ async def test_viewers_make_reading_need_a_login_and_wrong_ones_wait(station: St
         assert waits[2] >= 0.9  # 0.25, 0.5, 1 s: doubling per failure in a row
         # Probes stay open: they are not the UI's.
         assert (await station.request("/healthz")).status == 200
+
+
+async def test_odd_scope_ids_in_urls_are_404_not_500(station: Station) -> None:
+    async with running(station.gateway()):
+        for path in ("/ui/scopes/{x}", "/ui/scopes/a%20b", "/ui/scopes/{x}/jobs/J1"):
+            assert (await station.request(path)).status == 404, path
+        assert (await station.request("/api/scopes/{x}/events")).status == 404
