@@ -270,6 +270,7 @@ def test_the_files_parse() -> None:
     assert kinds == [
         "ConfigMap",
         "Deployment",
+        "NetworkPolicy",
         "PodDisruptionBudget",
         "Service",
         "StatefulSet",
@@ -277,6 +278,18 @@ def test_the_files_parse() -> None:
     kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
     listed = set(kustomization["resources"])
     assert listed == {path.name for path in K8S.glob("*.yaml")} - {"kustomization.yaml"}
+
+
+def test_a_network_policy_keeps_the_gateway_pods_to_their_peers() -> None:
+    """Only the HTTP port, from the namespace, comes in; only DNS, the broker and Redis go out."""
+    (policy,) = k8s_of_kind("NetworkPolicy")
+    spec = policy["spec"]
+    assert spec["podSelector"]["matchLabels"]["app.kubernetes.io/name"] == "station-gateway"
+    assert sorted(spec["policyTypes"]) == ["Egress", "Ingress"]
+    (ingress,) = spec["ingress"]
+    assert [port["port"] for port in ingress["ports"]] == [8080]
+    out = {port["port"] for rule in spec["egress"] for port in rule["ports"]}
+    assert out == {53, 1883, 8883, 6379, 6380}
 
 
 # -- environment variables --------------------------------------------------------------------
