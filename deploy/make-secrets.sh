@@ -25,6 +25,8 @@ make_secret() {  # name
 make_secret mqtt_password            # user "gateway": every gateway process
 make_secret mqtt_mes_password        # user "mes": the MES
 make_secret redis_password           # ACL user "gateway"
+make_secret redis_replica_password   # ACL user "replica" (deploy/sentinel: replicas of the master)
+make_secret redis_sentinel_password  # ACL user "sentinel" (deploy/sentinel: the Sentinels)
 
 # One MQTT user per simulated device, named like it ("name=password,..."): the broker's ACL
 # lets each publish under its own topics only. Real equipment gets a user of its own the same way.
@@ -38,4 +40,4 @@ fi
 # Compose bind-mounts these files as they are, and the gateway runs as uid 10001: the files are
 # readable by everyone, the directory (0700) by you only.
 chmod 0444 secrets/mqtt_password secrets/mqtt_mes_password secrets/mqtt_device_passwords \
-    secrets/redis_password
+    secrets/redis_password secrets/redis_replica_password secrets/redis_sentinel_password
