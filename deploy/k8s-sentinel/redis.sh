@@ -4,13 +4,16 @@
 # A node that was master and comes back after a failover so starts as the new master's replica.
 set -eu
 umask 077
-password="$(cat /run/secrets/station-gateway/redis-password)"
-hash="$(printf '%s' "$password" | sha256sum | cut -d' ' -f1)"
+# Each user its own password: a Sentinel's or a replica's opens no gateway data.
+digest() { printf '%s' "$(cat "$1")" | sha256sum | cut -d' ' -f1; }
 {
   printf 'user default off\n'
-  printf 'user gateway on #%s ~gw:* &* +@all -@admin -@dangerous\n' "$hash"
-  printf 'user replica on #%s +psync +replconf +ping\n' "$hash"
-  printf 'user sentinel on #%s allchannels +multi +slaveof +ping +exec +subscribe +config|rewrite +role +publish +info +client|setname +client|kill +script|kill\n' "$hash"
+  printf 'user gateway on #%s ~gw:* &* +@all -@admin -@dangerous\n' \
+    "$(digest /run/secrets/station-gateway/redis-password)"
+  printf 'user replica on #%s +psync +replconf +ping\n' \
+    "$(digest /run/secrets/station-redis/redis-replica-password)"
+  printf 'user sentinel on #%s allchannels +multi +slaveof +ping +exec +subscribe +config|rewrite +role +publish +info +client|setname +client|kill +script|kill\n' \
+    "$(digest /run/secrets/station-redis/redis-sentinel-password)"
 } > /data/users.acl
 me="$(hostname).redis"
 master=""
@@ -22,7 +25,7 @@ for sentinel in redis-sentinel-0 redis-sentinel-1 redis-sentinel-2; do
 done
 [ -n "$master" ] || master=redis-0.redis
 set -- --dir /data --aclfile /data/users.acl --appendonly yes \
-  --masteruser replica --masterauth "$password" \
+  --masteruser replica --masterauth "$(cat /run/secrets/station-redis/redis-replica-password)" \
   --min-replicas-to-write 1 --min-replicas-max-lag 10 \
   --replica-announce-ip "$me"
 if [ "$master" != "$me" ]; then

@@ -4,7 +4,7 @@
 # master another Sentinel names, or at redis-0 when none answers (the first start).
 set -eu
 umask 077
-password="$(cat /run/secrets/station-gateway/redis-password)"
+password="$(cat /run/secrets/station-redis/redis-sentinel-password)"
 master=""
 for sentinel in redis-sentinel-0 redis-sentinel-1 redis-sentinel-2; do
   [ "$sentinel" != "$(hostname)" ] || continue

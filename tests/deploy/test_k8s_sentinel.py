@@ -47,6 +47,10 @@ RENDERED_KEYS = {
     "images",
 }
 SECRET_PATH = "/run/secrets/station-gateway/redis-password"
+REPLICA_PATH = "/run/secrets/station-redis/redis-replica-password"
+SENTINEL_PATH = "/run/secrets/station-redis/redis-sentinel-password"
+# Each Redis user its own password (the run scripts' files).
+PASSWORDS = {"gateway": "right-horse-battery", "replica": "copy-cat", "sentinel": "watch-dog"}
 
 
 def render(directory: Path) -> list[dict[str, Any]]:
@@ -164,6 +168,7 @@ def test_the_overlay_adds_redis_and_sentinels_to_the_base(documents: list[dict[s
     rendered = {(d["kind"], d["metadata"]["name"]) for d in documents}
     assert rendered - base == {
         ("ConfigMap", "station-redis-scripts"),
+        ("Secret", "station-redis-secrets"),
         ("Service", "redis"),
         ("StatefulSet", "redis"),
         ("PodDisruptionBudget", "redis"),
@@ -259,16 +264,27 @@ def test_the_data_nodes_are_a_master_and_a_replica_that_others_reach_by_name(
     for name in ("redis.sh", "sentinel.sh"):
         text = script(documents, name)
         assert f"master={first}" in text, name
-        assert SECRET_PATH in text, name
+        assert SENTINEL_PATH in text, name
+        # The data nodes write every user's password digest; a Sentinel knows only its own.
+        assert (SECRET_PATH in text and REPLICA_PATH in text) is (name == "redis.sh"), name
         hosts = " ".join(sorted(host.partition(".")[0] for host, _ in sentinel_pods(documents)))
         assert f"for sentinel in {hosts}; do" in text, name
-    for workload in (nodes, one(documents, "StatefulSet", "redis-sentinel")):
+    sentinels = one(documents, "StatefulSet", "redis-sentinel")
+    for workload in (nodes, sentinels):
         pod = workload["spec"]["template"]["spec"]
         (container,) = pod["containers"]
         mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
         volumes = {v["name"]: v for v in pod["volumes"]}
-        assert volumes["secrets"]["secret"]["secretName"] == "station-gateway-secrets"
-        assert f"{mounts['secrets']}/redis-password" == SECRET_PATH
+        secrets = {
+            volume["secret"]["secretName"]: mounts[name]
+            for name, volume in volumes.items()
+            if "secret" in volume
+        }
+        assert f"{secrets['station-redis-secrets']}/redis-sentinel-password" == SENTINEL_PATH
+        if workload is nodes:
+            assert f"{secrets['station-gateway-secrets']}/redis-password" == SECRET_PATH
+        else:  # no gateway data for a Sentinel's login
+            assert "station-gateway-secrets" not in secrets
         assert volumes["scripts"]["configMap"]["name"] == "station-redis-scripts"
         assert container["command"][-1].startswith(mounts["scripts"] + "/")
     sentinel = script(documents, "sentinel.sh")
@@ -297,12 +313,16 @@ def run_script(
         path.write_text(f"#!/bin/sh\n{body}\n")
         path.chmod(0o755)
     (tmp_path / "data").mkdir(exist_ok=True)
-    (tmp_path / "redis-password").write_text("right-horse-battery\n")
-    text = (
-        script(documents, name)
-        .replace(SECRET_PATH, str(tmp_path / "redis-password"))
-        .replace("/data", str(tmp_path / "data"))
-    )
+    text = script(documents, name)
+    for secret, user in (
+        (SECRET_PATH, "gateway"),
+        (REPLICA_PATH, "replica"),
+        (SENTINEL_PATH, "sentinel"),
+    ):
+        file = tmp_path / f"{user}-password"
+        file.write_text(PASSWORDS[user] + "\n")
+        text = text.replace(secret, str(file))
+    text = text.replace("/data", str(tmp_path / "data"))
     (tmp_path / name).write_text(text)
     environ = {"PATH": f"{bin_directory}:/usr/bin:/bin"}
     subprocess.run(["sh", str(tmp_path / name)], env=environ, check=True, timeout=30)
@@ -317,7 +337,7 @@ def test_the_sentinels_first_start_monitors_redis_0(
     assert arguments == [str(tmp_path / "data" / "sentinel.conf"), "--sentinel"]
     assert "sentinel monitor station redis-0.redis 6379 2" in config
     assert "sentinel announce-ip redis-sentinel-1.redis-sentinel" in config
-    assert "sentinel auth-pass station right-horse-battery" in config
+    assert f"sentinel auth-pass station {PASSWORDS['sentinel']}" in config
 
 
 @pytest.mark.integration
@@ -341,9 +361,12 @@ def test_the_data_nodes_start_as_master_and_replica_with_their_acl(
     )
     with running(server):
 
-        def login(user: str) -> redis.Redis:
+        def login(user: str, password: str | None = None) -> redis.Redis:
             return redis.Redis(
-                port=port, username=user, password="right-horse-battery", decode_responses=True
+                port=port,
+                username=user,
+                password=password or PASSWORDS[user],
+                decode_responses=True,
             )
 
         with login("gateway") as gateway:
@@ -357,3 +380,9 @@ def test_the_data_nodes_start_as_master_and_replica_with_their_acl(
             assert sentinel.info("replication")["role"] == "master"
         with pytest.raises(redis.exceptions.AuthenticationError):
             redis.Redis(port=port, password="right-horse-battery").ping()  # default: off
+        for user, other in (("gateway", "sentinel"), ("gateway", "replica")):
+            with (
+                pytest.raises(redis.exceptions.AuthenticationError),
+                login(user, PASSWORDS[other]) as wrong,
+            ):
+                wrong.ping()  # another user's password opens no gateway data
