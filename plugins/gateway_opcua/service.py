@@ -24,6 +24,7 @@ from asyncua.common.connection import TransportLimits
 
 from gateway.core import CoreSettings
 from gateway.jobmethods import JobMethods, StatusFeed
+from gateway.peers import connection_cap
 from gateway_opcua.addressspace import ScopeNodes, add_scope
 from gateway_opcua.calls import MethodCalls
 from gateway_opcua.events import ScopeEvents
@@ -79,6 +80,11 @@ class OpcUaService:
         )
         await server.init()
         server.limits = message_limits(self.settings.max_message_bytes)
+        # asyncua's own default is 1,000 connections: past the open-file limit of many hosts.
+        server.iserver.max_connections = connection_cap(
+            "opcua.max_connections", self.settings.max_connections
+        )
+        _quiet_refusals()
         host, port = self.settings.host_and_port()
         server.set_endpoint(f"opc.tcp://{host}:{port}")
         server.set_server_name(f"{SERVER_NAME} {gateway.instance_id}")
@@ -189,3 +195,27 @@ def message_limits(max_message_bytes: int) -> TransportLimits:
         max_chunk_count=math.ceil(max_message_bytes / chunk),
         max_message_size=max_message_bytes,
     )
+
+
+class _RefusalsOncePerMinute(logging.Filter):
+    """asyncua logs every connection it refuses (over max_connections) at WARNING: a peer
+    opening connections by the thousand would flood the log. One a minute is enough."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last = -60.0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.getMessage().startswith("Refusing connection"):
+            return True
+        now = time.monotonic()
+        if now - self._last < 60:
+            return False
+        self._last = now
+        return True
+
+
+def _quiet_refusals() -> None:
+    logger = logging.getLogger("asyncua.server.binary_server_asyncio")
+    if not any(isinstance(f, _RefusalsOncePerMinute) for f in logger.filters):
+        logger.addFilter(_RefusalsOncePerMinute())

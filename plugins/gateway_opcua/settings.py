@@ -80,6 +80,12 @@ class OpcUaSettings:
         "MQTT: a larger call is refused with BadRequestTooLarge",
         minimum=1024,
     )
+    max_connections: int = setting(
+        64,
+        "Client connections at once (more are closed at once); lowered to stay below the "
+        "open-file limit with room for the gateway's own connections",
+        minimum=1,
+    )
     max_message_bytes: int = setting(
         4_194_304,
         "Largest OPC UA message a client may send or receive (negotiated at connect; a larger "

@@ -5,6 +5,7 @@ methods declare (a real asyncua client, SignAndEncrypt)."""
 
 from __future__ import annotations
 
+import anyio
 import pytest
 from asyncua import ua
 
@@ -46,3 +47,26 @@ async def test_return_status_is_a_uint64(opc_station: OpcStation) -> None:
             JobMethod.REQUEST_JOB_RESPONSE_BY_JOB_ORDER_ID, ua.Variant("NOPE")
         )
     assert result.OutputArguments[-1].VariantType == ua.VariantType.UInt64
+
+
+async def test_connections_beyond_the_cap_are_closed_at_once(opc_station: OpcStation) -> None:
+    """opcua.max_connections (64) idle connections held: each one more is closed by the server
+    at once (asyncua's own default would take 1,000); once they go, a client logs in."""
+    host, port = opc_station.endpoints[0].removeprefix("opc.tcp://").split(":")
+    held = [await anyio.connect_tcp(host, int(port)) for _ in range(64)]
+    try:
+        refused = 0
+        for _ in range(10):
+            extra = await anyio.connect_tcp(host, int(port))
+            async with extra:
+                with anyio.fail_after(5):
+                    try:
+                        await extra.receive()
+                    except (anyio.EndOfStream, anyio.BrokenResourceError):
+                        refused += 1
+        assert refused == 10
+    finally:
+        for stream in held:
+            await stream.aclose()
+    async with opc_station.client() as client:
+        assert (await client.job_response("NOPE"))[0] == ReturnStatus.UNKNOWN_JOB_ORDER_ID
