@@ -20,6 +20,14 @@ async def test_the_demo_with_sparkplug_shows_the_tag_tree(mqtt_url: str, unique:
     environ |= {"GATEWAY_SPARKPLUG_ENABLED": "true", "GATEWAY_SPARKPLUG_GROUP_ID": unique}
     environ["GATEWAY_SPARKPLUG_SCOPES"] = "cell"  # at once, not at the scope's discovery
     environ["GATEWAY_SPARKPLUG_POLL_SECONDS"] = "0.2"
+    # The demo's names are fixed (client id gw-demo, share group, equipment topics): on the
+    # broker the whole test session shares, keep this run apart and leave no session behind.
+    environ |= {
+        "GATEWAY_MQTT_CLIENT_ID": f"gw-{unique}",
+        "GATEWAY_MQTT_SHARE_GROUP": unique,
+        "GATEWAY_MQTT_SESSION_EXPIRY_SECONDS": "0",
+        "GATEWAY_SIMULATOR_TOPIC_PREFIX": f"{unique}-sim",
+    }
     command = [sys.executable, "-m", "gateway.cli", "demo", "--seed", "7", "--jobs", "2"]
     command += ["--interval", "0.1", "--mqtt", mqtt_url]
     out = io.StringIO()
