@@ -56,6 +56,8 @@ class ScopeReader:
         self._states: dict[str, JobState] = {}
         self._queue: ScopeQueue | None = None
         self._equipment: dict[str, Device] = {}
+        # Each slot job's actions -> the recipe step they belong to (from its progress).
+        self._action_steps: dict[str, dict[str, str]] = {}
         self._warned: set[str] = set()
 
     async def on_status(self, status: JobStatus) -> list[Tags]:
@@ -87,8 +89,10 @@ class ScopeReader:
                 state = self._states.get(job)
                 if state is not None:
                     self._slots.place(SlotJob(job, state))
+        live = self._slots.live()
+        self._action_steps = {job: self._action_steps.get(job, {}) for job in live}
         for held in list(self._slots.jobs):
-            if held is None or held.job_order_id not in self._slots.live():
+            if held is None or held.job_order_id not in live:
                 continue
             summary = await control.summary(self.scope, held.job_order_id)
             steps, done = await self._progress(held.job_order_id)
@@ -131,6 +135,7 @@ class ScopeReader:
         if progress is None:
             return (), None
         done = sum(action.phase == "done" for action in progress.actions)
+        self._action_steps[job] = {action.name: action.step for action in progress.actions}
         return tuple(step.name for step in progress.active), done
 
     async def _read_equipment(self, queue: ScopeQueue) -> dict[str, Device]:
@@ -163,6 +168,9 @@ class ScopeReader:
                 last_seen=liveness.last_seen,
                 current_job=holders.get(name) or (busy.job_order_id if busy else None),
                 current_action=busy.action if busy else None,
+                current_step=self._action_steps.get(busy.job_order_id, {}).get(busy.action)
+                if busy
+                else None,
                 last_command_type=None if command is None else command.type,
                 last_result_status=_result(record),
                 last_event_type=None if event is None else event.type,

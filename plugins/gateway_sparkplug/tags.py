@@ -75,6 +75,7 @@ class EquipmentView:
     last_command_type: str | None
     last_result_status: str | None
     last_event_type: str | None = None
+    current_step: str | None = None  # the recipe step of ``current_action``, when known
 
 
 def node_tags(version: str, instance: str, queue: QueueView) -> dict[str, Value]:
@@ -131,6 +132,7 @@ def equipment_tags(view: EquipmentView) -> dict[str, Value]:
         "Online": boolean(view.online),
         "LastSeen": datetime_ms(view.last_seen),
         "CurrentJob": text(view.current_job),
+        "CurrentStep": text(view.current_step),
         "CurrentAction": text(view.current_action),
         "LastCommandType": text(view.last_command_type),
         "LastResultStatus": text(view.last_result_status),

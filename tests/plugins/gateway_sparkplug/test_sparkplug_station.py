@@ -120,13 +120,12 @@ async def test_a_host_sees_births_the_running_slot_and_equipment_going_offline(
             async with connect_test_client(station.mqtt_url) as client:
                 mes = JobsMes(client, station.name, SCOPE)
                 await store_and_start(mes, REAR_AXLE, "J1", dataschema=DATASCHEMA)
-                tightener_tags = host.tags[(SCOPE, "tightener")]
-                await host.wait(
-                    lambda: (
-                        (tightener_tags["CurrentJob"], tightener_tags["CurrentAction"])
-                        == ("J1", "tighten")
-                    )
-                )
+
+                def tightener_busy() -> tuple[str, str, str]:
+                    tags = host.tags[(SCOPE, "tightener")]
+                    return tags["CurrentJob"], tags["CurrentStep"], tags["CurrentAction"]
+
+                await host.wait(lambda: tightener_busy() == ("J1", "TightenBolts", "tighten"))
                 response = await final_response(mes, "J1")
             assert states(response)[:2] == ["Ended", "Completed"]
             await host.wait(
