@@ -8,6 +8,7 @@ script shows them on a click. Beside it, the command-to-reply durations per acti
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -44,8 +45,10 @@ class Window:
         ``ValueError`` for what is not a number."""
         minutes = float(query.get("minutes") or DEFAULT_MINUTES)
         end = float(query.get("end") or now)
-        if not 0 < minutes <= MAX_MINUTES or end != end:  # end != end: NaN
+        if not 0 < minutes <= MAX_MINUTES:
             raise ValueError(f"minutes must be in (0, {MAX_MINUTES}]")
+        if not math.isfinite(end):
+            raise ValueError("end must be a Unix time")
         return cls(end - minutes * 60, end)
 
     def fit(self, done: Activity, now: float) -> Window:

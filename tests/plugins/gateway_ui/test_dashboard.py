@@ -126,7 +126,10 @@ async def test_the_timeline_has_a_bar_per_command_in_its_lane_and_statistics(
                     break
                 await anyio.sleep(0.05)
         page = (await station.request(f"/ui/scopes/{SCOPE}/timeline?minutes=15")).body.decode()
-        bad = await station.request(f"/api/scopes/{SCOPE}/timeline?minutes=nope")
+        bad = [
+            (await station.request(f"/api/scopes/{SCOPE}/timeline?{query}")).status
+            for query in ("minutes=nope", "minutes=0", "end=inf", "end=nan")
+        ]
     lanes = {(bar["job_order_id"], bar["action"]): bar["equipment"] for bar in timeline["commands"]}
     assert lanes == {
         ("J1", "position_axle"): "positioner",
@@ -147,4 +150,4 @@ async def test_the_timeline_has_a_bar_per_command_in_its_lane_and_statistics(
     assert page.count('class="bar command ok"') == 4
     assert page.count('<g class="lane job"') == 2
     assert 'data-type="com.example.station.tighten.v1"' in page  # the statistics beside it
-    assert bad.status == 400
+    assert bad == [400, 400, 400, 400]
