@@ -5,6 +5,7 @@ python3 press.py [mqtt://localhost:1883] [press]   (the gateway: mqtt_equipment.
 
 import json
 import sys
+import threading
 import time
 import uuid
 from urllib.parse import urlparse
@@ -41,11 +42,14 @@ def on_message(client, userdata, message):  # a command: do the work, answer its
     client.publish(message.properties.ResponseTopic, json.dumps(result), 1, properties=reply)
 
 
+subscribed = threading.Event()  # alive only once it can take commands
 client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=name, protocol=mqtt.MQTTv5)
 client.on_message = on_message
 client.on_connect = lambda client, *_: client.subscribe(f"{topics}/commands", qos=1)
+client.on_subscribe = lambda *_: subscribed.set()
 client.connect(url.hostname, url.port or 1883)
 client.loop_start()
+subscribed.wait()
 while True:  # alive: offline after mqtt_equipment.heartbeat_timeout_seconds without a heartbeat
     heartbeat = cloudevent("io.github.station-gateway.equipment.heartbeat.v1")
     client.publish(f"{topics}/heartbeat", "{}", 0, properties=heartbeat)

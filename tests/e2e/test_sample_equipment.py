@@ -63,10 +63,16 @@ async def test_the_sample_equipment_answers_a_jobs_command(
         )
     async with device:
         try:
+            gateway = Gateway.from_environment(None, environ)
             async with (
-                running(Gateway.from_environment(None, environ)),
+                running(gateway),
                 connect_test_client(mqtt_url) as client,
             ):
+                # Its first heartbeat comes once it has subscribed: a command then reaches it.
+                hub = gateway.equipment
+                with anyio.fail_after(30):
+                    while not (await hub.liveness(press)).online:  # noqa: ASYNC110
+                        await anyio.sleep(0.05)
                 mes = JobsMes(client, unique, "cell1")
                 wm = work_master("WM", recipe, dataschema=DATASCHEMA)
                 configured = await mes.configure("workmaster", wm)
