@@ -61,17 +61,27 @@ async def test_the_dashboard_follows_the_station_live(
 ) -> None:
     # Tightening fails every time: J1 fails in TightenBolts, after Positioning; J2 waits.
     gateway = station.gateway(
-        seconds=1.5,
+        seconds=2,
         GATEWAY_SIMULATOR_FAILURE_RATE="1",
         GATEWAY_SIMULATOR_HEARTBEAT_SECONDS="30",  # a gone camera stays gone for the test
         **OPERATORS,
     )
     async with running(gateway), station.mes() as mes:
-        await station.start_rear_axle(mes, "J1", "J2")
+        # The page is open before the jobs come: it sees J1 from its first step on.
         await resize(browser, 1280, 800)
         await anyio.to_thread.run_sync(browser.get, f"http://127.0.0.1:{station.port}/ui/")
         await run_js(browser, "window.loadedOnce = true")
         await until_js(browser, "return document.getElementById('connection').className === 'live'")
+        await station.start_rear_axle(mes, "J1", "J2")
+
+        # The waiting job, with why (it waits as long as J1 runs).
+        why = await until_js(
+            browser,
+            "const row = document.querySelector('#station .queue tr[data-job=J2]');"
+            "return row && row.dataset.reason === 'capacity' && row.querySelector('.why')"
+            ".textContent",
+        )
+        assert why == "capacity: 1 of 1 running"
 
         # The running job's current step changes on the page, without a reload.
         first = await until_js(browser, RUNNING_STEPS)
@@ -85,15 +95,6 @@ async def test_the_dashboard_follows_the_station_live(
             "QaCheck",
             "",
         }
-
-        # The waiting job, with why.
-        why = await until_js(
-            browser,
-            "const row = document.querySelector('#station .queue tr[data-job=J2]');"
-            "return row && row.dataset.reason === 'capacity' && row.querySelector('.why')"
-            ".textContent",
-        )
-        assert why == "capacity: 1 of 1 running"
 
         # J1's tightening fails: the failure shows with its reason, the tightener's last error.
         reason = await until_js(
