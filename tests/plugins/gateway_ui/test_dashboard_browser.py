@@ -170,6 +170,10 @@ async def test_the_job_page_offers_only_the_actions_its_state_allows(
         await anyio.to_thread.run_sync(browser.get, url)
         await until_js(browser, "return document.getElementById('state').textContent")
         assert await run_js(browser, "return document.querySelectorAll('button, form').length") == 0
+        # The scope page reads at both widths too.
+        await anyio.to_thread.run_sync(browser.get, url.rsplit("/jobs/", 1)[0])
+        await until_js(browser, "return document.querySelector('#jobs tr[data-job=J1]')")
+        await fits(browser, 1280, 1024)
 
 
 async def test_the_timeline_draws_each_command_in_its_lane_with_its_outcome(
