@@ -179,7 +179,9 @@ async def test_the_job_page_offers_only_the_actions_its_state_allows(
 async def test_the_timeline_draws_each_command_in_its_lane_with_its_outcome(
     station: Station, browser: WebDriver, tmp_path: Path
 ) -> None:
-    gateway = station.gateway(seconds=0.3, GATEWAY_SIMULATOR_FAILURE_RATE="0.5")
+    gateway = station.gateway(
+        seconds=0.3, GATEWAY_SIMULATOR_FAILURE_RATE="0.5", GATEWAY_SIMULATOR_SEED="2"
+    )
     async with running(gateway), station.mes() as mes:
         await station.start_rear_axle(mes, "J1", "J2", "J3")
         api = "/api/scopes/cell1/timeline?minutes=5&fit=1"
