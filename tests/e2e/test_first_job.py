@@ -2,7 +2,7 @@
 them in the repository's root, complete a job on the simulated station.
 
 The one difference: the broker. The section assumes one on ``localhost:1883``; the test gives
-the commands its private mosquitto through ``GATEWAY_MQTT_URL`` (the setting the section names
+the commands a mosquitto of its own through ``GATEWAY_MQTT_URL`` (the setting the section names
 for a broker elsewhere), and a data directory of its own (``XDG_DATA_HOME``) for the embedded
 Redis.
 """
@@ -18,6 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from gateway.testing.services import mosquitto, running
 
 pytestmark = pytest.mark.integration
 
@@ -52,7 +54,15 @@ def until(
         time.sleep(0.1)
 
 
-def test_the_readme_first_job_completes_a_job(mqtt_url: str, tmp_path: Path) -> None:
+def test_the_readme_first_job_completes_a_job(tmp_path: Path) -> None:
+    # A broker of its own: the section's names (share group, topics, client ids) are the
+    # defaults, and its gateway's persistent session must not outlive the test on a broker
+    # other tests share (it would take its share of their equipment replies).
+    with running(mosquitto(tmp_path)) as broker:
+        run_first_job(f"mqtt://127.0.0.1:{broker.port}", tmp_path)
+
+
+def run_first_job(mqtt_url: str, tmp_path: Path) -> None:
     commands = first_job_commands()
     assert commands[0] == "gateway run --simulator"
     bin_dir = Path(sys.executable).parent  # where pip put the `gateway` script

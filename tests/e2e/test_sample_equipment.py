@@ -36,6 +36,7 @@ async def test_the_sample_equipment_answers_a_jobs_command(
     environ = {
         "GATEWAY_MQTT_URL": mqtt_url,
         "GATEWAY_MQTT_SHARE_GROUP": unique,
+        "GATEWAY_GATEWAY_INSTANCE_ID": unique,  # its MQTT client ids: no other test's
         "GATEWAY_REDIS_URL": redis_url,
         "GATEWAY_REDIS_KEY_PREFIX": unique,
         "GATEWAY_JOBS_TOPIC_PREFIX": unique,
