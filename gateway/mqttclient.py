@@ -27,6 +27,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 from gateway.cloudevents import CloudEvent
 from gateway.codecs.mqtt import MqttMessage, from_client_message, from_mqtt, publish, to_mqtt
 from gateway.errors import GatewayError
+from gateway.topics import reply_topic
 from gateway.transport import topic_matches
 
 _NODELAY = (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -50,7 +51,7 @@ class CloudEventClient:
     ) -> None:
         self._connection = connection
         self.client_id = client_id
-        self.reply_topic = f"{reply_prefix}/{client_id}"
+        self.reply_topic = reply_topic(reply_prefix, client_id)
         self._pending: dict[bytes, MemoryObjectSendStream[MqttMessage]] = {}
         self._watchers: list[tuple[str, ObjectSendStream[MqttMessage]]] = []
 

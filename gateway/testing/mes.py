@@ -41,6 +41,7 @@ from anyio.abc import ObjectReceiveStream
 from gateway.cloudevents import CloudEvent
 from gateway.codecs.mqtt import MqttMessage, from_mqtt
 from gateway.testing.mqtt import MqttTestClient
+from gateway.topics import MesTopics
 
 CLEAR_TYPE = "org.opcfoundation.ISA95-JOBCONTROL_V2.Clear.v2"
 NO_ERROR = 1  # ISA95-JOBCONTROL ReturnStatus: bit 0 set means success
@@ -210,7 +211,18 @@ class MesClient:
     results: dict[str, Any] = field(default_factory=dict)  # every result it processed
 
     def topic(self, *levels: str) -> str:
-        return "/".join((self.topic_prefix, self.scope, *levels))
+        """A topic of the scope: ``topic("state-index")``, ``topic("result", "+")``..."""
+        topics = MesTopics(self.topic_prefix)
+        match levels:
+            case ("state-index",):
+                return topics.state_index(self.scope)
+            case ("commands",):
+                return topics.commands(self.scope)
+            case ("index", page):
+                return topics.index_page(self.scope, page)
+            case ("order" | "result" as kind, job_order_id):
+                return topics.job(kind, self.scope, job_order_id)
+        raise ValueError(f"not a topic of the MES interface: {levels!r}")
 
     # -- the state index --------------------------------------------------------------------
 

@@ -21,10 +21,11 @@ from gateway.codecs.mqtt import from_mqtt
 from gateway.errors import GatewayError
 from gateway.jobstates import TopState
 from gateway.mqttclient import CloudEventClient
+from gateway.topics import MesTopics
 from gateway_jobs.config import CONFIG_KINDS, config_type
 from gateway_jobs.events import STATUS_EVENT_TYPE, method_type
 from gateway_jobs.model import ReturnStatus
-from gateway_jobs.queuefeed import QUEUE_EVENT_TYPE, queue_topic
+from gateway_jobs.queuefeed import QUEUE_EVENT_TYPE
 
 # States a job can be found in (InitialState and EndState are never stored).
 LISTED_STATES = tuple(
@@ -85,11 +86,11 @@ class JobsClient:
 
     @property
     def commands_topic(self) -> str:
-        return f"{self.topic_prefix}/{self.scope}/commands"
+        return MesTopics(self.topic_prefix).commands(self.scope)
 
     @property
     def events_topic(self) -> str:
-        return f"{self.topic_prefix}/{self.scope}/events"
+        return MesTopics(self.topic_prefix).events(self.scope)
 
     async def request(self, event_type: str, data: Any, **attributes: Any) -> dict[str, Any]:
         """Send one command and return its reply's data; ``CommandRefused`` / ``NoReply``."""
@@ -103,10 +104,7 @@ class JobsClient:
         try:
             reply = await self.client.request(self.commands_topic, event, timeout=self.timeout)
         except TimeoutError:
-            raise NoReply(
-                f"no reply on {self.commands_topic} within {self.timeout:g} s: is a gateway "
-                f"running with jobs.topic_prefix = {self.topic_prefix!r} on this broker?"
-            ) from None
+            raise NoReply(self.no_reply()) from None
         if reply.errorcode:
             raise CommandRefused(f"{reply.errorcode}: {reply.errormessage or 'no message'}")
         if not isinstance(reply.data, dict):
@@ -117,6 +115,23 @@ class JobsClient:
             detail = f": {reply.errormessage}" if reply.errormessage else ""
             raise CommandRefused(f"{reason} (ReturnStatus {status}){detail}")
         return reply.data
+
+    def no_reply(self) -> str:
+        """Why a command may have gone unanswered, and how to find out which it was."""
+        replies = self.client.reply_topic
+        return (
+            f"no reply on {self.commands_topic} within {self.timeout:g} s. Likely causes:\n"
+            f"  - no gateway runs with jobs.topic_prefix = {self.topic_prefix!r} on this broker: "
+            "check its log and /readyz, and --prefix;\n"
+            f"  - the broker's ACL dropped the command or the reply (replies were asked on "
+            f"{replies}): the gateway's user must be allowed to write there and yours to read "
+            "it, and yours to write the commands topic; the gateway logs a refused reply once "
+            "per topic ('reply ... refused by the broker'); --reply-prefix changes where "
+            "replies come;\n"
+            "  - a stopped gateway kept its MQTT session in the share group, and the broker "
+            "hands it every other command: the gateway's log says 'kept its MQTT session' when "
+            "it stopped; remove the session as the README says (Operating it: stale sessions)"
+        )
 
     async def call(self, method: str, data: Any) -> dict[str, Any]:
         """A job method (``Start``, ``RequestJobResponseByJobOrderID``...)."""
@@ -164,7 +179,7 @@ class JobsClient:
 
     async def queue(self) -> dict[str, Any]:
         """The scope's queue as retained on ``{prefix}/{scope}/queue`` (``queuefeed``)."""
-        topic = queue_topic(self.topic_prefix, self.scope)
+        topic = MesTopics(self.topic_prefix).queue(self.scope)
         try:
             with anyio.fail_after(self.timeout):
                 async with self.client.watch(topic) as stream:

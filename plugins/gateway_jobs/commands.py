@@ -27,6 +27,7 @@ from gateway.documents import DocumentError, read_document
 from gateway.errors import GatewayError
 from gateway.mqttclient import CloudEventClient, connect_client
 from gateway.plugins import GatewayPluginManager
+from gateway.topics import ANY, CLI_REPLY_PREFIX, JOBS_PREFIX, MesTopics, check_topic_prefix
 from gateway_jobs.client import LISTED_STATES, JobsClient, config_kinds, job_order_payload
 from gateway_jobs.config import CONFIG_KINDS, ONLINE
 from gateway_jobs.tables import (
@@ -77,6 +78,13 @@ def _add_connection_options(parser: argparse.ArgumentParser) -> None:
         f"of the settings, else {DEFAULT_MQTT_URL}",
     )
     where.add_argument("--prefix", default=None, help="topic prefix; default: jobs.topic_prefix")
+    where.add_argument(
+        "--reply-prefix",
+        default=None,
+        help="topic prefix the replies come back under (<prefix>/<client id>); the broker's ACL "
+        f"must let the gateway write there and you read; default: jobs.cli_reply_prefix "
+        f"({CLI_REPLY_PREFIX})",
+    )
     where.add_argument("-c", "--config", type=Path, default=None, help="settings file (TOML)")
     where.add_argument(
         "--timeout", type=float, default=10.0, help="seconds to wait for the broker and replies"
@@ -147,18 +155,18 @@ def _run(args: argparse.Namespace, plugins: GatewayPluginManager) -> int:
     """Connect, run the action, turn every expected failure into one line on stderr."""
     out = Console(soft_wrap=True, highlight=False)
     try:
-        url, prefix = _where(args, plugins)
-        anyio.run(_session, args, url, prefix, out)
+        url, prefix, replies = _where(args, plugins)
+        anyio.run(_session, args, url, prefix, replies, out)
     except (GatewayError, DocumentError) as error:
         print(f"gateway {args.command}: {error}", file=sys.stderr)
         return 1
     return 0
 
 
-async def _session(args: argparse.Namespace, url: str, prefix: str, out: Console) -> None:
-    async with connect_client(
-        url, reply_prefix=cli_reply_prefix(prefix), connect_timeout=args.timeout
-    ) as client:
+async def _session(
+    args: argparse.Namespace, url: str, prefix: str, replies: str, out: Console
+) -> None:
+    async with connect_client(url, reply_prefix=replies, connect_timeout=args.timeout) as client:
         if args.scope is None:
             args.scope = await _only_scope(client, prefix)
         jobs = JobsClient(client, prefix, args.scope, timeout=args.timeout)
@@ -180,7 +188,7 @@ async def _retained(client: CloudEventClient, topic_filter: str) -> list[MqttMes
 
 async def _only_scope(client: CloudEventClient, prefix: str) -> str:
     """The scope when the station publishes one only (its retained state index)."""
-    messages = await _retained(client, f"{prefix}/+/state-index")
+    messages = await _retained(client, MesTopics(prefix).state_index(ANY))
     scopes = sorted({m.topic.split("/")[-2] for m in messages if m.payload})
     if len(scopes) == 1:
         return scopes[0]
@@ -192,7 +200,7 @@ async def _priorities(jobs: JobsClient) -> dict[str, int]:
     """Each job's Priority, from the job orders the station keeps retained for the MES (a job
     order without one counts as 0; a station without the MES publisher gives none)."""
     found: dict[str, int] = {}
-    topic = f"{jobs.topic_prefix}/{jobs.scope}/order/+"
+    topic = MesTopics(jobs.topic_prefix).order(jobs.scope, ANY)
     for message in await _retained(jobs.client, topic):
         try:
             order = json.loads(message.payload)
@@ -205,21 +213,24 @@ async def _priorities(jobs: JobsClient) -> dict[str, int]:
     return found
 
 
-def cli_reply_prefix(topic_prefix: str) -> str:
-    """Where the command line asks for its replies (the gateway replies there too)."""
-    return f"{topic_prefix}/cli-replies"
-
-
-def _where(args: argparse.Namespace, plugins: GatewayPluginManager) -> tuple[str, str]:
-    """Broker URL and topic prefix: the options, else the settings (file and environment)."""
+def _where(args: argparse.Namespace, plugins: GatewayPluginManager) -> tuple[str, str, str]:
+    """Broker URL, topic prefix and reply prefix: the options, else the settings (file and
+    environment)."""
     settings = dict(load_gateway_settings(plugins, args.config).items())
     url = args.mqtt or getattr(settings.get("mqtt"), "url", None) or DEFAULT_MQTT_URL
-    prefix = args.prefix or getattr(settings.get("jobs"), "topic_prefix", "jobs")
+    prefix = args.prefix or getattr(settings.get("jobs"), "topic_prefix", JOBS_PREFIX)
+    replies = args.reply_prefix or getattr(
+        settings.get("jobs"), "cli_reply_prefix", CLI_REPLY_PREFIX
+    )
+    try:
+        check_topic_prefix("--reply-prefix", replies)
+    except ValueError as error:
+        raise GatewayError(str(error)) from None
     if url.startswith("memory://"):
         raise GatewayError(
             f"{url} is a broker inside a gateway process; give a real broker with --mqtt"
         )
-    return url, prefix
+    return url, prefix, replies
 
 
 def _print_json(out: Console, data: Any) -> None:

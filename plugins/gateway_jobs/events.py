@@ -18,6 +18,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from gateway.cloudevents import JSON, CloudEvent, utc_now
+from gateway.topics import MesTopics
 from gateway.transport import MQTT_BINDING, Binding
 from gateway_jobs.coalesce import ServedTasks
 from gateway_jobs.config import CONFIG_KINDS, config_type
@@ -155,7 +156,7 @@ class BindingEvents:
     topic_prefix: str
 
     async def publish(self, scope: str, event: CloudEvent) -> None:
-        await self.binding.publish(f"{self.topic_prefix}/{scope}/events", event, qos=1)
+        await self.binding.publish(MesTopics(self.topic_prefix).events(scope), event, qos=1)
 
 
 def metadata(topic_prefix: str) -> dict[str, Any]:
@@ -171,9 +172,9 @@ def metadata(topic_prefix: str) -> dict[str, Any]:
         (
             "topics",
             {
-                "commands": f"{topic_prefix}/{{scope}}/commands",
-                "events": f"{topic_prefix}/{{scope}}/events",
-                "metadata": f"{topic_prefix}/metadata",
+                "commands": MesTopics(topic_prefix).commands("{scope}"),
+                "events": MesTopics(topic_prefix).events("{scope}"),
+                "metadata": MesTopics(topic_prefix).metadata(),
             },
         ),
     ]
@@ -202,7 +203,7 @@ class MetadataService:
             datacontenttype=JSON,
             data=metadata(self.topic_prefix),
         )
-        topic = f"{self.topic_prefix}/metadata"
+        topic = MesTopics(self.topic_prefix).metadata()
         try:
             await gateway.binding(self.binding_name).publish(topic, event, retain=True, qos=1)
         except Exception as error:  # the MES misses capabilities, not commands: keep running

@@ -19,7 +19,6 @@ from gateway.recipes import JobControl
 from gateway.settings import Settings
 from gateway.transport import MQTT_BINDING, Processor, Service
 from gateway_jobs.commands import (
-    cli_reply_prefix,
     config_push_command,
     jobs_command,
     scope_command,
@@ -109,8 +108,9 @@ def gateway_register_processors(
         processor = JobsProcessor(
             manager, methods, source=gateway.source, count=count_methods(gateway.metrics)
         )
-        # The command line asks for its replies under its own prefix (``commands.py``).
-        replies = (*jobs.reply_topic_prefixes, cli_reply_prefix(prefix))
+        # The command line asks for its replies under jobs.cli_reply_prefix (``commands.py``):
+        # under mes/replies by default, allowed anyway if set elsewhere.
+        replies = (*jobs.reply_topic_prefixes, jobs.cli_reply_prefix)
         register(processor.processor(prefix, reply_to=replies))
 
 

@@ -18,6 +18,7 @@ from gateway.errors import ValidationError
 from gateway.jobmethods import JobMethod
 from gateway.logs import log_context
 from gateway.store import check_scope
+from gateway.topics import ANY, MesTopics
 from gateway.transport import MES_LANE, MQTT_BINDING, Processor, Subscription
 from gateway_jobs.config import CONFIG_KINDS, PUT, config_type
 from gateway_jobs.events import method_type
@@ -55,7 +56,9 @@ class JobsProcessor:
         return Processor(
             name="jobs",
             subscriptions=[
-                Subscription(f"{topic_prefix}/+/commands", lane=MES_LANE, reply_to=reply_to)
+                Subscription(
+                    MesTopics(topic_prefix).commands(ANY), lane=MES_LANE, reply_to=reply_to
+                )
             ],
             handle=self.handle,
             event_types=frozenset({*_CALL_TYPES, *CONFIG_TYPES}),

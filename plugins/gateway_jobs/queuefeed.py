@@ -39,6 +39,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from gateway.cloudevents import JSON, CloudEvent, format_time, utc_now
+from gateway.topics import MesTopics
 from gateway.transport import Binding
 from gateway_jobs.coalesce import Coalescer
 from gateway_jobs.queue import QueueView, rfc3339
@@ -54,7 +55,7 @@ REFRESH_SECONDS = 60.0
 
 
 def queue_topic(topic_prefix: str, scope: str) -> str:
-    return f"{topic_prefix}/{scope}/queue"
+    return MesTopics(topic_prefix).queue(scope)
 
 
 def queue_document(scope: str, view: QueueView, limit: int) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.settings import setting
+from gateway.topics import CLI_REPLY_PREFIX, JOBS_PREFIX, MES_REPLY_PREFIX
 
 NO_LIMIT = 0xFFFF  # OPC UA: MaxDownloadableJobOrders = max UInt16 means "no limit"
 
@@ -12,8 +13,14 @@ NO_LIMIT = 0xFFFF  # OPC UA: MaxDownloadableJobOrders = max UInt16 means "no lim
 @dataclass(frozen=True)
 class JobsSettings:
     topic_prefix: str = setting(
-        "jobs",
+        JOBS_PREFIX,
         "MES topics: <prefix>/<scope>/commands, <prefix>/<scope>/events, <prefix>/metadata",
+    )
+    cli_reply_prefix: str = setting(
+        CLI_REPLY_PREFIX,
+        "Where `gateway jobs`, `gateway scope` and `gateway config push` ask for their replies "
+        "(<prefix>/<client id>): under the MES's reply prefix, so they work as the MES's broker "
+        "user under the shipped ACL (--reply-prefix overrides it)",
     )
     max_job_orders: int = setting(
         NO_LIMIT,
@@ -62,7 +69,7 @@ class JobsSettings:
         minimum=1,
     )
     reply_topic_prefixes: list[str] = setting(
-        ["mes/replies"],
+        [MES_REPLY_PREFIX],
         "Where replies to the MES's commands may go: a command's Response Topic must be under "
         "one of these prefixes (the command line's replies come under mes/replies too), or "
         "no reply is sent (counted and logged once per topic)",

@@ -33,6 +33,7 @@ from gateway.routing import EquipmentUse
 from gateway.settings import Settings
 from gateway.store import Store
 from gateway.testing.mqtt import MqttTestClient, connect_test_client
+from gateway.topics import MesTopics
 from gateway_jobs.config import config_type
 from gateway_jobs.control import JobsControl
 from gateway_jobs.events import method_type
@@ -164,7 +165,7 @@ class JobsMes:
 
     @property
     def commands_topic(self) -> str:
-        return f"{self.topic_prefix}/{self.scope}/commands"
+        return MesTopics(self.topic_prefix).commands(self.scope)
 
     def event(self, event_type: str, data: Any, **attributes: Any) -> CloudEvent:
         return CloudEvent(
@@ -198,7 +199,7 @@ class JobsMes:
     ) -> dict[str, Any]:
         """The scope's retained queue document once ``until`` holds for it: it follows the
         dispatch passes within ``[jobs] queue_feed_ms``, so the one retained may be older."""
-        async with self.client.watch(f"{self.topic_prefix}/{self.scope}/queue") as stream:
+        async with self.client.watch(MesTopics(self.topic_prefix).queue(self.scope)) as stream:
             with anyio.fail_after(timeout):
                 while True:
                     document: dict[str, Any] = from_mqtt(await stream.receive()).data
@@ -208,7 +209,7 @@ class JobsMes:
     @asynccontextmanager
     async def events(self) -> AsyncIterator[ObjectReceiveStream[MqttMessage]]:
         """The scope's status events, as they arrive."""
-        async with self.client.watch(f"{self.topic_prefix}/{self.scope}/events") as stream:
+        async with self.client.watch(MesTopics(self.topic_prefix).events(self.scope)) as stream:
             yield stream
 
 

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from gateway.topics import reply_topic
 from gateway.transport import topic_matches
 from gateway_mqtt.client import ConnectionLost, MqttClient, Received
 
@@ -112,7 +113,7 @@ class SessionAdopter:
         them and handle what the broker had queued there. Returns the messages handled."""
         served = self.binding.served_filters(gateway)
         shared = [topic for _, topic in served if topic.startswith("$share/")]
-        orphan_replies = f"{self.binding.settings.reply_topic_prefix}/{instance_id}"
+        orphan_replies = reply_topic(self.binding.settings.reply_topic_prefix, instance_id)
         handled = 0
         for name in sorted({lane for lane, _ in served} | {""}):
             lane = self.binding.lane(name, f"gw-{instance_id}" + (f"-{name}" if name else ""))

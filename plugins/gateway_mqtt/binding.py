@@ -45,6 +45,7 @@ from gateway.core import ALL_ROLES
 from gateway.errors import CloudEventError, GatewayError
 from gateway.peers import LogOnce
 from gateway.resilience import TransientError, is_transient
+from gateway.topics import reply_topic
 from gateway.transport import INVALID_REQUEST, MQTT_BINDING, error_event, reply_allowed
 from gateway_mqtt.adoption import SessionAdopter, wait_quiet
 from gateway_mqtt.client import ConnectionLost, Connector, MqttClient, Received, connector_for
@@ -128,7 +129,7 @@ class MqttBinding:
         self.client_id = settings.client_id or f"gw-{instance_id}"
         self.connector: Connector = connector_for(settings, self.client_id)
         self.source = source
-        self.reply_topic = f"{settings.reply_topic_prefix}/{instance_id}"
+        self.reply_topic = reply_topic(settings.reply_topic_prefix, instance_id)
         self._client: MqttClient | None = None
         self._pending: dict[str, MemoryObjectSendStream[CloudEvent]] = {}
         self._closed = False

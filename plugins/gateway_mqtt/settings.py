@@ -7,6 +7,7 @@ from urllib.parse import unquote, urlsplit
 
 from gateway.errors import SettingsError
 from gateway.settings import Secret, setting
+from gateway.topics import GATEWAY_REPLY_PREFIX
 
 URL_SCHEMES = ("mqtt", "mqtts", "memory")
 
@@ -42,7 +43,7 @@ class MqttSettings:
         60.0, "While the broker cannot be reached, say so this often (WARNING)", minimum=1
     )
     reply_topic_prefix: str = setting(
-        "gateway/replies",
+        GATEWAY_REPLY_PREFIX,
         "Replies to commands this instance sends arrive on <prefix>/<instance id>",
     )
     max_concurrent_handlers: int = setting(

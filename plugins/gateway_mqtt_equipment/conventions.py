@@ -34,9 +34,11 @@ otherwise; ``gateway.equipment.EquipmentHub.reply``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from gateway.equipment import ACTION_ATTRIBUTE, EQUIPMENT_ATTRIBUTE, JOB_ORDER_ATTRIBUTE
+
+# The topics live with every other topic of the station (``gateway.topics``); this plugin has
+# always exported them.
+from gateway.topics import EquipmentTopics, check_topic_level, check_topic_prefix
 
 HEARTBEAT_TYPE = "io.github.station-gateway.equipment.heartbeat.v1"
 OFFLINE_TYPE = "io.github.station-gateway.equipment.offline.v1"
@@ -49,41 +51,14 @@ ACTION = ACTION_ATTRIBUTE  # the recipe action a command carries out
 
 WILDCARD = "*"
 
-
-def check_topic_level(what: str, value: str) -> str:
-    """``value`` as one MQTT topic level (no ``/``, ``+``, ``#``, not empty)."""
-    if not value or set(value) & {"/", "+", "#"} or "\x00" in value:
-        raise ValueError(f"{what}: expected a name usable as one MQTT topic level, got {value!r}")
-    return value
-
-
-def check_topic_prefix(what: str, value: str) -> str:
-    """``value`` as topic levels without wildcards (``a`` or ``a/b``)."""
-    if not value or value.startswith("/") or value.endswith("/") or set(value) & {"+", "#"}:
-        raise ValueError(f"{what}: expected topic levels without wildcards, got {value!r}")
-    return value
-
-
-@dataclass(frozen=True)
-class EquipmentTopics:
-    """The topics of equipment under one prefix (the same on the gateway and equipment side)."""
-
-    prefix: str
-
-    def replies(self, equipment: str) -> str:
-        return f"{self.prefix}/{equipment}/replies"
-
-    def commands(self, equipment: str) -> str:
-        return f"{self.prefix}/{equipment}/commands"
-
-    def events(self, equipment: str) -> str:
-        return f"{self.prefix}/{equipment}/events"
-
-    def heartbeat(self, equipment: str) -> str:
-        return f"{self.prefix}/{equipment}/heartbeat"
-
-    def sender(self, topic: str) -> str | None:
-        """The equipment whose topic ``topic`` is (``<prefix>/<equipment>/...``), or ``None``."""
-        head, _, rest = topic.partition(f"{self.prefix}/")
-        equipment = rest.split("/", 1)[0] if not head else ""
-        return equipment or None
+__all__ = [
+    "ACTION",
+    "EQUIPMENT",
+    "HEARTBEAT_TYPE",
+    "JOB_ORDER",
+    "OFFLINE_TYPE",
+    "WILDCARD",
+    "EquipmentTopics",
+    "check_topic_level",
+    "check_topic_prefix",
+]

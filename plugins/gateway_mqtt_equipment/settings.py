@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.settings import setting
+from gateway.topics import EQUIPMENT_PREFIX
 from gateway_mqtt_equipment.conventions import WILDCARD, check_topic_level, check_topic_prefix
 
 
@@ -13,7 +14,7 @@ class MqttEquipmentSettings:
     """Settings of one MQTT equipment driver (plugins subclass it for sections of their own)."""
 
     topic_prefix: str = setting(
-        "equipment",
+        EQUIPMENT_PREFIX,
         "Equipment topics: <prefix>/<equipment>/commands|replies|events|heartbeat (replies, "
         "events and heartbeats shared by every instance)",
     )

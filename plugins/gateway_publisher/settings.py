@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.settings import Settings, setting
+from gateway.topics import JOBS_PREFIX
 from gateway.transport import MQTT_BINDING
 from gateway_jobs import JobsSettings
 
-DEFAULT_TOPIC_PREFIX = "jobs"  # the job management plugin's default, used when it is not loaded
+DEFAULT_TOPIC_PREFIX = JOBS_PREFIX  # the job management plugin's default, when it is not loaded
 
 
 @dataclass(frozen=True)

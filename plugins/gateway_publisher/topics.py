@@ -9,9 +9,9 @@ retained message, which makes the broker drop the topic's retained message.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 from gateway.cloudevents import JSON, CloudEvent, utc_now
+from gateway.topics import JobTopicKind, MesTopics
 
 STATE_INDEX_TYPE = "io.github.station-gateway.publisher.state-index.v1"
 STATE_INDEX_PAGE_TYPE = "io.github.station-gateway.publisher.state-index-page.v1"
@@ -27,14 +27,14 @@ class RetainedTopics:
     ttl_seconds: int  # 0: no expiry
 
     def state_index(self, scope: str) -> str:
-        return f"{self.prefix}/{scope}/state-index"
+        return MesTopics(self.prefix).state_index(scope)
 
     def page(self, scope: str, page: int) -> str:
-        """A page of the state index (the jobs it lists)."""
-        return f"{self.prefix}/{scope}/index/{page}"
+        """A page of the state index (the jobs it lists; opt-in)."""
+        return MesTopics(self.prefix).index_page(scope, page)
 
-    def job(self, kind: Literal["order", "result"], scope: str, job_order_id: str) -> str:
-        return f"{self.prefix}/{scope}/{kind}/{job_order_id}"
+    def job(self, kind: JobTopicKind, scope: str, job_order_id: str) -> str:
+        return MesTopics(self.prefix).job(kind, scope, job_order_id)
 
     def event(self, event_type: str, scope: str, payload: bytes | None) -> CloudEvent:
         """The retained message: JSON ``payload``, or ``None`` for the zero-byte delete."""

@@ -46,8 +46,9 @@ from gateway.codecs.mqtt import (
 )
 from gateway.equipment import EQUIPMENT_ATTRIBUTE, JOB_ORDER_ATTRIBUTE
 from gateway.errors import CloudEventError, GatewayError
+from gateway.topics import EquipmentTopics
 from gateway.transport import INVALID_REQUEST, error_event
-from gateway_mqtt_equipment import HEARTBEAT_TYPE, OFFLINE_TYPE, EquipmentTopics
+from gateway_mqtt_equipment import HEARTBEAT_TYPE, OFFLINE_TYPE
 from gateway_msgpack_rpc import RpcDevice
 from gateway_simulator.devices import Answer, Device, DeviceCommand, DeviceEvent
 

@@ -9,7 +9,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from gateway.errors import SettingsError
-from gateway_mqtt_equipment import EquipmentTopics
+from gateway.topics import EquipmentTopics
 from gateway_simulator.devices import Device, SimulatedStation
 from gateway_simulator.links import DeviceLink, MqttDeviceLink, RpcDeviceLink
 from gateway_simulator.settings import SimulatorSettings

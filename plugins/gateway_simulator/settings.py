@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.settings import PORT_MAXIMUM, setting
-from gateway_mqtt_equipment import check_topic_level, check_topic_prefix
+from gateway.topics import SIMULATOR_PREFIX, check_topic_level, check_topic_prefix
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,8 @@ class SimulatorSettings:
         schemes=("mqtt", "mqtts", "memory"),
     )
     topic_prefix: str = setting(
-        "simulator", "Topic prefix of the simulated equipment (<prefix>/<equipment>/commands...)"
+        SIMULATOR_PREFIX,
+        "Topic prefix of the simulated equipment (<prefix>/<equipment>/commands...)",
     )
     type_prefix: str = setting(
         "com.example.station",

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +31,7 @@ from gateway.hookspecs import hookimpl
 from gateway.testing import running, wait_until
 from gateway.testing.mqtt import MqttTestClient, connect_test_client
 from gateway.testing.services import ServerProcess, find_executable, mosquitto_deployed
+from gateway.topics import MES_REPLY_PREFIX, MesTopics
 from gateway_jobs.model import ReturnStatus
 from gateway_jobs.testing import (
     JobsMes,
@@ -128,7 +129,7 @@ class Station:
     @asynccontextmanager
     async def client(self, user: str) -> AsyncIterator[MqttTestClient]:
         """A client logged in as ``user``; the MES's replies come to mes/replies/<id>."""
-        async with connect_test_client(self.url(user), reply_prefix="mes/replies") as client:
+        async with connect_test_client(self.url(user), reply_prefix=MES_REPLY_PREFIX) as client:
             yield client
 
     @asynccontextmanager
@@ -190,19 +191,27 @@ async def test_the_roles_are_enough_for_a_whole_job(station: Station) -> None:
         assert command.response_topic == f"{EQUIPMENT}/press/replies"
         await reply_to(press, command, command.response_topic, {"pressed": True})
         response = await final_response(mes)
-        index = await mes_index(mes)
+        index = await mes_index(mes, lambda index: bool(index["jobs"]))
+        queue = await mes.queue(lambda document: "Running" in document)
     assert state_texts(response)[:2] == ["Ended", "Completed"]
     assert response_data(response)["press"] == {"pressed": True}
+    # The design's state index, jobs inline: the MES sees the job under the shipped ACL.
     assert index is not None
+    assert [(job["job_order_id"], job["has_result"]) for job in index["jobs"]] == [("J1", True)]
+    assert queue["Online"] is True
     assert station.failures.seen == []
 
 
-async def mes_index(mes: JobsMes) -> dict[str, Any] | None:
-    async with mes.client.watch(f"{PREFIX}/{mes.scope}/state-index") as messages:
+async def mes_index(
+    mes: JobsMes, until: Callable[[dict[str, Any]], bool] = lambda _: True
+) -> dict[str, Any] | None:
+    """The retained state index (the first one ``until`` holds for), as raw JSON."""
+    async with mes.client.watch(MesTopics(PREFIX).state_index(mes.scope)) as messages:
         with anyio.fail_after(10):
             async for message in messages:
                 data: dict[str, Any] = from_mqtt(message).data
-                return data
+                if until(data):
+                    return data
     return None
 
 

@@ -120,10 +120,22 @@ async def test_no_gateway_on_the_topics_says_so(mqtt_url: str, unique: str) -> N
         "jobs", "list", "-s", "cell1", "--mqtt", mqtt_url, "--prefix", unique, "--timeout", "1"
     )
     assert done.returncode == 1
-    assert done.stderr == (
-        f"gateway jobs: no reply on {unique}/cell1/commands within 1 s: is a gateway running "
-        f"with jobs.topic_prefix = '{unique}' on this broker?\n"
-    )
+    first, *causes = done.stderr.splitlines()
+    assert first == f"gateway jobs: no reply on {unique}/cell1/commands within 1 s. Likely causes:"
+    assert len(causes) == 3
+    assert f"no gateway runs with jobs.topic_prefix = '{unique}'" in causes[0]
+    assert "(replies were asked on mes/replies/cli/" in causes[1]  # the default reply prefix
+    assert "--reply-prefix" in causes[1]
+    assert "kept its MQTT session" in causes[2]
+
+
+async def test_the_reply_prefix_is_a_flag(mqtt_url: str, unique: str) -> None:
+    at = ["-s", "cell1", "--mqtt", mqtt_url, "--prefix", unique, "--timeout", "1"]
+    done = await gateway_cli("jobs", "list", *at, "--reply-prefix", f"{unique}/answers")
+    assert f"(replies were asked on {unique}/answers/" in done.stderr
+    wrong = await gateway_cli("jobs", "list", *at, "--reply-prefix", "mes/+")
+    assert wrong.returncode == 1
+    assert wrong.stderr.startswith("gateway jobs: --reply-prefix: expected topic levels")
 
 
 async def test_an_unreachable_broker_says_so() -> None:
