@@ -126,7 +126,7 @@ class JobsClient:
             f"  - the broker's ACL dropped the command or the reply (replies were asked on "
             f"{replies}): the gateway's user must be allowed to write there and yours to read "
             "it, and yours to write the commands topic; the gateway logs a refused reply once "
-            "per topic ('reply ... refused by the broker'); --reply-prefix changes where "
+            f"per topic ('refused by the broker on {replies}'); --reply-prefix changes where "
             "replies come;\n"
             "  - a stopped gateway kept its MQTT session in the share group, and the broker "
             "hands it every other command: the gateway's log says 'kept its MQTT session' when "

@@ -34,6 +34,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlsplit
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -48,7 +49,15 @@ from gateway.resilience import TransientError, is_transient
 from gateway.topics import reply_topic
 from gateway.transport import INVALID_REQUEST, MQTT_BINDING, error_event, reply_allowed
 from gateway_mqtt.adoption import SessionAdopter, wait_quiet
-from gateway_mqtt.client import ConnectionLost, Connector, MqttClient, Received, connector_for
+from gateway_mqtt.client import (
+    ConnectionLost,
+    Connector,
+    MqttClient,
+    PublishRefused,
+    Received,
+    connector_for,
+)
+from gateway_mqtt.refusals import RefusedReplies
 from gateway_mqtt.settings import MqttSettings
 
 if TYPE_CHECKING:
@@ -130,6 +139,8 @@ class MqttBinding:
         self.connector: Connector = connector_for(settings, self.client_id)
         self.source = source
         self.reply_topic = reply_topic(settings.reply_topic_prefix, instance_id)
+        user = settings.username or unquote(urlsplit(settings.url).username or "")
+        self.refused_replies = RefusedReplies(user)
         self._client: MqttClient | None = None
         self._pending: dict[str, MemoryObjectSendStream[CloudEvent]] = {}
         self._closed = False
@@ -404,6 +415,13 @@ class MqttBinding:
             else:
                 for reply in await self._process_durably(gateway, incoming):
                     await self._send_reply(client, gateway, incoming, reply)
+        except PublishRefused as error:  # handled: acknowledged, the refusal said once per topic
+            counter = gateway.metrics.counter(
+                "mqtt_replies_refused_total",
+                "Replies the broker refused (PUBACK reason code), by reason",
+                ["reason"],
+            )
+            self.refused_replies.note(incoming.topic, error.topic, error.reason, counter)
         except ConnectionLost as error:
             log.warning(
                 "reply to %s not sent (%s); the broker redelivers the message",

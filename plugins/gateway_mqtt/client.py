@@ -9,6 +9,7 @@ handled), and a dropped connection surfaces as ``ConnectionLost`` wherever it is
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import ssl
 import threading
@@ -22,8 +23,8 @@ import paho.mqtt.client as paho
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from gateway.codecs.mqtt import MqttMessage, from_client_message, publish
-from gateway.errors import SettingsError, ValidationError
+from gateway.codecs.mqtt import MqttMessage, from_client_message, publish, publish_properties
+from gateway.errors import GatewayError, SettingsError, ValidationError
 from gateway.resilience import TransientError
 from gateway_mqtt import decoding, memory
 from gateway_mqtt.settings import MqttSettings, broker_address
@@ -46,6 +47,16 @@ _TLS_FAILURES = {
     "ALERT_CERTIFICATE_REVOKED": "the broker says the client certificate was revoked",
     "ALERT_UNSUPPORTED_CERTIFICATE": "the broker refused the client certificate",
 }
+
+
+class PublishRefused(GatewayError):
+    """The broker acknowledged a publish with a failure reason code (MQTT v5 PUBACK >= 0x80,
+    e.g. 0x87 Not authorized: its ACL denies the topic). Sending it again changes nothing."""
+
+    def __init__(self, topic: str, reason: str) -> None:
+        super().__init__(f"the broker refused the publish on {topic}: {reason}")
+        self.topic = topic
+        self.reason = reason
 
 
 class ConnectionLost(TransientError):
@@ -218,6 +229,7 @@ class _Client(aiomqtt.Client):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._refused: dict[int, str] = {}  # message id -> failure reason of its PUBACK
         self._last_error = ""
         self._client.on_log = self._remember_error
         self.session_present = False
@@ -311,6 +323,32 @@ class _Client(aiomqtt.Client):
         self._client.on_log = None
         return self
 
+    def _on_publish(
+        self, client: paho.Client, userdata: Any, mid: int, reason_code: Any, properties: Any
+    ) -> None:
+        # aiomqtt drops the PUBACK's reason code: a publish the broker refused (0x87 Not
+        # authorized, 0x97 Quota exceeded...) would look delivered.
+        if getattr(reason_code, "is_failure", False):
+            self._refused[mid] = f"{reason_code} (0x{int(reason_code.value):02x})"
+        super()._on_publish(client, userdata, mid, reason_code, properties)
+
+    async def publish_checked(self, topic: str, payload: bytes, **options: Any) -> None:
+        """aiomqtt's ``publish``, then ``PublishRefused`` when the PUBACK says the broker
+        refused it. The PUBACK of a QoS 1 publish comes on a later turn of the loop, after
+        paho's ``publish`` returned the message id, so a refusal left by an earlier message
+        with the same (reused) id is dropped first."""
+        info = self._client.publish(topic, payload, **options)
+        if info.rc != paho.MQTT_ERR_SUCCESS:
+            raise aiomqtt.MqttCodeError(info.rc, "Could not publish message")
+        self._refused.pop(info.mid, None)
+        if not info.is_published():
+            confirmation = asyncio.Event()
+            with self._pending_call(info.mid, confirmation, self._pending_publishes):
+                await self._wait_for(confirmation.wait(), timeout=None)
+        reason = self._refused.pop(info.mid, None)
+        if reason is not None:
+            raise PublishRefused(topic, reason)
+
     def _remember_error(self, client: paho.Client, userdata: Any, level: int, text: str) -> None:
         if level == paho.MQTT_LOG_ERR:
             self._last_error = text
@@ -357,8 +395,18 @@ class AiomqttClient:
             raise ConnectionLost(str(error)) from None
 
     async def publish(self, message: MqttMessage) -> None:
+        """Publish; ``PublishRefused`` when the broker acknowledged with a failure code."""
         try:
-            await publish(self._client, message)
+            if isinstance(self._client, _Client):
+                await self._client.publish_checked(
+                    message.topic,
+                    message.payload,
+                    qos=message.qos,
+                    retain=message.retain,
+                    properties=publish_properties(message),
+                )
+            else:
+                await publish(self._client, message)
         except aiomqtt.MqttError as error:
             raise ConnectionLost(str(error)) from None
 

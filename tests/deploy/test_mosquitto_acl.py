@@ -313,3 +313,40 @@ async def test_the_gateway_user_cannot_issue_mes_commands(station: Station) -> N
         first = from_mqtt(await seen.receive())
     assert first.source == mes.source, "the broker passed the gateway user's command on"
     assert return_status(query) == ReturnStatus.UNKNOWN_JOB_ORDER_ID
+
+
+async def test_a_reply_the_broker_refuses_is_logged_once_per_topic_and_counted(
+    station: Station, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The old CLI's mistake: replies asked on a topic the gateway's user may not write. The
+    broker answers the reply's PUBLISH with 0x87 Not authorized; the gateway says so once and
+    counts every refusal, and the commands are still handled."""
+    gateway = station.gateway()
+    refused = f"{PREFIX}/cli-replies/{station.name}"
+    async with running(gateway), station.mes() as mes:
+        for number in range(3):
+            query = mes.event(
+                "org.opcfoundation.Machinery.Jobs.RequestJobResponseByJobOrderID.v1",
+                {"JobOrderID": f"J{number}"},
+                correlationid=f"c{number}",
+            )
+            message = to_mqtt(query, MesTopics(PREFIX).commands(mes.scope), response_topic=refused)
+            await mes.client.publish(dataclasses.replace(message, correlation_data=b"c"))
+
+        def count() -> float:
+            labels = {"reason": "Not authorized (0x87)"}
+            value = gateway.metrics.registry.get_sample_value(
+                "gateway_mqtt_replies_refused_total", labels
+            )
+            return value or 0.0
+
+        await wait_until(lambda: count() == 3, timeout=10)
+        answered = await mes.act("RequestJobResponseByJobOrderID", "J9")  # still serving
+    assert return_status(answered) == ReturnStatus.UNKNOWN_JOB_ORDER_ID
+    warnings = [
+        r.getMessage() for r in caplog.records if "refused by the broker on" in r.getMessage()
+    ]
+    assert len(warnings) == 1, warnings
+    assert refused in warnings[0]
+    assert "Not authorized (0x87)" in warnings[0]
+    assert "user gateway write" in warnings[0]
