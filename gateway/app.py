@@ -61,7 +61,7 @@ def settings_registry(plugins: GatewayPluginManager) -> SettingsRegistry:
 def load_gateway_settings(
     plugins: GatewayPluginManager, path: Path | None, environ: Any = None
 ) -> Settings:
-    return load_settings(settings_registry(plugins), path, environ)
+    return load_settings(settings_registry(plugins), path, environ, unloaded=plugins.skipped)
 
 
 class Gateway:

@@ -61,6 +61,9 @@ class GatewayPluginManager(pluggy.PluginManager):
         super().__init__(hookspecs.PROJECT)
         self.add_hookspecs(hookspecs)
         self._origins: dict[str, tuple[str, str]] = {}
+        # Plugins left out by GATEWAY_PLUGINS_BLOCK / _ALLOW: variables of their sections are
+        # not refused as unknown (one environment serves every role of a deployment).
+        self.skipped: set[str] = set()
 
     def register_named(self, plugin: Any, name: str, *, origin: str, version: str) -> None:
         if self.get_plugin(name) is not None:
@@ -94,18 +97,21 @@ def build_plugin_manager(
     blocked = _names(environ.get("GATEWAY_PLUGINS_BLOCK")) - ALWAYS_LOADED
     allowed = _names(environ.get("GATEWAY_PLUGINS_ALLOW"))
 
+    manager = GatewayPluginManager()
+
     def wanted(name: str) -> bool:
         if name in ALWAYS_LOADED:
             return True
         if name in blocked:
             log.info("plugin %s blocked by GATEWAY_PLUGINS_BLOCK", name)
+            manager.skipped.add(name)
             return False
         if allowed and name not in allowed:
             log.info("plugin %s not in GATEWAY_PLUGINS_ALLOW", name)
+            manager.skipped.add(name)
             return False
         return True
 
-    manager = GatewayPluginManager()
     for entry_point in entry_points(group=hookspecs.ENTRY_POINT_GROUP):
         if not wanted(entry_point.name):
             continue

@@ -226,9 +226,17 @@ def load_settings(
     registry: SettingsRegistry,
     path: Path | None = None,
     environ: Mapping[str, str] | None = None,
+    *,
+    unloaded: Iterable[str] = (),
 ) -> Settings:
-    """Read the TOML file (if any), apply environment overrides, check every value."""
+    """Read the TOML file (if any), apply environment overrides, check every value.
+
+    A ``GATEWAY_*`` variable that sets nothing is refused like an unknown key of the file (a
+    typo would otherwise leave the default in force unnoticed), unless it belongs to the
+    section of a plugin in ``unloaded`` (left out by ``GATEWAY_PLUGINS_BLOCK`` / ``_ALLOW``).
+    """
     environ = os.environ if environ is None else environ
+    _check_variables(registry, environ, unloaded)
     file_values = _read_toml(path) if path is not None else {}
     for name in file_values:
         if name not in registry.sections:
@@ -245,6 +253,41 @@ def load_settings(
             raise SettingsError(f"[{name}]", "must be a table")
         sections[name] = _build_section(name, model, table, environ, sources, hidden, path)
     return Settings(sections, sources, hidden)
+
+
+# GATEWAY_* variables that are not settings: which plugins load, the test fixtures' servers.
+HOST_VARIABLES = frozenset(
+    {
+        f"{ENV_PREFIX}PLUGINS_BLOCK",
+        f"{ENV_PREFIX}PLUGINS_ALLOW",
+        f"{ENV_PREFIX}TEST_REDIS_URL",
+        f"{ENV_PREFIX}TEST_MQTT_URL",
+    }
+)
+
+
+def _check_variables(
+    registry: SettingsRegistry, environ: Mapping[str, str], unloaded: Iterable[str]
+) -> None:
+    """``SettingsError`` for the first ``GATEWAY_*`` variable that names no setting."""
+    known = set(HOST_VARIABLES)
+    for section, model in registry.sections.items():
+        for spec in dataclasses.fields(model):
+            known |= {env_name(section, spec.name), file_env_name(section, spec.name)}
+    ignored = tuple(env_name(name, "") for name in unloaded)  # GATEWAY_<SECTION>_
+    for variable in sorted(environ):
+        if not variable.startswith(ENV_PREFIX) or variable in known:
+            continue
+        if variable.startswith(ignored):
+            continue
+        close = difflib.get_close_matches(variable, sorted(known), n=1, cutoff=0.8)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise SettingsError(
+            variable,
+            f"is not a known setting in the environment{hint} (variables are "
+            f"{ENV_PREFIX}<SECTION>_<KEY>, or ..._FILE naming a file; `gateway config show` "
+            "lists every key)",
+        )
 
 
 def _did_you_mean(name: str, known: Iterable[str]) -> str:

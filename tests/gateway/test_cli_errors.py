@@ -115,6 +115,16 @@ def test_unknown_keys_name_the_file_and_the_likely_key(tmp_path: Path) -> None:
     assert_no_traceback(done.stderr)
 
 
+def test_an_unknown_variable_stops_the_gateway_with_a_suggestion() -> None:
+    done = run_gateway("run", environ=command_environ(GATEWAY_MQTT_URLL="mqtt://b:1883"))
+    assert done.returncode == 2
+    assert done.stderr.startswith(
+        "gateway: GATEWAY_MQTT_URLL: is not a known setting in the environment; did you mean "
+        "GATEWAY_MQTT_URL?"
+    )
+    assert_no_traceback(done.stderr)
+
+
 def test_unknown_sections_name_the_likely_section(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

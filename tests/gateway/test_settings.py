@@ -665,3 +665,39 @@ def test_url_passwords_are_masked_in_config_show_and_errors(load: LoadSettings) 
     assert error.element == "pump.mode"
     assert PASSWORD not in str(error)
     assert "tcp://pump:********@host:1" in error.reason
+
+
+# -- unknown variables -----------------------------------------------------------------------
+
+
+def test_an_unknown_variable_is_refused_with_the_likely_one(load: LoadSettings) -> None:
+    error = settings_error(load, GATEWAY_PUMP_RETRYS="3")
+    assert str(error).startswith(
+        "GATEWAY_PUMP_RETRYS: is not a known setting in the environment; "
+        "did you mean GATEWAY_PUMP_RETRIES?"
+    )
+    assert "did you mean" not in str(settings_error(load, GATEWAY_XYZZY="1"))
+
+
+def test_host_variables_file_forms_and_other_prefixes_are_not_settings_typos(
+    load: LoadSettings, tmp_path: Path
+) -> None:
+    secret = tmp_path / "key"
+    secret.write_text("k\n")
+    settings = load(
+        GATEWAY_PLUGINS_BLOCK="sfc",
+        GATEWAY_TEST_REDIS_URL="redis://x",
+        GATEWAY_VALVE_API_KEY_FILE=str(secret),
+        GATEWAYS_ARE_OTHER_THINGS="1",
+        PATH="/bin",
+    )
+    assert settings.get(ValveSettings).api_key.reveal() == "k"
+
+
+def test_variables_of_plugins_left_out_are_tolerated(registry: SettingsRegistry) -> None:
+    """One environment for every role: a variable of a blocked plugin's section sets nothing
+    here, and is no typo."""
+    environ = {"GATEWAY_MQTT_EQUIPMENT_EQUIPMENT": "*", "GATEWAY_SFC_TIMER_POLL_SECONDS": "1"}
+    load_settings(registry, None, environ, unloaded={"mqtt-equipment", "sfc"})
+    with pytest.raises(SettingsError, match="GATEWAY_SFC_TIMER_POLL_SECONDS"):
+        load_settings(registry, None, environ, unloaded={"mqtt-equipment"})
