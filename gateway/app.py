@@ -15,7 +15,7 @@ from anyio.abc import TaskStatus
 
 from gateway.core import ALL_ROLES, CoreSettings
 from gateway.equipment import EquipmentHub
-from gateway.errors import GatewayError, PluginError, SettingsError
+from gateway.errors import ConnectionFailed, GatewayError, PluginError, SettingsError
 from gateway.instances import InstanceRegistry
 from gateway.jobmethods import JobMethods
 from gateway.metrics import Metrics
@@ -282,7 +282,10 @@ class Gateway:
         bindings, services = _RunningSet(), _RunningSet()
         async with AsyncExitStack() as stack:
             if self.store is not None:
-                await stack.enter_async_context(self.store)
+                try:
+                    await stack.enter_async_context(self.store)
+                except ConnectionFailed as error:
+                    raise self.explain(error) from None
                 log.info("store %s connected", type(self.store).__name__)
             async with anyio.create_task_group() as tasks:
                 if handle_signals:
@@ -315,6 +318,12 @@ class Gateway:
         log.info("gateway %s stopped: %s", self.instance_id, self.stop_reason)
         if self.failed:
             raise GatewayError(f"gateway stopped: {self.stop_reason}")
+
+    def explain(self, error: ConnectionFailed) -> ConnectionFailed:
+        """``error`` saying where the value of its setting came from (unless it says already)."""
+        if error.origin is not None:
+            return error
+        return error.from_origin(self.settings.origin(error.setting))
 
     def _announce_start(self) -> None:
         log.info(
@@ -375,6 +384,8 @@ class Gateway:
             await run(self, task_status=_StartedCallback(mark_started))
         except Exception as error:
             if not started:
+                if isinstance(error, ConnectionFailed):
+                    error = self.explain(error)
                 raise GatewayError(f"{name} failed to start: {describe_error(error)}") from error
             log.exception("%s failed", name)
             self.request_stop(f"{name} failed: {describe_error(error)}", failed=True)

@@ -5,6 +5,8 @@ is wrong, rejected with a ``ValidationError`` that names the offending element, 
 answer with a precise error instead of a stack trace.
 """
 
+from __future__ import annotations
+
 
 class GatewayError(Exception):
     """Base class of the project's own errors."""
@@ -29,6 +31,23 @@ class CloudEventError(ValidationError):
 
 class SettingsError(ValidationError):
     """A settings value that stops start-up."""
+
+
+class ConnectionFailed(GatewayError):
+    """A server a setting names could not be reached or refused the gateway at start.
+
+    ``setting`` names the key (``redis.url``); the gateway adds where its value came from
+    (``from_origin``), so the one line says what to fix and where.
+    """
+
+    def __init__(self, setting: str, message: str, origin: str | None = None) -> None:
+        super().__init__(f"{message} ({setting} from {origin})" if origin else message)
+        self.setting = setting
+        self.message = message
+        self.origin = origin
+
+    def from_origin(self, origin: str) -> ConnectionFailed:
+        return ConnectionFailed(self.setting, self.message, origin)
 
 
 class NotPermitted(GatewayError):

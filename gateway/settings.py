@@ -179,6 +179,11 @@ class Settings:
         self.sources = dict(sources)  # "section.key" -> where the value came from
         self.hidden = frozenset(hidden)  # "section.key" read from a ..._FILE file: never shown
 
+    def origin(self, element: str) -> str:
+        """Where the value of ``section.key`` came from: ``environment GATEWAY_...``, ``file
+        ...``, or ``the default``."""
+        return self.sources.get(element, "the default")
+
     def get(self, model: type[T]) -> T:
         """The section declared with ``model`` (typed access for plugins)."""
         for value in self._sections.values():

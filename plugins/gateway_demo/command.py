@@ -16,6 +16,7 @@ from rich.console import Console
 
 from gateway.app import Gateway, load_gateway_settings
 from gateway.cli import Command
+from gateway.errors import ConnectionFailed
 from gateway.logs import configure_logging
 from gateway.mqttclient import BrokerUnreachable
 from gateway.plugins import GatewayPluginManager
@@ -106,6 +107,24 @@ def _run(args: argparse.Namespace, plugins: GatewayPluginManager) -> int:
     except BrokerUnreachable as error:
         print(f"gateway demo: {error}; start one, or leave out --mqtt", file=sys.stderr)
         return 1
+    except Exception as error:  # one line for a server that is not there, not a traceback
+        failed = connection_failure(error)
+        if failed is None:
+            raise
+        flag = {"redis.url": "--redis", "mqtt.url": "--mqtt"}.get(failed.setting)
+        where = f"check {flag}" if flag else f"check {failed.setting}"
+        print(f"gateway demo: {failed.message.rstrip('.')}; {where}", file=sys.stderr)
+        return 1
+
+
+def connection_failure(error: BaseException) -> ConnectionFailed | None:
+    """The ``ConnectionFailed`` that ended the run, also from inside exception groups."""
+    if isinstance(error, ConnectionFailed):
+        return error
+    for inner in getattr(error, "exceptions", ()):
+        if found := connection_failure(inner):
+            return found
+    return None
 
 
 async def _demo(

@@ -43,7 +43,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 from gateway.cloudevents import CloudEvent
 from gateway.codecs.mqtt import MqttMessage, correlation_of, from_mqtt, to_mqtt
 from gateway.core import ALL_ROLES
-from gateway.errors import CloudEventError, GatewayError
+from gateway.errors import CloudEventError, ConnectionFailed, GatewayError
 from gateway.peers import LogOnce
 from gateway.resilience import TransientError, is_transient
 from gateway.topics import reply_topic
@@ -247,9 +247,11 @@ class MqttBinding:
                 if lane.main:
                     self._disconnected()
                 if not started and error.refused_for_good:
-                    raise GatewayError(
+                    credentials = any(s in str(error) for s in ("user name", "authorized"))
+                    raise ConnectionFailed(
+                        "mqtt.password" if credentials else "mqtt.url",
                         f"MQTT broker {lane.connector.where} refused "
-                        f"client {lane.client_id!r}: {error}"
+                        f"client {lane.client_id!r}: {error}",
                     ) from None
                 self.reconnects += 1
                 reconnects.inc()
@@ -282,7 +284,8 @@ class MqttBinding:
                 outage.failed(
                     TransientError(
                         f"MQTT broker {lane.connector.where} unreachable ({error}): {what}; "
-                        "check mqtt.url and that the broker runs"
+                        f"check mqtt.url (from {gateway.settings.origin('mqtt.url')}) and "
+                        "that the broker runs"
                     )
                 )
                 unreachable.failed(error, delay, started=started)

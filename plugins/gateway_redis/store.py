@@ -18,7 +18,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from gateway.cloudevents import format_time, utc_now
-from gateway.errors import GatewayError, SettingsError
+from gateway.errors import ConnectionFailed, GatewayError, SettingsError
 from gateway.store import KeySchema, StreamBatch, check_scope
 from gateway_redis.clients import connect, connection_errors_named
 from gateway_redis.dedupe import RedisDeduplicator
@@ -263,7 +263,8 @@ class RedisStore:
                 and any(sign in reason for sign in _NO_CLIENT_CERTIFICATE)
             ):
                 reason += " (does the server require a client certificate? redis.tls_cert_file)"
-            raise GatewayError(f"cannot connect to Redis at {self.address}: {reason}") from None
+            message = f"cannot connect to Redis at {self.address}: {reason}"
+            raise ConnectionFailed("redis.url", message) from None
 
     def _scrub(self, text: str) -> str:
         password = connection_options(self.settings).get("password")

@@ -103,6 +103,20 @@ def test_no_broker_at_the_given_url_is_reported_at_once() -> None:
     )
 
 
+def test_no_redis_at_the_given_url_is_one_line() -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    result = demo("--redis", f"redis://127.0.0.1:{port}/0", "--timeout", "20")
+    assert result.returncode == 1
+    assert result.stderr.startswith(
+        f"gateway demo: cannot connect to Redis at redis://127.0.0.1:{port}/0"
+    )
+    assert result.stderr.endswith("; check --redis\n")
+    assert result.stderr.count("\n") == 1  # one line, no traceback
+    assert "GATEWAY_REDIS_URL" not in result.stderr  # the flag, not a variable, set it
+
+
 def test_the_live_view_fits_80_columns_in_a_terminal() -> None:
     """In a real (pseudo) terminal of 80 columns: every line drawn fits, nothing wraps."""
     controller, terminal = pty.openpty()

@@ -12,6 +12,7 @@ from redis.exceptions import ResponseError, WatchError
 
 from gateway.errors import GatewayError
 from gateway.store import GLOBAL_SCOPE, Store
+from gateway.testing.cli import command_environ, run_gateway
 from gateway.testing.redis_ha import packets_sent
 from gateway.testing.services import ServerProcess, free_port, redis_server, running
 from gateway_redis import RedisStore
@@ -113,6 +114,20 @@ async def test_unreachable_server_is_named(store_factory: StoreFactory) -> None:
     with pytest.raises(GatewayError, match=f"cannot connect to Redis at {url}"):
         async with store_factory(url=url, connect_timeout_seconds="0.5"):
             pass
+
+
+def test_an_unreachable_redis_at_start_names_the_setting_and_its_origin() -> None:
+    """One line: the server, the reason, the key and where its value came from."""
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    environ = command_environ(
+        GATEWAY_REDIS_URL=url, GATEWAY_MQTT_URL=f"mqtt://127.0.0.1:{free_port()}"
+    )
+    done = run_gateway("run", environ=environ)
+    assert done.returncode != 0
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith(f"gateway: cannot connect to Redis at {url}: ")
+    assert last.endswith("(redis.url from environment GATEWAY_REDIS_URL)")
+    assert "Traceback" not in done.stderr
 
 
 async def test_ping_reports_a_lost_server_without_raising(
