@@ -50,6 +50,10 @@ class InstanceRegistry:
             name for name, seen in (await self.store.instances.seen()).items() if seen >= horizon
         }
 
+    async def store_id(self) -> str:
+        """The identity of the store this instance records itself in (see ``InstanceTable``)."""
+        return await self.store.instances.store_id()
+
     async def others_alive(self) -> bool:
         return bool(await self.alive() - {self.instance_id})
 

@@ -134,6 +134,11 @@ class InstanceTable(Protocol):
         """Every recorded instance and the time of its last ``beat``."""
         ...
 
+    async def store_id(self) -> str:
+        """This store's identity: drawn once, the same for every instance on it, another on
+        another store (or on this one once it lost its data). Topic-level safe."""
+        ...
+
 
 class LivenessRecords(Protocol):
     """Equipment liveness shared by every instance (``gateway.equipment`` keeps it here).

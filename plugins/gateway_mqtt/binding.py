@@ -141,6 +141,7 @@ class MqttBinding:
         self.reply_topic = reply_topic(settings.reply_topic_prefix, instance_id)
         user = settings.username or unquote(urlsplit(settings.url).username or "")
         self.refused_replies = RefusedReplies(user)
+        self.share_name = settings.share_group  # with the store's identity once running
         self._client: MqttClient | None = None
         self._pending: dict[str, MemoryObjectSendStream[CloudEvent]] = {}
         self._closed = False
@@ -172,6 +173,7 @@ class MqttBinding:
     async def run(self, gateway: Gateway, *, task_status: TaskStatus[None]) -> None:
         self._prepare()
         self._closed = False
+        self.share_name = await self._share_name(gateway)
         names = {
             subscription.lane
             for processor in gateway.dispatcher.processors_for(self.name)
@@ -314,7 +316,9 @@ class MqttBinding:
             for subscription in processor.subscriptions:
                 topic = subscription.topic
                 if subscription.shared:
-                    topic = f"$share/{self.settings.share_group}/{topic}"
+                    # Before share groups carried the store's identity: leave the bare group.
+                    others.add(f"$share/{self.settings.share_group}/{topic}")
+                    topic = f"$share/{self.share_name}/{topic}"
                 if subscription.lane != lane.name:
                     others.add(topic)
                     continue
@@ -343,11 +347,40 @@ class MqttBinding:
 
             reading.start_soon(read)
             await gateway.closing.wait()
-            if lost is None and await self._others_take_over(gateway):
-                await self._leave_share_group(client, lane)
+            if lost is None:
+                if await self._others_take_over(gateway):
+                    await self._leave_share_group(client, lane)
+                else:
+                    self._session_kept(lane)
             reading.cancel_scope.cancel()
         if lost is not None:
             raise lost
+
+    def _session_kept(self, lane: Lane) -> None:
+        shared = [topic for topic in lane.subscribed if topic.startswith("$share/")]
+        if not shared:
+            return
+        log.info(
+            "kept the MQTT session %s in share group %s (the broker keeps it %d s after the "
+            "disconnect): no other live instance on this store serves the group, so commands "
+            "sent meanwhile wait for this instance to come back. If it will not, remove the "
+            "session (README: Operating it, stale sessions)",
+            lane.client_id,
+            self.share_name,
+            self.settings.session_expiry_seconds,
+        )
+
+    async def _share_name(self, gateway: Gateway) -> str:
+        """The share group on the broker: ``mqtt.share_group``, then the store's identity.
+
+        Instances on different stores must never split one group's commands: one that stopped
+        and kept its session (it saw no other instance in its own store) would take every
+        other command until its session expires, and the live ones cannot adopt it. With the
+        store in the name, each store's instances form a group of their own.
+        """
+        if gateway.instances is None:
+            return self.settings.share_group
+        return f"{self.settings.share_group}.{await gateway.instances.store_id()}"
 
     async def _others_take_over(self, gateway: Gateway) -> bool:
         """Whether another live instance serves the share group after this one stops."""
@@ -370,9 +403,7 @@ class MqttBinding:
         if not shared:
             return
         await client.unsubscribe(shared)
-        log.info(
-            "left the share group %s: other instances take the commands", self.settings.share_group
-        )
+        log.info("left the share group %s: other instances take the commands", self.share_name)
         await wait_quiet(lambda: self.received, DRAIN_QUIET_SECONDS)
 
     def adopts(self, gateway: Gateway) -> bool:
@@ -390,7 +421,7 @@ class MqttBinding:
         return {
             (
                 subscription.lane,
-                f"$share/{self.settings.share_group}/{subscription.topic}"
+                f"$share/{self.share_name}/{subscription.topic}"
                 if subscription.shared
                 else subscription.topic,
             )

@@ -1,7 +1,8 @@
 """Redis side of the host's presence records: gateway instances and equipment liveness.
 
 ``gateway.store.InstanceTable`` (``store.instances``): one hash ``instances`` (instance id ->
-time of its last refresh). ``gateway.store.LivenessRecords`` (``store.liveness``):
+time of its last refresh), and ``store-id``, the store's identity (random, set once).
+``gateway.store.LivenessRecords`` (``store.liveness``):
 ``equipment:online:<id>`` exists while the equipment is online (TTL = its heartbeat timeout, so
 Redis's clock decides, the same for every instance), the ``equipment:last-seen`` hash keeps the
 time of the last heartbeat, ``equipment:gone`` the time and reason of a departure since (JSON),
@@ -13,6 +14,7 @@ with a TTL, deleted once answered. Every key is in the ``_global`` slot.
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -30,6 +32,7 @@ class RedisInstanceTable:
 
     def __init__(self, keys: KeySchema, client: Client) -> None:
         self._key = keys.global_key("instances")
+        self._id_key = keys.global_key("store-id")
         self._client = client
 
     async def beat(self, instance_id: str, at: float) -> None:
@@ -41,6 +44,12 @@ class RedisInstanceTable:
     async def seen(self) -> dict[str, float]:
         entries = await self._client().hgetall(self._key)
         return {str(name): float(at) for name, at in entries.items()}
+
+    async def store_id(self) -> str:
+        # SET NX then GET: of instances starting at once on a fresh store, the first one's.
+        client = self._client()
+        await client.set(self._id_key, secrets.token_hex(6), nx=True)
+        return str(await client.get(self._id_key))
 
 
 class RedisLivenessRecords:
