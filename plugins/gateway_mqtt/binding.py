@@ -57,7 +57,7 @@ from gateway_mqtt.client import (
     Received,
     connector_for,
 )
-from gateway_mqtt.refusals import RefusedReplies
+from gateway_mqtt.refusals import RefusedPublishes
 from gateway_mqtt.settings import MqttSettings
 
 if TYPE_CHECKING:
@@ -140,7 +140,7 @@ class MqttBinding:
         self.source = source
         self.reply_topic = reply_topic(settings.reply_topic_prefix, instance_id)
         user = settings.username or unquote(urlsplit(settings.url).username or "")
-        self.refused_replies = RefusedReplies(user)
+        self.refused = RefusedPublishes(user)  # counted once running (the gateway's metrics)
         self.share_name = settings.share_group  # with the store's identity once running
         self._client: MqttClient | None = None
         self._pending: dict[str, MemoryObjectSendStream[CloudEvent]] = {}
@@ -174,6 +174,11 @@ class MqttBinding:
         self._prepare()
         self._closed = False
         self.share_name = await self._share_name(gateway)
+        self.refused.counter = gateway.metrics.counter(
+            "mqtt_publishes_refused_total",
+            "Publishes the broker refused (PUBACK reason code), by kind (reply, publish)",
+            ["kind", "reason"],
+        )
         names = {
             subscription.lane
             for processor in gateway.dispatcher.processors_for(self.name)
@@ -450,12 +455,7 @@ class MqttBinding:
                 for reply in await self._process_durably(gateway, incoming):
                     await self._send_reply(client, gateway, incoming, reply)
         except PublishRefused as error:  # handled: acknowledged, the refusal said once per topic
-            counter = gateway.metrics.counter(
-                "mqtt_replies_refused_total",
-                "Replies the broker refused (PUBACK reason code), by reason",
-                ["reason"],
-            )
-            self.refused_replies.note(incoming.topic, error.topic, error.reason, counter)
+            self.refused.note("reply", error.topic, error.reason, incoming.topic)
         except ConnectionLost as error:
             log.warning(
                 "reply to %s not sent (%s); the broker redelivers the message",
@@ -589,7 +589,12 @@ class MqttBinding:
         message = to_mqtt(event, topic, retain=retain, qos=qos, response_topic=response_topic)
         if response_topic is None:
             message = dataclasses.replace(message, correlation_data=None)
-        await client.publish(message)
+        try:
+            await client.publish(message)
+        except PublishRefused as error:
+            # Sending it again would be refused again: said (once per topic) and counted, and
+            # the caller goes on as after any publish the broker took.
+            self.refused.note("publish", error.topic, error.reason)
 
     async def request(self, topic: str, event: CloudEvent, *, timeout: float) -> CloudEvent:
         """Send ``event`` with this instance's reply topic and wait for the matching reply."""

@@ -18,6 +18,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +110,7 @@ class Station:
     def url(self, user: str) -> str:
         return f"mqtt://{user}:{PASSWORDS[user]}@127.0.0.1:{self.broker.port}"
 
-    def gateway(self) -> Gateway:
+    def gateway(self, **settings: str) -> Gateway:
         environ = {
             "GATEWAY_MQTT_URL": f"mqtt://127.0.0.1:{self.broker.port}",
             "GATEWAY_MQTT_USERNAME": "gateway",
@@ -122,6 +123,7 @@ class Station:
             "GATEWAY_GATEWAY_SHUTDOWN_GRACE_SECONDS": "5",
             "GATEWAY_SFC_TIMER_POLL_SECONDS": "0.01",
             "GATEWAY_MQTT_EQUIPMENT_EQUIPMENT": "press,camera",
+            **settings,
         }
         plugins = {"failures": self.failures}
         return Gateway.from_environment(None, environ, extra_plugins=plugins)
@@ -334,9 +336,9 @@ async def test_a_reply_the_broker_refuses_is_logged_once_per_topic_and_counted(
             await mes.client.publish(dataclasses.replace(message, correlation_data=b"c"))
 
         def count() -> float:
-            labels = {"reason": "Not authorized (0x87)"}
+            labels = {"kind": "reply", "reason": "Not authorized (0x87)"}
             value = gateway.metrics.registry.get_sample_value(
-                "gateway_mqtt_replies_refused_total", labels
+                "gateway_mqtt_publishes_refused_total", labels
             )
             return value or 0.0
 
@@ -350,3 +352,36 @@ async def test_a_reply_the_broker_refuses_is_logged_once_per_topic_and_counted(
     assert refused in warnings[0]
     assert "Not authorized (0x87)" in warnings[0]
     assert "user gateway write" in warnings[0]
+
+
+def refused_at_least(gateway: Gateway, count: int) -> bool:
+    return refused(gateway, "publish") >= count
+
+
+def refused(gateway: Gateway, kind: str) -> float:
+    labels = {"kind": kind, "reason": "Not authorized (0x87)"}
+    value = gateway.metrics.registry.get_sample_value(
+        "gateway_mqtt_publishes_refused_total", labels
+    )
+    return value or 0.0
+
+
+async def test_a_retained_topic_the_broker_refuses_is_logged_once_and_counted(
+    station: Station, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The publisher on a prefix the ACL does not allow: every index publish is refused; the
+    first is said, the rest counted, and the publisher goes on (it does not retry for ever)."""
+    gateway = station.gateway(GATEWAY_PUBLISHER_TOPIC_PREFIX="elsewhere")
+    recipe = work_master("WM-X", press_recipe(), dataschema=DATASCHEMA)
+    async with running(gateway), station.mes() as mes:
+        assert return_status(await mes.configure("workmaster", recipe)) == ReturnStatus.NO_ERROR
+        for number, job in enumerate(("J1", "J2", "J3"), start=1):
+            stored = await mes.store(job_order(job, work_masters=["WM-X"]))
+            assert return_status(stored) == ReturnStatus.NO_ERROR
+            # Each Store: its order and the index, both refused; the next one still goes out.
+            await wait_until(partial(refused_at_least, gateway, 2 * number), timeout=10)
+    index = f"elsewhere/{station.name}/state-index"
+    said = [r.getMessage() for r in caplog.records if "refused by the broker on" in r.getMessage()]
+    about_index = [text for text in said if index in text]
+    assert len(about_index) == 1, said
+    assert about_index[0].startswith(f"publish refused by the broker on {index}: Not authorized")
