@@ -129,7 +129,7 @@ class JobsClient:
             f"per topic ('refused by the broker on {replies}'); --reply-prefix changes where "
             "replies come;\n"
             "  - a stopped gateway kept its MQTT session in the share group, and the broker "
-            "hands it every other command: the gateway's log says 'kept its MQTT session' when "
+            "hands it every other command: the gateway's log says 'kept the MQTT session' when "
             "it stopped; remove the session as the README says (Operating it: stale sessions)"
         )
 

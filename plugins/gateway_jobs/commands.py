@@ -14,7 +14,7 @@ import json
 import sys
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
 from rich.console import Console
@@ -25,7 +25,7 @@ from gateway.cloudevents import CloudEvent
 from gateway.codecs.mqtt import MqttMessage
 from gateway.documents import DocumentError, read_document
 from gateway.errors import GatewayError
-from gateway.mqttclient import CloudEventClient, connect_client
+from gateway.mqttclient import BrokerUnreachable, CloudEventClient, connect_client
 from gateway.plugins import GatewayPluginManager
 from gateway.topics import ANY, CLI_REPLY_PREFIX, JOBS_PREFIX, MesTopics, check_topic_prefix
 from gateway_jobs.client import LISTED_STATES, JobsClient, config_kinds, job_order_payload
@@ -154,9 +154,14 @@ def _configure_push(parser: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace, plugins: GatewayPluginManager) -> int:
     """Connect, run the action, turn every expected failure into one line on stderr."""
     out = Console(soft_wrap=True, highlight=False)
+    where: Where | None = None
     try:
-        url, prefix, replies = _where(args, plugins)
-        anyio.run(_session, args, url, prefix, replies, out)
+        where = _where(args, plugins)
+        anyio.run(_session, args, where.url, where.prefix, where.replies, out)
+    except BrokerUnreachable as error:  # which setting to fix, and where its value came from
+        origin = f" (the broker URL from {where.url_from})" if where is not None else ""
+        print(f"gateway {args.command}: {error}{origin}", file=sys.stderr)
+        return 1
     except (GatewayError, DocumentError) as error:
         print(f"gateway {args.command}: {error}", file=sys.stderr)
         return 1
@@ -213,11 +218,20 @@ async def _priorities(jobs: JobsClient) -> dict[str, int]:
     return found
 
 
-def _where(args: argparse.Namespace, plugins: GatewayPluginManager) -> tuple[str, str, str]:
+class Where(NamedTuple):
+    url: str
+    prefix: str
+    replies: str
+    url_from: str  # --mqtt, or where mqtt.url came from
+
+
+def _where(args: argparse.Namespace, plugins: GatewayPluginManager) -> Where:
     """Broker URL, topic prefix and reply prefix: the options, else the settings (file and
     environment)."""
-    settings = dict(load_gateway_settings(plugins, args.config).items())
+    loaded = load_gateway_settings(plugins, args.config)
+    settings = dict(loaded.items())
     url = args.mqtt or getattr(settings.get("mqtt"), "url", None) or DEFAULT_MQTT_URL
+    url_from = "--mqtt" if args.mqtt else f"mqtt.url, {loaded.origin('mqtt.url')}"
     prefix = args.prefix or getattr(settings.get("jobs"), "topic_prefix", JOBS_PREFIX)
     replies = args.reply_prefix or getattr(
         settings.get("jobs"), "cli_reply_prefix", CLI_REPLY_PREFIX
@@ -230,7 +244,7 @@ def _where(args: argparse.Namespace, plugins: GatewayPluginManager) -> tuple[str
         raise GatewayError(
             f"{url} is a broker inside a gateway process; give a real broker with --mqtt"
         )
-    return url, prefix, replies
+    return Where(url, prefix, replies, url_from)
 
 
 def _print_json(out: Console, data: Any) -> None:

@@ -126,7 +126,7 @@ async def test_no_gateway_on_the_topics_says_so(mqtt_url: str, unique: str) -> N
     assert f"no gateway runs with jobs.topic_prefix = '{unique}'" in causes[0]
     assert "(replies were asked on mes/replies/cli/" in causes[1]  # the default reply prefix
     assert "--reply-prefix" in causes[1]
-    assert "kept its MQTT session" in causes[2]
+    assert "kept the MQTT session" in causes[2]
 
 
 async def test_the_reply_prefix_is_a_flag(mqtt_url: str, unique: str) -> None:
@@ -147,6 +147,8 @@ async def test_an_unreachable_broker_says_so() -> None:
     )
     assert done.returncode == 1
     assert done.stderr.startswith(f"gateway jobs: cannot reach the MQTT broker at 127.0.0.1:{port}")
+    assert done.stderr.endswith(" (the broker URL from --mqtt)\n")
+    assert done.stderr.count("\n") == 1
     assert "Traceback" not in done.stderr
 
 
