@@ -267,6 +267,7 @@ HOST_VARIABLES = frozenset(
         f"{ENV_PREFIX}PLUGINS_ALLOW",
         f"{ENV_PREFIX}TEST_REDIS_URL",
         f"{ENV_PREFIX}TEST_MQTT_URL",
+        f"{ENV_PREFIX}UI_SCREENSHOT_DIR",  # where the UI's browser tests save their pictures
     }
 )
 

@@ -117,18 +117,19 @@ class JobsClient:
         return reply.data
 
     def no_reply(self) -> str:
-        """Why a command may have gone unanswered, and how to find out which it was."""
+        """Why a command may have gone unanswered, and how to find out which it was (one line,
+        as every failure of the command line)."""
         replies = self.client.reply_topic
         return (
-            f"no reply on {self.commands_topic} within {self.timeout:g} s. Likely causes:\n"
-            f"  - no gateway runs with jobs.topic_prefix = {self.topic_prefix!r} on this broker: "
-            "check its log and /readyz, and --prefix;\n"
-            f"  - the broker's ACL dropped the command or the reply (replies were asked on "
+            f"no reply on {self.commands_topic} within {self.timeout:g} s; likely causes: "
+            f"(1) no gateway runs with jobs.topic_prefix = {self.topic_prefix!r} on this broker: "
+            "check its log and /readyz, and --prefix; "
+            f"(2) the broker's ACL dropped the command or the reply (replies were asked on "
             f"{replies}): the gateway's user must be allowed to write there and yours to read "
             "it, and yours to write the commands topic; the gateway logs a refused reply once "
             f"per topic ('refused by the broker on {replies}'); --reply-prefix changes where "
-            "replies come;\n"
-            "  - a stopped gateway kept its MQTT session in the share group, and the broker "
+            "replies come; "
+            "(3) a stopped gateway kept its MQTT session in the share group, and the broker "
             "hands it every other command: the gateway's log says 'kept the MQTT session' when "
             "it stopped; remove the session as the README says (Operating it: stale sessions)"
         )
