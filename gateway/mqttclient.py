@@ -27,7 +27,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 from gateway.cloudevents import CloudEvent
 from gateway.codecs.mqtt import MqttMessage, from_client_message, from_mqtt, publish, to_mqtt
 from gateway.errors import GatewayError
-from gateway.topics import reply_topic
+from gateway.topics import MES_REPLY_PREFIX, reply_topic
 from gateway.transport import topic_matches
 
 _NODELAY = (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -47,7 +47,7 @@ class CloudEventClient:
     """Use through ``connect_client``; every reply topic and client id is unique."""
 
     def __init__(
-        self, connection: ClientConnection, client_id: str, reply_prefix: str = "mes/replies"
+        self, connection: ClientConnection, client_id: str, reply_prefix: str = MES_REPLY_PREFIX
     ) -> None:
         self._connection = connection
         self.client_id = client_id
@@ -154,7 +154,7 @@ async def connect_client(
     url: str,
     client_id: str | None = None,
     *,
-    reply_prefix: str = "mes/replies",
+    reply_prefix: str = MES_REPLY_PREFIX,
     connect_timeout: float = 10.0,
 ) -> AsyncIterator[CloudEventClient]:
     """Connect a ``CloudEventClient`` to ``url``: mqtt://host:port or mqtts://host:port (TLS
@@ -179,7 +179,7 @@ async def open_client(
     connecting: AbstractAsyncContextManager[ClientConnection],
     client_id: str,
     *,
-    reply_prefix: str = "mes/replies",
+    reply_prefix: str = MES_REPLY_PREFIX,
 ) -> AsyncIterator[CloudEventClient]:
     """A ``CloudEventClient`` over the connection ``connecting`` opens (any transport)."""
     try:

@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from gateway import mqttclient
 from gateway.codecs.mqtt import MqttMessage
 from gateway.mqttclient import ClientConnection, CloudEventClient, new_client_id, open_client
+from gateway.topics import MES_REPLY_PREFIX
 from gateway_mqtt import memory
 
 __all__ = ["CloudEventClient", "connect_client", "connect_test_client"]
@@ -23,7 +24,7 @@ async def connect_client(
     url: str,
     client_id: str | None = None,
     *,
-    reply_prefix: str = "mes/replies",
+    reply_prefix: str = MES_REPLY_PREFIX,
     connect_timeout: float = 10.0,
 ) -> AsyncIterator[CloudEventClient]:
     """Connect a ``CloudEventClient`` to ``url``: mqtt://host:port, mqtts://host:port or
