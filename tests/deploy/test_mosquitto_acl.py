@@ -320,10 +320,11 @@ async def test_the_gateway_user_cannot_issue_mes_commands(station: Station) -> N
 async def test_a_reply_the_broker_refuses_is_logged_once_per_topic_and_counted(
     station: Station, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The old CLI's mistake: replies asked on a topic the gateway's user may not write. The
-    broker answers the reply's PUBLISH with 0x87 Not authorized; the gateway says so once and
-    counts every refusal, and the commands are still handled."""
-    gateway = station.gateway()
+    """The old CLI's mistake: replies asked on a topic the gateway's user may not write (the
+    gateway's own setting lets replies go there, the broker's ACL does not). The broker answers
+    the reply's PUBLISH with 0x87 Not authorized; the gateway says so once and counts every
+    refusal, and the commands are still handled."""
+    gateway = station.gateway(GATEWAY_JOBS_REPLY_TOPIC_PREFIXES=f"mes/replies,{PREFIX}/cli-replies")
     refused = f"{PREFIX}/cli-replies/{station.name}"
     async with running(gateway), station.mes() as mes:
         for number in range(3):
