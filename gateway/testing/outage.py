@@ -28,6 +28,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
+from anyio.abc import TaskStatus
 
 from gateway.cloudevents import CloudEvent
 from gateway.codecs.mqtt import from_mqtt
@@ -48,6 +49,7 @@ class OutageReport:
     jobs: list[str]
     outage_seconds: float = 0.0
     ended_during_outage: dict[str, str] = field(default_factory=dict)  # job -> Ended/Aborted
+    ended_before_disconnect: int = 0  # of those, ended while the MES was still there
     seq_before: int = 0
     epoch_before: str = ""
     seq_after: int = 0
@@ -69,7 +71,7 @@ class OutageReport:
         summary = ", ".join(f"{count} {state}" for state, count in sorted(ends.items()))
         return [
             f"MES offline for {self.outage_seconds:.0f} s while {len(self.jobs)} jobs ran "
-            f"({summary or 'none ended'})",
+            f"({summary or 'none ended'}; {self.ended_before_disconnect} before it left)",
             f"state index before: seq {self.seq_before}, epoch {self.epoch_before}",
             f"state index after:  seq {self.seq_after}, gap {self.gap}",
             f"retained on reconnect: {self.orders_retained}/{len(self.jobs)} orders, "
@@ -102,22 +104,41 @@ async def mes_outage(
     topics = MesTopics(prefix)
     names = [f"{job_prefix}-{number:04d}" for number in range(jobs)]
     report = OutageReport(names)
-    lead = 2.0 + 0.05 * jobs  # storing them all before the first one is due
+    lead = 5.0 + 0.25 * jobs  # storing them all before the first one is due
     begins = datetime.now(UTC) + timedelta(seconds=lead)
     spacing = outage_seconds / max(jobs, 1)
-    async with connect_test_client(mes_url, reply_prefix=reply_prefix) as client:
-        mes = MesClient(client, prefix, scope)
-        for number, name in enumerate(names):
-            start = begins + timedelta(seconds=spacing * (number + 0.25))
-            await _store_and_start(client, topics, scope, name, work_master_id, start, timeout)
-        progress(f"stored {jobs} jobs, due from {begins:%H:%M:%S} every {spacing:.1f} s")
-        seen = await mes.follow(lambda index: all(index.job(n) for n in names), timeout=timeout)
-        before = seen[-1][0]
-        report.seq_before, report.epoch_before = before.seq, before.epoch
-    progress(f"MES disconnected at seq {report.seq_before}")
-    disconnected = time.monotonic()
-    async with connect_test_client(observer_url or mes_url, reply_prefix=reply_prefix) as plant:
-        await _observe(plant, topics, scope, names, report, outage_seconds + timeout, progress)
+    plant_url = observer_url or mes_url
+    all_ended = anyio.Event()
+    async with (
+        connect_test_client(plant_url, reply_prefix=reply_prefix) as plant,
+        anyio.create_task_group() as observing,
+    ):
+        # The plant's observer follows every job's end from before the first one is stored.
+        await observing.start(_observe, plant, topics, scope, names, report, progress, all_ended)
+        async with connect_test_client(mes_url, reply_prefix=reply_prefix) as client:
+            mes = MesClient(client, prefix, scope)
+            starts = [begins + timedelta(seconds=spacing * (n + 0.25)) for n in range(jobs)]
+            slots = anyio.Semaphore(8)
+
+            async def store(name: str, start: datetime) -> None:
+                async with slots:
+                    await _store_and_start(
+                        client, topics, scope, name, work_master_id, start, timeout
+                    )
+
+            async with anyio.create_task_group() as storing:
+                for name, start in zip(names, starts, strict=True):
+                    storing.start_soon(store, name, start)
+            progress(f"stored {jobs} jobs, due from {begins:%H:%M:%S} every {spacing:.1f} s")
+            seen = await mes.follow(lambda index: all(index.job(n) for n in names), timeout=timeout)
+            before = seen[-1][0]
+            report.seq_before, report.epoch_before = before.seq, before.epoch
+            report.ended_before_disconnect = len(report.ended_during_outage)
+        progress(f"MES disconnected at seq {report.seq_before}")
+        disconnected = time.monotonic()
+        with anyio.fail_after(outage_seconds + timeout):
+            await all_ended.wait()
+        observing.cancel_scope.cancel()
     await anyio.sleep(max(0.0, outage_seconds - (time.monotonic() - disconnected)))
     report.outage_seconds = time.monotonic() - disconnected
     progress(f"MES reconnects after {report.outage_seconds:.0f} s")
@@ -156,21 +177,23 @@ async def _observe(
     scope: str,
     names: list[str],
     report: OutageReport,
-    timeout: float,
     progress: Callable[[str], None],
+    all_ended: anyio.Event,
+    *,
+    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Follow the status events until every job ended (Ended or Aborted)."""
+    """Follow the status events (subscribed when started) and set ``all_ended`` once every job
+    has ended (Ended or Aborted)."""
     wanted = set(names)
-    with anyio.fail_after(timeout):
-        async with plant.watch(topics.events(scope)) as events:
-            async for message in events:
-                event = from_mqtt(message)
-                job, state = _job_state(event)
-                if job in wanted and state in CLEARABLE:
-                    report.ended_during_outage[job] = state
-                    progress(f"{job} {state} ({len(report.ended_during_outage)}/{len(names)})")
-                if wanted <= report.ended_during_outage.keys():
-                    return
+    async with plant.watch(topics.events(scope)) as events:
+        task_status.started()
+        async for message in events:
+            job, state = _job_state(from_mqtt(message))
+            if job in wanted and state in CLEARABLE and job not in report.ended_during_outage:
+                report.ended_during_outage[job] = state
+                progress(f"{job} {state} ({len(report.ended_during_outage)}/{len(names)})")
+            if wanted <= report.ended_during_outage.keys():
+                all_ended.set()
 
 
 def _job_state(event: CloudEvent) -> tuple[str, str]:
