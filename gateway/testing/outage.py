@@ -136,7 +136,9 @@ async def mes_outage(
             report.ended_before_disconnect = len(report.ended_during_outage)
         progress(f"MES disconnected at seq {report.seq_before}")
         disconnected = time.monotonic()
-        with anyio.fail_after(outage_seconds + timeout):
+        # Every job is due by ``begins`` + the outage; each may then take up to ``timeout``.
+        due = (begins - datetime.now(UTC)).total_seconds() + outage_seconds
+        with anyio.fail_after(max(due, 0.0) + timeout):
             await all_ended.wait()
         observing.cancel_scope.cancel()
     await anyio.sleep(max(0.0, outage_seconds - (time.monotonic() - disconnected)))
