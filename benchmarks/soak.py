@@ -252,6 +252,7 @@ class Tally:
     refused: list[str] = field(default_factory=list)  # StoreAndStart refused (why)
     unanswered: int = 0  # calls that timed out and were sent again (an instance was down)
     kills: int = 0
+    failed_starts: int = 0  # restarts that exited at once (and were tried again)
 
 
 async def patiently(request: Callable[[], Awaitable[T]], tally: Tally, tries: int = 60) -> T:
@@ -304,6 +305,20 @@ async def follow_endings(client: Redis, tally: Tally, stop: anyio.Event) -> None
                 cursor = entry_id
                 if fields.get("state", "").startswith(END_STATES) and fields.get("job_order_id"):
                     tally.endings[fields["job_order_id"]] += 1
+
+
+async def restart(process: GatewayProcess, tally: Tally) -> None:
+    """Start ``process`` again, as a supervisor does; one that exits at start (its HTTP port
+    taken meanwhile by another program of the machine) gets another port and another try."""
+    while True:
+        process.start()
+        while not process.ready() and process.returncode is None:  # noqa: ASYNC110 (a log)
+            await anyio.sleep(0.2)
+        if process.returncode is None:
+            return
+        tally.failed_starts += 1
+        process.starts -= 1  # it wrote no ready line: ``ready`` counts the others
+        process.environ["GATEWAY_HTTP_PORT"] = str(free_port())
 
 
 async def _within(scope: anyio.CancelScope, work: Callable[[], Awaitable[None]]) -> None:
@@ -371,9 +386,7 @@ async def _drive(station: Station, options: Options) -> dict[str, Any]:
                 victim.kill()
                 tally.kills += 1
                 await anyio.sleep(options.restart_after)
-                victim.start()
-                while not victim.ready():  # noqa: ASYNC110 (another process's log file)
-                    await anyio.sleep(0.2)
+                await restart(victim, tally)
 
         async def sampler() -> None:
             while not finished.is_set():
@@ -442,6 +455,7 @@ def report(
         "concurrency": options.concurrency,
         "retention_seconds": options.retention,
         "kills": tally.kills,
+        "failed_starts": tally.failed_starts,
         "jobs": {
             "stored": len(tally.stored),
             "ended": len(tally.seen_ended),
@@ -513,7 +527,8 @@ def print_report(figures: dict[str, Any]) -> None:
     jobs = figures["jobs"]
     print(
         f"soak: {figures['seconds'] / 60:.1f} min, {figures['concurrency']} MES workers, "
-        f"{figures['kills']} SIGKILLs of instance b, retention {figures['retention_seconds']} s"
+        f"{figures['kills']} SIGKILLs of instance b ({figures['failed_starts']} restarts failed "
+        f"and were tried again), retention {figures['retention_seconds']} s"
     )
     print(
         f"jobs: {jobs['stored']} stored, {jobs['ended']} ended ({jobs['completed']} completed), "
