@@ -5,12 +5,12 @@ An engine never touches a transport. It hands an ``EquipmentCommand`` to the gat
 equipment. The driver delivers the command in its own protocol and, when the equipment answers,
 hands an ``EquipmentReply`` (matched by the command's correlation id) or an ``EquipmentEvent``
 (a ``pull_event`` the equipment publishes on its own) back to the hub, which passes it to the
-sink of the recipe interpreter whose job it is for: every interpreter attaches its own sink, and
-with several attached the hub asks each ``runs_job`` (the job is the first part of the
-correlation id ``{job}:{action}:{attempt}``); an event naming no job goes to every sink, each
-taking it only if one of its jobs waits for it. Replies and events may arrive at any gateway
-instance: a sink must route them through shared state, never through memory of the instance
-that sent the command.
+sink that owns it. The correlation id is typed (``CorrelationId``: owner, job, step, attempt,
+one format and one parse): the hub looks its owner up among the attached sinks (the recipe
+runtime attaches the default owner, ``RECIPES``) and hands the reply over; an event goes to the
+``RECIPES`` sink, which gives it to the job waiting for it. Replies and events may arrive at any
+gateway instance: a sink must route them through shared state, never through memory of the
+instance that sent the command.
 
 The hub also keeps **liveness**: drivers report ``heartbeat(equipment)`` when the equipment
 signals it is alive and ``gone(equipment)`` when it says goodbye (or its connection drops).
@@ -64,9 +64,44 @@ SENT_RECORD_SECONDS = 86_400.0
 command's own timeout is longer): a reply later than that is refused."""
 
 
+RECIPES = "recipes"
+"""The owner of the recipe runtime's commands (the default owner of a correlation id)."""
+
+
+@dataclass(frozen=True)
+class CorrelationId:
+    """Whose command a reply answers: the owner (the sink attached under that name), the job,
+    the step (a recipe action) and the try.
+
+    On the wire it is ``{job}:{step}:{attempt}`` for the ``RECIPES`` owner, so equipment sees
+    the shape the drivers document, and ``{job}:{step}:{attempt}:{owner}`` for another owner.
+    A step and an owner hold no ``:``; a job may.
+    """
+
+    job: str
+    step: str
+    attempt: int
+    owner: str = RECIPES
+
+    def __str__(self) -> str:
+        text = f"{self.job}:{self.step}:{self.attempt}"
+        return text if self.owner == RECIPES else f"{text}:{self.owner}"
+
+    @classmethod
+    def parse(cls, text: str) -> CorrelationId:
+        """The id ``text`` spells; ``ValueError`` when it is not one of ours."""
+        parts = text.rsplit(":", 2)
+        if len(parts) == 3 and parts[2].isdigit() and parts[0] and parts[1]:
+            return cls(parts[0], parts[1], int(parts[2]))
+        parts = text.rsplit(":", 3)
+        if len(parts) == 4 and parts[2].isdigit() and all(parts):
+            return cls(parts[0], parts[1], int(parts[2]), parts[3])
+        raise ValueError(f"correlation id {text!r} is not {{job}}:{{step}}:{{attempt}}[:{{owner}}]")
+
+
 @dataclass(frozen=True)
 class EquipmentCommand:
-    """One ``push_command``; ``correlation_id`` is ``{job}:{action}:{attempt}``.
+    """One ``push_command``; ``correlation_id`` is a ``CorrelationId``'s text.
 
     A re-sent command (after a crash or a redelivery) carries the same correlation id, so the
     equipment can recognise and ignore the repetition (the idempotency contract).
@@ -208,11 +243,8 @@ def event_from_cloudevent(event: CloudEvent) -> EquipmentEvent:
 
 
 class EquipmentSink(Protocol):
-    """Where replies and events go: one per recipe interpreter (``EquipmentHub.attach``).
-
-    With more than one sink attached, each must also be a ``JobOwner``, so the hub can tell
-    whose job a reply is for.
-    """
+    """Where replies and events go: attached to the hub under an owner name
+    (``EquipmentHub.attach``); the ``RECIPES`` sink also gets the equipment events."""
 
     async def reply(self, reply: EquipmentReply) -> None:
         """Record the reply durably before returning (the driver acknowledges after)."""
@@ -258,16 +290,6 @@ class ReplierCheck(Protocol):
 
     async def checked_reply(self, reply: EquipmentReply) -> None:
         """``reply``, after checking its sender (``reply.equipment``, when the driver knows it)."""
-        ...
-
-
-@runtime_checkable
-class JobOwner(Protocol):
-    """A sink that can say whether a job is its interpreter's (optional member of
-    ``EquipmentSink``, needed once several interpreters share the hub)."""
-
-    async def runs_job(self, job_order_id: str, scope: str | None) -> bool:
-        """Whether this interpreter runs ``job_order_id`` (in ``scope``, when known)."""
         ...
 
 
@@ -348,7 +370,7 @@ class EquipmentHub:
         self.clock = clock  # Unix time of heartbeats and departures, and "now" in explanations
         self._observers = observers
         self._store = store
-        self.sinks: list[EquipmentSink] = []
+        self.sinks: dict[str, EquipmentSink] = {}  # by owner
         self._local = _LocalLivenessRecords(lambda: self.clock())
         self._local_sent = _LocalCommandLedger()  # without a store
         self.directory: EquipmentDirectory | None = None  # routing by type (set_directory)
@@ -382,18 +404,16 @@ class EquipmentHub:
             return command
         return replace(command, equipment=declared[0])
 
-    def attach(self, sink: EquipmentSink) -> None:
-        """Make ``sink`` receive the replies and events of its interpreter's jobs (each recipe
-        interpreter attaches its own; attaching the same sink again changes nothing)."""
-        if any(existing is sink for existing in self.sinks):
-            return
-        for candidate in (*self.sinks, sink):
-            if self.sinks and not isinstance(candidate, JobOwner):
-                raise GatewayError(
-                    f"equipment sink {type(candidate).__name__} cannot say which jobs are its "
-                    "own (runs_job), so it cannot share the hub with another interpreter"
-                )
-        self.sinks.append(sink)
+    def attach(self, sink: EquipmentSink, owner: str = RECIPES) -> None:
+        """Make ``sink`` receive the replies to the commands of ``owner`` (the recipe runtime
+        is ``RECIPES``, and gets the events too); attaching the same sink again changes
+        nothing, another sink under a taken owner is refused."""
+        if ":" in owner or owner.isdigit():
+            raise GatewayError(f"equipment sink owner {owner!r}: no ':' and not a number")
+        attached = self.sinks.get(owner)
+        if attached is not None and attached is not sink:
+            raise GatewayError(f"two equipment sinks are attached as {owner!r}")
+        self.sinks[owner] = sink
 
     def driver_for(self, command: EquipmentCommand) -> EquipmentDriver:
         """The first driver that serves ``command``; catch-all drivers are asked last.
@@ -435,14 +455,18 @@ class EquipmentHub:
         return self._local_sent if store is None else store.commands
 
     async def reply(self, reply: EquipmentReply) -> None:
-        """Called by drivers when equipment answers a command: to its job's interpreter.
+        """Called by drivers when equipment answers a command: to the sink of its owner.
 
         A reply naming its sender (``reply.equipment``) is accepted only if the command with its
         correlation id went to that equipment and is still unanswered; ``NotPermitted``
         otherwise, and nothing reaches the engine. A ``ReplierCheck`` sink checks that itself.
+        A correlation id that is not one of ours is a ``ValidationError``.
         """
-        job = reply.correlation_id.rsplit(":", 2)[0]
-        sink = await self._sink_for(job, reply.scope, f"reply {reply.correlation_id}")
+        try:
+            owner = CorrelationId.parse(reply.correlation_id).owner
+        except ValueError as error:
+            raise ValidationError("correlationid", str(error)) from None
+        sink = self._sink(owner, f"reply {reply.correlation_id}")
         if _implements(type(sink), ReplierCheck):
             await cast(ReplierCheck, sink).checked_reply(reply)
         else:
@@ -476,29 +500,16 @@ class EquipmentHub:
             log.exception("a %s observer failed", hook)
 
     async def event(self, event: EquipmentEvent) -> None:
-        """Called by drivers when equipment reports an event: to the interpreter of the job it
-        names, else to every interpreter (the one with a job waiting for it takes it)."""
-        if event.job_order_id is not None:
-            sink = await self._sink_for(event.job_order_id, event.scope, f"event {event.id}")
-            await sink.event(event)
-            self._observe("gateway_equipment_event_received", event=event)
-            return
-        if not self.sinks:
-            raise GatewayError("equipment reported something, but no recipe engine is attached")
-        for sink in self.sinks:
-            await sink.event(event)
+        """Called by drivers when equipment reports an event: to the recipe runtime, which
+        gives it to the job waiting for it."""
+        await self._sink(RECIPES, f"event {event.id}").event(event)
         self._observe("gateway_equipment_event_received", event=event)
 
-    async def _sink_for(self, job: str, scope: str | None, what: str) -> EquipmentSink:
-        if not self.sinks:
-            raise GatewayError("equipment reported something, but no recipe engine is attached")
-        if len(self.sinks) == 1:
-            return self.sinks[0]
-        for sink in self.sinks:
-            owner = cast(JobOwner, sink)
-            if _implements(type(sink), JobOwner) and await owner.runs_job(job, scope):
-                return sink
-        raise GatewayError(f"{what}: no recipe interpreter runs job {job!r}")
+    def _sink(self, owner: str, what: str) -> EquipmentSink:
+        sink = self.sinks.get(owner)
+        if sink is None:
+            raise GatewayError(f"{what}: no equipment sink is attached as {owner!r}")
+        return sink
 
     # -- liveness -----------------------------------------------------------------------------
 
@@ -514,7 +525,7 @@ class EquipmentHub:
 
     async def _came_online(self, equipment_id: str) -> None:
         """Tell the sinks (an engine re-sends the commands the equipment may have missed)."""
-        for sink in self.sinks:
+        for sink in self.sinks.values():
             if not isinstance(sink, OnlineObserver):
                 continue
             try:

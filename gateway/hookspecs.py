@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         EquipmentEvent,
         EquipmentReply,
     )
+    from gateway.formats import RecipeFormat
     from gateway.jobmethods import JobMethods
     from gateway.jobstates import JobState
     from gateway.phases import (
@@ -119,6 +120,17 @@ def gateway_register_recipe_interpreters(
     finds the interpreters in ``gateway.recipe_interpreters``. ``gateway.job_control`` is a
     handle to keep: it reaches the job control once the gateway is built (``PluginError`` when
     called earlier).
+    """
+
+
+@hookspec
+def gateway_register_recipe_formats(register: Callable[[RecipeFormat], None]) -> None:
+    """Contribute recipe formats (``register(format)``, ``gateway.formats.RecipeFormat``): a
+    compiler and a pure executor each, which the recipe runtime (``gateway_runtime``) runs.
+
+    Asked by the runtime when it registers its interpreters (one per format's ``dataschema``),
+    and by the ``gateway recipe`` command (so a format takes no settings and keeps no
+    per-gateway state).
     """
 
 

@@ -32,6 +32,7 @@ DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
     ("mqtt", "gateway_mqtt.plugin"),
     ("msgpack-rpc", "gateway_msgpack_rpc.plugin"),
     ("jobs", "gateway_jobs.plugin"),
+    ("runtime", "gateway_runtime.plugin"),
     ("sfc", "gateway_sfc.plugin"),
     ("sequence", "gateway_sequence.plugin"),
     ("mqtt-equipment", "gateway_mqtt_equipment.plugin"),

@@ -52,10 +52,10 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gateway.errors import ValidationError
+from gateway.formats import RecipeError as RecipeError
 from gateway_sfc.conditions import (
     ALWAYS,
     Condition,
@@ -142,14 +142,6 @@ class Chart:
         """Whether ``name`` is the last node of its path (finishing it finishes the path)."""
         container = self.nodes[name].container
         return container is not None and self.path(container)[-1] == name
-
-
-class RecipeError(ValidationError):
-    """A recipe that cannot run; ``problems`` lists every problem as ``"element: reason"``."""
-
-    def __init__(self, problems: Sequence[str]) -> None:
-        self.problems = list(problems)
-        super().__init__("recipe", "; ".join(self.problems))
 
 
 def compile_chart(recipe: Recipe) -> Chart:

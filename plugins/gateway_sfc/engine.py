@@ -14,57 +14,27 @@ the target. Steps without actions complete at once; branches complete when their
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from enum import StrEnum
+from dataclasses import replace
 from typing import Any
 
+from gateway.formats import (
+    ActionRun,
+    Effects,
+    Execution,
+    NodeRun,
+    Phase,
+    Report,
+    Status,
+    Timer,
+    TimerKind,
+)
 from gateway.recipes import JobCommand
 from gateway_sfc.chart import Chart, Edge
 from gateway_sfc.conditions import Condition, ConditionError, ConditionScope
 from gateway_sfc.model import Action, BranchType, Interaction, OnError, Qualifier
-from gateway_sfc.state import ActionRun, Execution, NodeRun, Phase, Status
 
 # Entering more nodes than this in one settle means transitions loop without ever waiting.
 MAX_ENTRIES_PER_SETTLE = 1000
-
-
-class TimerKind(StrEnum):
-    """What a durable timer stands for (stored by its value)."""
-
-    TIMEOUT = "timeout"  # an action's try got no answer in time
-    DUE = "due"  # a delayed action (D, or a retry's backoff) may start
-    LIMIT = "limit"  # a time-limited action (L) ends
-    RECHECK = "recheck"  # conditions on elapsed time are due to be evaluated again
-    LIVENESS = "liveness"  # check whether the equipment of a waiting action is still online
-
-
-class Report(StrEnum):
-    """What the chart tells job control."""
-
-    COMPLETE = "complete"
-    ABORT = "abort"
-    HOLD = "hold"
-    RECORD = "record"  # results only: the MES stopped or aborted the job itself
-
-
-@dataclass(frozen=True)
-class Timer:
-    """A durable timer: at ``due`` (epoch seconds) the engine gets ``kind`` for ``action``."""
-
-    due: float
-    kind: TimerKind
-    action: str = ""
-    attempt: int = 0
-
-
-@dataclass
-class Effects:
-    sends: list[str] = field(default_factory=list)  # actions whose current try must be sent
-    timers: list[Timer] = field(default_factory=list)
-    report: Report | None = None  # to job control
-    changed: bool = False  # the execution state changed and must be written
-    # A reply matched its command: seconds since sending, and whether it reported an error.
-    reply: tuple[float, bool] | None = None
 
 
 class ChartLoopError(Exception):

@@ -17,6 +17,7 @@ import cattrs
 from cattrs.cols import is_mutable_sequence, list_structure_factory
 
 from gateway.errors import ValidationError
+from gateway.formats import Interaction as Interaction
 
 DATASCHEMA = "https://aschamberger.github.io/schemas/microdcs/sfc-recipe/v1.0.0/"
 
@@ -40,11 +41,6 @@ class Qualifier(StrEnum):
     R = "R"
     L = "L"
     D = "D"
-
-
-class Interaction(StrEnum):
-    PUSH_COMMAND = "push_command"  # send a command to equipment, complete on its reply
-    PULL_EVENT = "pull_event"  # wait for an equipment event of ``type_id``
 
 
 class BranchType(StrEnum):

@@ -21,10 +21,10 @@ from anyio.abc import TaskGroup
 from gateway.errors import ValidationError
 from gateway.logs import log_context
 from gateway.resilience import is_transient
-from gateway_sfc.context import EngineContext
-from gateway_sfc.keys import GROUP, scope_of_stream
-from gateway_sfc.scopes import ScopeRegistry, is_nogroup
-from gateway_sfc.scripts import ACKNOWLEDGE, FIRE_DUE
+from gateway_runtime.context import EngineContext
+from gateway_runtime.keys import GROUP, scope_of_stream
+from gateway_runtime.scopes import ScopeRegistry, is_nogroup
+from gateway_runtime.scripts import ACKNOWLEDGE, FIRE_DUE
 
 log = logging.getLogger(__name__)
 

@@ -17,19 +17,11 @@ from enum import IntEnum
 from typing import TYPE_CHECKING
 
 from gateway.errors import GatewayError
-from gateway_sfc.context import EngineContext
-from gateway_sfc.engine import Effects, Executor, Timer, TimerKind
-from gateway_sfc.scripts import COMMIT
-from gateway_sfc.snapshots import RecipeCache
-from gateway_sfc.state import (
-    Execution,
-    Phase,
-    Status,
-    dump_action_run,
-    dump_execution,
-    load_execution,
-    take_done,
-)
+from gateway.formats import Effects, Execution, Executor, Phase, Status, Timer, TimerKind
+from gateway_runtime.context import EngineContext
+from gateway_runtime.scripts import COMMIT
+from gateway_runtime.snapshots import RecipeCache
+from gateway_runtime.state import dump_action_run, dump_execution, load_execution, take_done
 
 if TYPE_CHECKING:
     from redis.commands.core import AsyncScript

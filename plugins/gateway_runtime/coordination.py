@@ -1,4 +1,4 @@
-"""Running charts on several instances at once, sharing nothing but Redis.
+"""Running recipes on several instances at once, sharing nothing but Redis.
 
 ``Coordinator`` wires the parts and is what the interpreter and the equipment hub talk to:
 
@@ -6,7 +6,7 @@
 - ``scopes``: the scopes this instance works for, and job -> scope;
 - ``work`` / ``consumer``: adding to and taking from the per-scope work streams, timers;
 - ``executions``: compare-and-swap of a job's execution state with everything committed with it;
-- ``snapshots``: the recipe each job runs, compiled and cached;
+- ``snapshots``: the program each job runs, compiled by its format and cached;
 - ``steps``: what each kind of work entry does;
 - ``events``: equipment events to the actions waiting for them;
 - ``reconcile``: what a crash lost, repaired at start and periodically;
@@ -16,27 +16,29 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.abc import TaskStatus
 
-from gateway.equipment import EquipmentEvent, EquipmentReply
+from gateway.equipment import CorrelationId, EquipmentEvent, EquipmentReply
 from gateway.errors import NotPermitted
+from gateway.formats import RecipeFormat
 from gateway.logs import log_context
 from gateway.recipes import JobCommand, RecipeJob
-from gateway_sfc.consumer import WorkConsumer
-from gateway_sfc.context import EngineContext
-from gateway_sfc.events import EventRouter, event_fields
-from gateway_sfc.executions import ExecutionStore
-from gateway_sfc.keys import GROUP
-from gateway_sfc.reconcile import Reconciler
-from gateway_sfc.resend import Resender
-from gateway_sfc.scopes import ScopeRegistry
-from gateway_sfc.settings import SfcSettings
-from gateway_sfc.snapshots import RecipeCache
-from gateway_sfc.steps import StepHandlers
-from gateway_sfc.work import WorkQueue
+from gateway_runtime.consumer import WorkConsumer
+from gateway_runtime.context import EngineContext
+from gateway_runtime.events import EventRouter, event_fields
+from gateway_runtime.executions import ExecutionStore
+from gateway_runtime.keys import GROUP
+from gateway_runtime.reconcile import Reconciler
+from gateway_runtime.resend import Resender
+from gateway_runtime.scopes import ScopeRegistry
+from gateway_runtime.settings import RuntimeSettings
+from gateway_runtime.snapshots import RecipeCache
+from gateway_runtime.steps import StepHandlers
+from gateway_runtime.work import WorkQueue
 
 if TYPE_CHECKING:
     from gateway.phases import InterpreterPhase
@@ -45,10 +47,15 @@ log = logging.getLogger(__name__)
 
 
 class Coordinator:
-    """The SFC engine's Redis side: the interpreter's and the equipment hub's counterpart."""
+    """The runtime's Redis side: the interpreters' and the equipment hub's counterpart."""
 
-    def __init__(self, settings: SfcSettings, gateway: InterpreterPhase) -> None:
-        self.context = context = EngineContext(settings, gateway)
+    def __init__(
+        self,
+        settings: RuntimeSettings,
+        gateway: InterpreterPhase,
+        formats: Mapping[str, RecipeFormat],
+    ) -> None:
+        self.context = context = EngineContext(settings, gateway, formats)
         self.scopes = ScopeRegistry(context)
         self.recipes = RecipeCache(context)
         self.executions = ExecutionStore(context, self.recipes)
@@ -63,7 +70,7 @@ class Coordinator:
         context.metrics.sample_streams(gateway.metrics, self._group_info)
 
     @property
-    def settings(self) -> SfcSettings:
+    def settings(self) -> RuntimeSettings:
         return self.context.settings
 
     async def _group_info(self) -> dict[str, dict[str, Any]]:
@@ -136,17 +143,13 @@ class Coordinator:
 
     async def _reply_target(self, reply: EquipmentReply) -> tuple[str, str, str, int] | None:
         """Scope, job, action and attempt of the try ``reply`` answers (``None``: not ours)."""
-        try:
-            job, action, attempt = reply.correlation_id.rsplit(":", 2)
-            number = int(attempt)
-        except ValueError:
-            log.warning("reply with foreign correlation id %r ignored", reply.correlation_id)
-            return None
+        correlation = CorrelationId.parse(reply.correlation_id)  # checked by the hub
+        job = correlation.job
         scope = reply.scope or await self.scopes.job_scope(job)
         if not scope:
-            log.warning("reply %s for unknown job %s ignored", reply.correlation_id, job)
+            log.info("reply %s for unknown job %s ignored", reply.correlation_id, job)
             return None
-        return scope, job, action, number
+        return scope, job, correlation.step, correlation.attempt
 
     async def _apply(
         self, reply: EquipmentReply, scope: str, job: str, action: str, attempt: int
@@ -155,15 +158,6 @@ class Coordinator:
             await self.scopes.adopt(scope, announce=True)
         with log_context(scope=scope, job=job, correlationid=reply.correlation_id):
             await self.steps.reply(scope, job, action, attempt, reply.data, reply.error)
-
-    async def runs_job(self, job_order_id: str, scope: str | None) -> bool:
-        """``gateway.equipment.JobOwner``: whether the job is a chart of this engine (a job
-        whose snapshot this instance holds is, with no store lookup: the common case of a reply
-        to a command this instance sent)."""
-        if scope is not None and self.recipes.holds(scope, job_order_id):
-            return True
-        known = await self.scopes.job_scope(job_order_id)
-        return known is not None and (scope is None or known == scope)
 
     async def event(self, event: EquipmentEvent) -> None:
         """Give an event to the job waiting for it, where it arrives (see ``reply``)."""
@@ -204,31 +198,31 @@ class Coordinator:
             # once per outage, /readyz 503 naming it meanwhile; gateway.resilience).
             loops.start_soon(
                 resilience.every,
-                "sfc-engine.timers",
+                "recipe-runtime.timers",
                 settings.timer_poll_seconds,
                 self.consumer.fire_due_timers,
             )
             loops.start_soon(
                 resilience.every,
-                "sfc-engine.claims",
+                "recipe-runtime.claims",
                 settings.claim_idle_seconds / 2,
                 lambda: self.consumer.claim_orphans(handlers),
             )
             loops.start_soon(
                 resilience.every,
-                "sfc-engine.scopes",
+                "recipe-runtime.scopes",
                 settings.scope_poll_seconds,
                 self.scopes.discover,
             )
             loops.start_soon(
                 resilience.every,
-                "sfc-engine.reconcile",
+                "recipe-runtime.reconcile",
                 settings.reconcile_seconds,
                 self.reconciler.reconcile,
             )
             loops.start_soon(
                 resilience.every,
-                "sfc-engine.outbox",
+                "recipe-runtime.outbox",
                 settings.timer_poll_seconds,
                 self.steps.flush_published,
             )

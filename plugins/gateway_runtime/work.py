@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gateway.recipes import JobCommand
-from gateway_sfc.context import EngineContext
-from gateway_sfc.scopes import ScopeRegistry
+from gateway_runtime.context import EngineContext
+from gateway_runtime.scopes import ScopeRegistry
 
 
 class WorkQueue:

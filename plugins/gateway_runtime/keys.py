@@ -1,29 +1,29 @@
-"""Where the SFC engine keeps things in Redis (every scoped key carries the scope's hash tag).
+"""Where the recipe runtime keeps things in Redis (every scoped key carries the scope's hash tag).
 
 Per scope:
 
-- ``sfc:work`` stream, consumer group ``sfc-engine``: the work no message carries (start, MES
+- ``rt:work`` stream, consumer group ``recipe-runtime``: the work no message carries (start, MES
   command, due timer, report, a command to send again); XREADGROUP hands each to one instance,
   XAUTOCLAIM hands the entries of a dead instance to a live one. Equipment replies and events
   do not pass through it: they are applied by the instance that receives them.
-- ``sfc:exec:<job>``: the execution state (``gateway_sfc.state``), changed only by the CAS
-  script (``gateway_sfc.scripts``), which also writes the follow-up entries and timers.
-- ``sfc:recipe:<job>``: the recipe and parameters the job started with (a snapshot, so a
+- ``rt:exec:<job>``: the execution state (``gateway_runtime.state``), changed only by the CAS
+  script (``gateway_runtime.scripts``), which also writes the follow-up entries and timers.
+- ``rt:recipe:<job>``: the recipe and parameters the job started with (a snapshot, so a
   Work Master changed meanwhile does not change a running job).
-- ``sfc:history:<job>`` hash: the job's actions that are done, by name (the last activation
+- ``rt:history:<job>`` hash: the job's actions that are done, by name (the last activation
   of each), moved out of the state by the commit that finishes them: the state, written on
   every step, holds what is still going on, however long the recipe. For the operator view.
-- ``sfc:timers`` sorted set: durable timers by due time; any instance moves due ones to the
+- ``rt:timers`` sorted set: durable timers by due time; any instance moves due ones to the
   stream atomically (so each fires once) — they survive every restart.
-- ``sfc:waiting`` sorted set: jobs with a ``pull_event`` waiting, oldest first, where an
-  incoming equipment event looks for its taker; ``sfc:unclaimed``: recent events nobody waited
+- ``rt:waiting`` sorted set: jobs with a ``pull_event`` waiting, oldest first, where an
+  incoming equipment event looks for its taker; ``rt:unclaimed``: recent events nobody waited
   for yet (an event may overtake the state change that starts the wait), and for each event a
-  job took from there, ``sfc:claimed:<digest>`` names that job for a while (``events.CLAIM``).
-- ``sfc:outbox`` sorted set: commands committed and about to be published, by the time after
+  job took from there, ``rt:claimed:<digest>`` names that job for a while (``events.CLAIM``).
+- ``rt:outbox`` sorted set: commands committed and about to be published, by the time after
   which they count as lost (the instance died between commit and publish) and are sent again.
-- ``sfc:active`` set: jobs not ended, for the recovery scan at start.
+- ``rt:active`` set: jobs not ended, for the recovery scan at start.
 
-Globally: ``sfc:scopes`` (every scope that ran a job, for discovery) and ``sfc:job-scope:<job>``
+Globally: ``rt:scopes`` (every scope that ran a job, for discovery) and ``rt:job-scope:<job>``
 (its scope, for replies that do not say it; it expires with the job's ended state, so a late
 reply still finds its job).
 """
@@ -32,17 +32,17 @@ from __future__ import annotations
 
 from gateway.store import KeySchema
 
-GROUP = "sfc-engine"  # the work streams' consumer group
+GROUP = "recipe-runtime"  # the work streams' consumer group
 
 
-class SfcKeys:
-    """The engine's key names, built from the store's key schema."""
+class RuntimeKeys:
+    """The runtime's key names, built from the store's key schema."""
 
     def __init__(self, schema: KeySchema) -> None:
         self.schema = schema
 
     def scoped(self, scope: str, *parts: str) -> str:
-        return self.schema.scoped(scope, "sfc", *parts)
+        return self.schema.scoped(scope, "rt", *parts)
 
     def work(self, scope: str) -> str:
         return self.scoped(scope, "work")
@@ -73,17 +73,12 @@ class SfcKeys:
 
     @property
     def scopes(self) -> str:
-        return self.schema.global_key("sfc", "scopes")
+        return self.schema.global_key("rt", "scopes")
 
     def job_scope(self, job: str) -> str:
-        return self.schema.global_key("sfc", "job-scope", job)
-
-    @property
-    def job_scopes(self) -> str:
-        """The job -> scope hash earlier versions wrote (read for their jobs still running)."""
-        return self.schema.global_key("sfc", "job-scopes")
+        return self.schema.global_key("rt", "job-scope", job)
 
 
 def scope_of_stream(stream: str) -> str:
-    """The scope of a work stream's key: ``"<prefix>:{<scope>}:sfc:work"``."""
+    """The scope of a work stream's key: ``"<prefix>:{<scope>}:rt:work"``."""
     return stream[stream.index("{") + 1 : stream.rindex("}")]

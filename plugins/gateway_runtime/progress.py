@@ -1,10 +1,9 @@
 """A running job's progress as the web UI shows it (``gateway.recipes.RecipeProgress``).
 
-Read from the execution state the engine keeps per job (``sfc:exec:<job>``, see ``keys``), the
-actions it has done (``sfc:history:<job>``) and the recipe snapshot it started with
-(``sfc:recipe:<job>``), never written: a display may be a moment behind, it never gets in the
-engine's way. The state of an ended job expires (``sfc.ended_ttl_seconds``); then there is no
-progress, only the Job Response.
+Read from the execution state the runtime keeps per job, the actions it has done (its history)
+and the program it started with (its snapshot), never written: a display may be a moment
+behind, it never gets in the runtime's way. The state of an ended job expires
+(``runtime.ended_ttl_seconds``); then there is no progress, only the Job Response.
 """
 
 from __future__ import annotations
@@ -12,18 +11,18 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from gateway.formats import ActionSpec
 from gateway.recipes import ActionProgress, RecipeProgress, StepProgress
-from gateway_sfc.keys import SfcKeys
-from gateway_sfc.model import RetryPolicy, load_recipe
-from gateway_sfc.state import load_action_run, load_execution
+from gateway_runtime.state import load_action_run, load_execution
 
 if TYPE_CHECKING:
-    from gateway.store import Store
+    from gateway_runtime.coordination import Coordinator
 
 
-async def read_progress(store: Store, scope: str, job: str) -> RecipeProgress | None:
-    keys = SfcKeys(store.keys)
-    async with store.client.pipeline(transaction=False) as pipe:  # one round trip
+async def read_progress(coordinator: Coordinator, scope: str, job: str) -> RecipeProgress | None:
+    context = coordinator.context
+    keys = context.keys
+    async with context.client.pipeline(transaction=False) as pipe:  # one round trip
         pipe.get(keys.execution(scope, job))
         pipe.get(keys.recipe(scope, job))
         pipe.hgetall(keys.history(scope, job))
@@ -31,12 +30,11 @@ async def read_progress(store: Store, scope: str, job: str) -> RecipeProgress | 
     if state is None:
         return None
     execution = load_execution(state)
-    policies: dict[str, RetryPolicy] = {}
-    order: dict[str, int] = {}
+    specs: dict[str, ActionSpec] = {}
     if snapshot is not None:
-        recipe = load_recipe(json.loads(snapshot)["recipe"])
-        policies = {action.name: recipe.retry_of(action) for action in recipe.actions}
-        order = {action.name: index for index, action in enumerate(recipe.actions)}
+        data = json.loads(snapshot)
+        specs = dict(coordinator.recipes.program(data["dataschema"], data["recipe"]).actions)
+    order = {name: index for index, name in enumerate(specs)}
     # The actions done are in the history, the others (and a new activation of one done
     # before) in the state; shown in the recipe's order.
     runs = {name: load_action_run(text) for name, text in history.items()}
@@ -55,7 +53,7 @@ async def read_progress(store: Store, scope: str, job: str) -> RecipeProgress | 
                 phase=str(run.phase),
                 attempt=run.attempt,
                 tries=run.tries,
-                max_attempts=policies[run.name].max_attempts if run.name in policies else 1,
+                max_attempts=specs[run.name].max_attempts if run.name in specs else 1,
                 dispatched_at=run.dispatched_at,
                 deadline=run.deadline if run.active else None,
                 error=run.error,

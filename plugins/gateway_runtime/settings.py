@@ -1,4 +1,4 @@
-"""The ``[sfc]`` settings section."""
+"""The ``[runtime]`` settings section: the recipe runtime every format runs on."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from gateway.settings import setting
 
 
 @dataclass(frozen=True)
-class SfcSettings:
+class RuntimeSettings:
     claim_idle_seconds: float = setting(
         30.0,
         "Work entries unacknowledged this long belong to a dead instance and are claimed",
@@ -25,7 +25,7 @@ class SfcSettings:
     )
     reconcile_seconds: float = setting(
         10.0,
-        "How often jobs are compared with their charts, to repair hand-offs a crash lost",
+        "How often jobs are compared with their executions, to repair hand-offs a crash lost",
         minimum=0.1,
     )
     offline_timeout_seconds: float = setting(
@@ -52,4 +52,4 @@ class SfcSettings:
         60.0, "How long an equipment event may wait for the job step that expects it", minimum=0
     )
     unclaimed_events_kept: int = setting(100, "Events kept per scope for late waiters", minimum=1)
-    chart_cache_size: int = setting(1000, "Compiled charts kept in memory", minimum=1)
+    chart_cache_size: int = setting(1000, "Compiled recipes kept in memory", minimum=1)

@@ -2,8 +2,8 @@
 
 An event goes to the job of its scope that has waited longest for an event of its type (and
 equipment, and job when the event names one). An event nobody waits for yet is kept a while
-in ``sfc:unclaimed``: it may have overtaken the state change that starts the wait. A job takes
-a kept event in the same script that commits its effect (``gateway_sfc.scripts.COMMIT``), so a
+in ``rt:unclaimed``: it may have overtaken the state change that starts the wait. A job takes
+a kept event in the same script that commits its effect (``gateway_runtime.scripts.COMMIT``), so a
 failure between the two can neither lose it nor leave it for a second taker.
 """
 
@@ -18,13 +18,12 @@ from collections.abc import Awaitable, Mapping
 from typing import Any, TypeVar, cast
 
 from gateway.equipment import EquipmentEvent
+from gateway.formats import Effects, Execution, Executor, Phase
 from gateway.resilience import is_transient
-from gateway_sfc.context import EngineContext
-from gateway_sfc.engine import Effects, Executor
-from gateway_sfc.executions import ExecutionStore, waiting
-from gateway_sfc.scopes import ScopeRegistry
-from gateway_sfc.snapshots import RecipeCache
-from gateway_sfc.state import Execution, Phase
+from gateway_runtime.context import EngineContext
+from gateway_runtime.executions import ExecutionStore, waiting
+from gateway_runtime.scopes import ScopeRegistry
+from gateway_runtime.snapshots import RecipeCache, Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +76,8 @@ class EventRouter:
         execution = await self.executions.read(scope, job)
         if execution is None:
             return False
-        executor = await self.recipes.executor(scope, job, execution.run)
-        return waiting_action_for(executor, execution, event) is not None
+        snapshot = await self.recipes.get(scope, job, execution.run)
+        return waiting_action_for(snapshot, execution, event) is not None
 
     async def route(self, scope: str, event: dict[str, Any]) -> None:
         """Give an equipment event to the job that has waited longest for it."""
@@ -105,8 +104,12 @@ class EventRouter:
         """Give the event to the job if it waits for it; ``kept``: the event as kept, taken
         from the kept events with the change (``False`` if another job took it first)."""
 
+        snapshot = await self.recipes.get(scope, job)
+
         def apply(executor: Executor, execution: Execution, now: float) -> Effects:
-            action = waiting_action_for(executor, execution, event)
+            if execution.run != snapshot.run:  # started again meanwhile: asked again later
+                return Effects()
+            action = waiting_action_for(snapshot, execution, event)
             if action is None:
                 return Effects()
             return executor.on_event(execution, action, event.get("data"), now)
@@ -146,8 +149,8 @@ class EventRouter:
             execution = await self.executions.read(scope, job)
             if execution is None or not waiting(execution):
                 return
-            executor = await self.recipes.executor(scope, job, execution.run)
-            if waiting_action_for(executor, execution, event) is not None:
+            snapshot = await self.recipes.get(scope, job, execution.run)
+            if waiting_action_for(snapshot, execution, event) is not None:
                 await self.offer(scope, job, event, kept=text)
 
 
@@ -165,15 +168,15 @@ async def _unless_broken(scope: str, job: str, asking: Awaitable[T], broken: T) 
 
 
 def waiting_action_for(
-    executor: Executor, execution: Execution, event: Mapping[str, Any]
+    snapshot: Snapshot, execution: Execution, event: Mapping[str, Any]
 ) -> str | None:
-    """The waiting pull_event action this event completes, if any (type, equipment, job)."""
+    """The waiting event action this event completes, if any (type, equipment, job)."""
     if event.get("job_order_id") not in (None, execution.job):
         return None
     for run in execution.actions.values():
         if run.phase is not Phase.WAITING:
             continue
-        action = next(a for a in executor.recipe.actions if a.name == run.name)
+        action = snapshot.action(run.name)
         if action.type_id != event.get("type"):
             continue
         if action.equipment is not None and event.get("equipment") not in (None, action.equipment):

@@ -13,12 +13,12 @@ from __future__ import annotations
 import logging
 import time
 
-from gateway_sfc.context import EngineContext
-from gateway_sfc.executions import ExecutionStore
-from gateway_sfc.scopes import ScopeRegistry
-from gateway_sfc.snapshots import RecipeCache
-from gateway_sfc.state import Phase, Status
-from gateway_sfc.work import WorkQueue
+from gateway.formats import Phase, Status
+from gateway_runtime.context import EngineContext
+from gateway_runtime.executions import ExecutionStore
+from gateway_runtime.scopes import ScopeRegistry
+from gateway_runtime.snapshots import RecipeCache
+from gateway_runtime.work import WorkQueue
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +56,9 @@ class Resender:
                 ]
                 if not waiting:
                     continue
-                recipe = (await self.recipes.get(scope, job, execution.run)).chart.recipe
-                equipment = {action.name: action.equipment for action in recipe.actions}
+                snapshot = await self.recipes.get(scope, job, execution.run)
                 for run in waiting:
-                    if equipment.get(run.name) != equipment_id:
+                    if snapshot.action(run.name).equipment != equipment_id:
                         continue
                     log.info(
                         "job %s/%s: %s is back; sending %s:%s:%d again",

@@ -1,4 +1,4 @@
-"""What one work entry does to its job: start the chart, apply a stimulus, send, report."""
+"""What one work entry does to its job: start it, apply a stimulus, send, report."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gateway.equipment import EquipmentCommand
+from gateway.equipment import CorrelationId, EquipmentCommand
 from gateway.errors import GatewayError, ValidationError
+from gateway.formats import Effects, Execution, Phase, Status, Timer, TimerKind
 from gateway.jobstates import TopState
 from gateway.recipes import (
     JobCommand,
@@ -19,14 +20,12 @@ from gateway.recipes import (
     report_completed,
 )
 from gateway.resilience import TransientError, is_transient
-from gateway_sfc.binding import bind_equipment
-from gateway_sfc.context import EngineContext
-from gateway_sfc.engine import Effects, Timer, TimerKind
-from gateway_sfc.events import EventRouter
-from gateway_sfc.executions import ExecutionStore, mark_ended, outbox_member, timer_from_json
-from gateway_sfc.scopes import ScopeRegistry
-from gateway_sfc.snapshots import RecipeCache, Snapshot
-from gateway_sfc.state import Execution, Phase, Status
+from gateway_runtime.binding import bind_equipment
+from gateway_runtime.context import EngineContext
+from gateway_runtime.events import EventRouter
+from gateway_runtime.executions import ExecutionStore, mark_ended, outbox_member, timer_from_json
+from gateway_runtime.scopes import ScopeRegistry
+from gateway_runtime.snapshots import RecipeCache, Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -62,10 +61,6 @@ class StepHandlers:
             await self.send(scope, job, fields["action"], int(fields["attempt"]))
         elif kind == "report":
             await self.report(scope, job)
-        elif kind == "reply":  # written by earlier versions, which queued replies
-            data = json.loads(fields.get("data") or "null")
-            attempt = int(fields["attempt"])
-            await self.reply(scope, job, fields["action"], attempt, data, fields.get("error"))
         elif kind == "timer":
             timer = timer_from_json(fields["timer"], fields.get("due"))
             offline = await self._offline_reason(scope, job, timer)
@@ -73,7 +68,7 @@ class StepHandlers:
                 scope, job, lambda ex, execution, now: ex.on_timer(execution, timer, now, offline)
             )
         elif kind == "command":
-            command, run = JobCommand(fields["command"]), fields.get("run")
+            command, run = JobCommand(fields["command"]), fields["run"]
             await mutate(
                 scope,
                 job,
@@ -110,25 +105,22 @@ class StepHandlers:
         if not await control.run(scope, job):
             state = await control.state(scope, job)
             # Running or paused since: it started (a start handled twice, the first one slow
-            # or gone), and its chart is created if it is not yet. Revoked, aborted...: not.
+            # or gone), and its execution is created if it is not yet. Revoked, aborted...: not.
             if state is None or state.top not in (TopState.RUNNING, TopState.INTERRUPTED):
                 log.info("job %s/%s not started: it is %s", scope, job, state)
                 await self.scopes.forget_job(job)
                 return
+        dataschema = recipe_job.dataschema or ""
         try:
-            chart = self.recipes.chart(recipe_job.recipe)
+            program = self.recipes.program(dataschema, recipe_job.recipe)
         except ValidationError as error:
             await self._never_runs(scope, job, f"invalid recipe: {error}")
             return
         # Routed by type now (the configuration may have changed since Store), once for the run.
-        recipe, problems = await bind_equipment(self.context.gateway.equipment, scope, chart)
+        bound, problems = await bind_equipment(self.context.gateway.equipment, scope, program)
         if problems:
             await self._never_runs(scope, job, "unroutable recipe: " + "; ".join(problems))
             return
-        if recipe is None:
-            recipe = recipe_job.recipe
-        else:
-            chart = self.recipes.chart(recipe)
         # One run per stored job order: a start handled twice (an instance frozen mid-way,
         # its work taken over) is the same run, and does not start a job that ended again.
         run = recipe_job.stored_at or ""
@@ -136,21 +128,22 @@ class StepHandlers:
             log.info("job %s/%s not started: the MES ended it meanwhile", scope, job)
             await self.scopes.forget_job(job)
             return
-        if await self._create(scope, job, Snapshot(chart, recipe_job.parameters(), recipe, run)):
-            log.info("job %s/%s: chart started at %s", scope, job, chart.initial)
-            # An MES command that came while the chart was being created found no chart, and
+        snapshot = self.recipes.snapshot(
+            dataschema, recipe_job.recipe, recipe_job.parameters(), run, bound
+        )
+        if await self._create(scope, job, snapshot):
+            log.info("job %s/%s: started", scope, job)
+            # An MES command that came while the execution was being created found none, and
             # was dropped: it applies now (reconciliation would, but later).
             command = await self._missed_command(scope, job, run)
             if command is not None:
-                log.info(
-                    "job %s/%s: %s came as its chart started; applying it", scope, job, command
-                )
+                log.info("job %s/%s: %s came as it started; applying it", scope, job, command)
                 await self.executions.mutate(
                     scope, job, lambda ex, execution, now: ex.on_command(execution, command, now)
                 )
 
     async def _missed_command(self, scope: str, job: str, run: str) -> JobCommand | None:
-        """The MES command a chart of ``run`` starting now would miss, from its job's state."""
+        """The MES command an execution of ``run`` starting now would miss, from its job's state."""
         summary = await self.context.gateway.job_control.summary(scope, job)
         if summary is not None and run and summary.stored_at not in (None, run):
             return JobCommand.ABORT  # the id names a job order stored since
@@ -165,16 +158,14 @@ class StepHandlers:
         earlier = await self.executions.read(scope, job)
         if earlier and earlier.run != snapshot.run and earlier.status is not Status.ENDED:
             raise TransientError(f"job {scope}/{job}: its earlier run has not ended yet")
-        executor = self.context.executor(snapshot.chart, snapshot.parameters)
+        executor = self.context.executor(snapshot.program, snapshot.parameters)
         attempts = earlier.attempts if earlier is not None else None
         execution, effects = executor.start(scope, job, time.time(), attempts)
         execution.run = snapshot.run
         # Kept before the commit: the commands it dispatches are sent from the snapshot.
         self.recipes.keep(scope, job, snapshot)
         try:
-            created = await self.executions.create(
-                execution, effects, self.recipes.document(snapshot)
-            )
+            created = await self.executions.create(execution, effects, snapshot.document())
         except BaseException:  # maybe not written: the stored snapshot decides
             self.recipes.forget(scope, job)
             raise
@@ -191,7 +182,7 @@ class StepHandlers:
         if timer.kind not in (TimerKind.TIMEOUT, TimerKind.LIVENESS):
             return None
         snapshot = await self.recipes.get(scope, job)
-        action = next((a for a in snapshot.chart.recipe.actions if a.name == timer.action), None)
+        action = snapshot.program.actions.get(timer.action)
         if action is None or not action.equipment:
             return None
         return await self.context.gateway.equipment.offline_reason(action.equipment)
@@ -233,7 +224,7 @@ class StepHandlers:
         snapshot = await self.recipes.get(scope, job)
         action = snapshot.action(action_name)
         command = EquipmentCommand(
-            correlation_id=f"{job}:{action_name}:{attempt}",
+            correlation_id=str(CorrelationId(job, action_name, attempt)),
             type=action.type_id,
             equipment=action.equipment,
             scope=scope,
@@ -269,7 +260,7 @@ class StepHandlers:
         )
 
     async def report(self, scope: str, job: str) -> None:
-        """Tell job control how the chart ended (or that it holds), then close the state."""
+        """Tell job control how the execution ended (or that it holds), then close the state."""
         execution = await self.executions.read(scope, job)
         if execution is None:
             return
@@ -295,7 +286,7 @@ class StepHandlers:
         if execution.outcome == "completed":
             if not await report_completed(control, scope, job, outcome, run=run):
                 log.info(
-                    "job %s/%s: its chart completed as the MES paused it; reported when "
+                    "job %s/%s: its recipe completed as the MES paused it; reported when "
                     "the MES resumes it",
                     scope,
                     job,
@@ -310,13 +301,12 @@ class StepHandlers:
         await self.executions.mutate(scope, job, mark_ended)
         self.recipes.forget(scope, job)
         self.context.metrics.charts.labels(execution.outcome or "unknown").inc()
-        log.info("job %s/%s: chart %s", scope, job, execution.outcome)
+        log.info("job %s/%s: recipe %s", scope, job, execution.outcome)
 
 
-def _same_run(run: str | None, execution: Execution) -> bool:
-    """Whether a command for ``run`` is for this state's run. Either may not know its run:
-    an entry or a state an earlier version wrote."""
-    return not run or not execution.run or run == execution.run
+def _same_run(run: str, execution: Execution) -> bool:
+    """Whether a command for ``run`` is for this state's run (not an earlier job order's)."""
+    return run == execution.run
 
 
 def _ignored_command(execution: Execution, command: JobCommand) -> Effects:
@@ -336,8 +326,8 @@ def _noting_late_reply(execution: Execution, action: str, attempt: int) -> Execu
 
 
 def _failed_command(execution: Execution) -> str | None:
-    """The correlation id of the command whose failure ended the chart, if one did."""
+    """The correlation id of the command whose failure ended the execution, if one did."""
     for run in execution.actions.values():
         if run.phase is Phase.FAILED:
-            return f"{execution.job}:{run.name}:{run.attempt}"
+            return str(CorrelationId(execution.job, run.name, run.attempt))
     return None

@@ -30,15 +30,15 @@ from __future__ import annotations
 #
 # The stored version and run are read off the document's head (``dump_execution`` writes
 # scope, job, version and run first; a quote inside a JSON string is escaped, so the pattern
-# cannot match inside one) rather than by decoding the whole document on every step; a
-# document of another shape (an earlier version's, without a run) is decoded.
+# cannot match inside one) rather than by decoding the whole document on every step; a scope,
+# job or run with a quote in it (escaped, so the pattern does not match) is decoded.
 COMMIT = """
 local current = redis.call('GET', KEYS[1])
 local expected = tonumber(ARGV[1])
 if expected < 0 then
   if current then
     local document = cjson.decode(current)
-    if document['status'] ~= 'ended' or (document['run'] or '') == ARGV[5] then return 0 end
+    if document['status'] ~= 'ended' or document['run'] == ARGV[5] then return 0 end
   end
 else
   if not current then return 0 end
@@ -46,7 +46,7 @@ else
     current, '^{"scope":"[^"]*","job":"[^"]*","version":(%-?%d+),"run":"([^"]*)"[,}]')
   if version == nil then
     local document = cjson.decode(current)
-    version, run = document['version'], document['run'] or ''
+    version, run = document['version'], document['run']
   end
   if tonumber(version) ~= expected or run ~= ARGV[5] then return 0 end
 end

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import logging
 
+from gateway.formats import Status
 from gateway.jobstates import JobState, TopState
 from gateway.recipes import JobCommand, missed_command
-from gateway_sfc.context import EngineContext
-from gateway_sfc.executions import ExecutionStore, waiting
-from gateway_sfc.model import DATASCHEMA
-from gateway_sfc.scopes import ScopeRegistry
-from gateway_sfc.state import Status
-from gateway_sfc.work import WorkQueue
+from gateway_runtime.context import EngineContext
+from gateway_runtime.executions import ExecutionStore, waiting
+from gateway_runtime.scopes import ScopeRegistry
+from gateway_runtime.work import WorkQueue
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +27,6 @@ class Reconciler:
         self.scopes = scopes
         self.executions = executions
         self.work = work
-        self._legacy_cursor = 0  # HSCAN cursor in an earlier version's job -> scope hash
 
     async def recovery_scan(self) -> None:
         """Re-examine every unfinished job once: re-send what waits, advance what can."""
@@ -41,19 +39,18 @@ class Reconciler:
         """Catch up with job management where a crash lost a hand-off.
 
         Job management changes a job's state first and tells the interpreter after; an
-        instance dying in between leaves a job in AllowedToStart that nobody runs, or a chart
+        instance dying in between leaves a job in AllowedToStart that nobody runs, or an execution
         still running for a job the MES paused, stopped or aborted. Both are repaired here,
         and a waiting job takes the equipment events kept for it that it missed.
         """
         control = self.context.gateway.job_control
         keys = self.context.keys
-        await self.drop_ended_legacy_scopes()
         for scope in self.scopes.scopes | await self.context.store.known_scopes():
             for job in await control.startable(scope):
                 if await self.executions.exists(scope, job):
                     continue
                 recipe_job = await control.job(scope, job)
-                if recipe_job is not None and recipe_job.dataschema == DATASCHEMA:
+                if recipe_job is not None and recipe_job.dataschema in self.context.formats:
                     log.info("job %s/%s waits in AllowedToStart: starting it", scope, job)
                     await self.work.start(scope, job)
             kept_events = bool(await self.context.client.llen(keys.unclaimed(scope)))
@@ -68,46 +65,28 @@ class Reconciler:
                     await self.executions.wait_started(scope, job)
                 state = await control.state(scope, job)
                 if report_lost(state, execution.status):
-                    log.info("job %s/%s: reporting the end of its chart again", scope, job)
+                    log.info("job %s/%s: reporting the end of its execution again", scope, job)
                     await self.work.report(scope, job)
                 command = lost_command(state, execution.status)
                 if command is not None:
-                    log.info("job %s/%s: the chart missed %s; applying it", scope, job, command)
+                    log.info("job %s/%s: the execution missed %s; applying it", scope, job, command)
                     await self.work.command(scope, job, command, execution.run)
-
-    async def drop_ended_legacy_scopes(self) -> None:
-        """Versions before the per-job ``sfc:job-scope:<job>`` kept every job's scope in one
-        hash and removed a job's entry only when its chart ended under the new version: the
-        entries of jobs that had ended before the upgrade stayed for good. A bounded part of
-        the hash is looked at per call; an entry goes once its job's chart has ended, or its
-        job has no chart and is gone from job management (one that exists may be starting)."""
-        self._legacy_cursor, entries = await self.scopes.legacy_job_scopes(self._legacy_cursor)
-        ended = [job for job, scope in entries.items() if await self._has_ended(scope, job)]
-        if ended:
-            await self.scopes.drop_legacy_job_scopes(ended)
-            log.info("dropped %d job scopes an earlier version kept for ended jobs", len(ended))
-
-    async def _has_ended(self, scope: str, job: str) -> bool:
-        execution = await self.executions.read(scope, job)
-        if execution is not None:
-            return execution.status is Status.ENDED
-        return await self.context.gateway.job_control.state(scope, job) is None
 
 
 def report_lost(state: JobState | None, status: Status) -> bool:
-    """Whether a finishing chart may have lost its report: its completion waited for the MES to
+    """Whether a finishing execution may have lost its report: its completion waited for the MES to
     resume the job (``report_completed``), and the Resume, Stop or Abort reached job management
-    but not the chart (a crash in between)."""
+    but not the execution (a crash in between)."""
     return (
         status is Status.FINISHING and state is not None and state.top is not TopState.INTERRUPTED
     )
 
 
 def lost_command(state: JobState | None, status: Status) -> JobCommand | None:
-    """The MES command a chart in ``status`` missed, given its job's state (``None``: none).
+    """The MES command an execution in ``status`` missed, given its job's state (``None``: none).
 
-    A chart that is finishing reports its own end, so the job's end state is then its own
-    doing. A held chart is left alone: it may not have reported the hold yet.
+    An execution that is finishing reports its own end, so the job's end state is then its own
+    doing. A held execution is left alone: it may not have reported the hold yet.
     """
     if status not in (Status.RUNNING, Status.PAUSED):
         return None

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import logging
-from typing import cast
 
 import anyio
 from redis.exceptions import ResponseError
 
-from gateway_sfc.context import EngineContext
-from gateway_sfc.keys import GROUP
+from gateway_runtime.context import EngineContext
+from gateway_runtime.keys import GROUP
 
 log = logging.getLogger(__name__)
-
-LEGACY_BATCH = 100  # entries of an earlier version's job -> scope hash looked at per call
 
 
 def is_nogroup(error: Exception) -> bool:
@@ -58,7 +55,7 @@ class ScopeRegistry:
     async def restore(self) -> None:
         """The store lost the work streams' consumer groups (a Redis restart without its data):
         create them again, and announce the scopes again so other instances find them."""
-        log.warning("SFC engine: the store lost its work streams' groups; creating them again")
+        log.warning("recipe runtime: the store lost its work streams' groups; creating them again")
         for scope in list(self.scopes):
             await self.adopt(scope, announce=True)
 
@@ -66,7 +63,7 @@ class ScopeRegistry:
         """Adopt scopes other instances started jobs in."""
         for scope in await self.members(self.context.keys.scopes):
             if scope not in self.scopes:
-                log.info("SFC engine: new scope %s", scope)
+                log.info("recipe runtime: new scope %s", scope)
                 await self.adopt(scope, announce=False)
 
     async def wait_for_first(self) -> None:
@@ -84,22 +81,8 @@ class ScopeRegistry:
         keys, ttl = self.context.keys, self.context.settings.ended_ttl_seconds
         async with self.context.client.pipeline(transaction=False) as pipe:
             pipe.expire(keys.job_scope(job), ttl)
-            pipe.hdel(keys.job_scopes, job)  # an earlier version's entry
             await pipe.execute()
 
     async def job_scope(self, job: str) -> str | None:
-        client, keys = self.context.client, self.context.keys
-        scope = await client.get(keys.job_scope(job))
-        if scope is None:  # a job an earlier version started
-            scope = await client.hget(keys.job_scopes, job)
+        scope = await self.context.client.get(self.context.keys.job_scope(job))
         return str(scope) if scope is not None else None
-
-    async def legacy_job_scopes(self, cursor: int) -> tuple[int, dict[str, str]]:
-        """A part of an earlier version's job -> scope hash, from ``cursor`` (``0``: from the
-        start; the next cursor is ``0`` again once all was seen)."""
-        client, key = self.context.client, self.context.keys.job_scopes
-        next_cursor, entries = await client.hscan(key, cursor, count=LEGACY_BATCH)
-        return int(next_cursor), cast(dict[str, str], entries)
-
-    async def drop_legacy_job_scopes(self, jobs: list[str]) -> None:
-        await self.context.client.hdel(self.context.keys.job_scopes, *jobs)

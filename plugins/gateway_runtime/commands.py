@@ -1,0 +1,138 @@
+"""``gateway recipe ...``: check and draw recipes of every installed format without running them.
+
+``gateway recipe validate FILE...`` prints the format's ``OK: ...`` summary or every problem on
+its own line (stderr, exit status 1); with several files (a shell glob) each line starts with its
+file's name, as grep does. ``gateway recipe render FILE`` prints the recipe as Mermaid text,
+``--format svg`` as the SVG drawing the web UI shows. FILE is a recipe, or a whole Work Master
+whose ``Data`` holds the recipe and whose ``DataSchema`` names its format, as JSON or YAML
+(``.yaml``/``.yml``); ``-`` reads standard input. A bare recipe's format is the one ``--type``
+names, else the one that recognises its shape. So a recipe author sees every problem before the
+MES sends it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from gateway.cli import Command
+from gateway.documents import DocumentError, read_document
+from gateway.formats import Program, RecipeError, RecipeFormat
+from gateway.plugins import GatewayPluginManager
+from gateway_runtime.formats import installed_formats
+
+
+class _InputError(Exception):
+    """The file could not be turned into recipe data of a known format."""
+
+
+def _configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "action", choices=["validate", "render"], help="validate: check; render: draw (--format)"
+    )
+    parser.add_argument(
+        "files",
+        nargs="+",
+        metavar="FILE",
+        help="recipe or Work Master, JSON or YAML ('-' for stdin); render takes one",
+    )
+    parser.add_argument(
+        "--format",
+        choices=["mermaid", "svg"],
+        default="mermaid",
+        help="render: Mermaid flowchart text (default) or the drawing as SVG",
+    )
+    parser.add_argument(
+        "--type",
+        metavar="FORMAT",
+        help="the recipe format of bare recipes (default: the one that recognises the file)",
+    )
+
+
+def _run(args: argparse.Namespace, plugins: GatewayPluginManager) -> int:
+    formats = list(installed_formats(plugins).values())
+    if not formats:
+        print("gateway recipe: no recipe format is installed", file=sys.stderr)
+        return 2
+    if args.type is not None and args.type not in {f.name for f in formats}:
+        names = ", ".join(sorted(f.name for f in formats))
+        print(
+            f"gateway recipe: no recipe format {args.type!r} (installed: {names})", file=sys.stderr
+        )
+        return 2
+    files: list[str] = args.files
+    if args.action == "render":
+        if len(files) != 1:
+            print("gateway recipe render: give exactly one FILE", file=sys.stderr)
+            return 2
+        loaded = _load(files[0], "", formats, args.type)
+        if loaded is None:
+            return 1
+        recipe_format, program = loaded
+        drawing = (
+            recipe_format.render_svg(program)
+            if args.format == "svg"
+            else recipe_format.render_mermaid(program)
+        )
+        sys.stdout.write(drawing)
+        return 0
+    status = 0
+    for file in files:
+        prefix = f"{file}: " if len(files) > 1 else ""
+        loaded = _load(file, prefix, formats, args.type)
+        if loaded is None:
+            status = 1
+        else:
+            print(f"{prefix}{loaded[0].summary(loaded[1])}")
+    return status
+
+
+def _load(
+    file: str, prefix: str, formats: list[RecipeFormat], chosen: str | None
+) -> tuple[RecipeFormat, Program] | None:
+    """The format and program in ``file``; ``None`` after printing why there is none."""
+    try:
+        recipe_format, recipe = _recipe_data(read_document(file), formats, chosen)
+        return recipe_format, recipe_format.compile(recipe)
+    except (DocumentError, _InputError) as error:
+        print(f"{file}: {error}", file=sys.stderr)
+    except RecipeError as error:
+        for problem in error.problems:
+            print(f"{prefix}{problem}", file=sys.stderr)
+    return None
+
+
+def _recipe_data(
+    document: Any, formats: list[RecipeFormat], chosen: str | None
+) -> tuple[RecipeFormat, Any]:
+    """The format and recipe of a file's JSON: a Work Master's ``Data`` in the format of its
+    ``DataSchema``, or the document itself in the format ``chosen`` or recognised."""
+    if isinstance(document, Mapping) and "steps" not in document:
+        data_key = next((key for key in ("Data", "data") if key in document), None)
+        if data_key is not None:
+            schema = document.get("DataSchema", document.get("dataschema"))
+            if schema is None:
+                return _bare(document[data_key], formats, chosen), document[data_key]
+            found = next((f for f in formats if f.dataschema == schema), None)
+            if found is None:
+                raise _InputError(f"the Work Master's DataSchema {schema!r} is no installed format")
+            return found, document[data_key]
+    return _bare(document, formats, chosen), document
+
+
+def _bare(recipe: Any, formats: list[RecipeFormat], chosen: str | None) -> RecipeFormat:
+    if chosen is not None:
+        return next(f for f in formats if f.name == chosen)
+    recognised = [f for f in formats if f.recognizes(recipe)]
+    if len(recognised) != 1:
+        names = ", ".join(sorted(f.name for f in formats))
+        raise _InputError(f"which recipe format is it? Say --type ({names})")
+    return recognised[0]
+
+
+def recipe_command() -> Command:
+    return Command(
+        "recipe", "validate or render a recipe file (every installed format)", _configure, _run
+    )

@@ -1,0 +1,74 @@
+"""One recipe interpreter per installed format, all on the runtime, and the runtime's service."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING, Any
+
+from anyio.abc import TaskStatus
+
+from gateway.errors import ValidationError
+from gateway.formats import RecipeError, RecipeFormat
+from gateway.recipes import JobCommand, RecipeJob, RecipeProgress
+from gateway.routing import EquipmentUse
+from gateway_runtime.coordination import Coordinator
+from gateway_runtime.progress import read_progress
+
+if TYPE_CHECKING:
+    from gateway.app import Gateway
+
+
+class FormatInterpreter:
+    """``gateway.recipes.RecipeInterpreter`` for the recipes of one format; also a
+    ``RecipeViewer`` (draws them, reports a job's progress) and an ``EquipmentUser`` (lists
+    what a recipe asks of equipment)."""
+
+    def __init__(self, coordinator: Coordinator, recipe_format: RecipeFormat) -> None:
+        self.coordinator = coordinator
+        self.format = recipe_format
+        self.dataschema = recipe_format.dataschema
+
+    # Both are asked for every job stored: they use the runtime's compiled programs (a Work
+    # Master's recipe is compiled once, not once per job).
+
+    def validate(self, recipe: Any) -> Sequence[str]:
+        try:
+            self.coordinator.recipes.program(self.dataschema, recipe)
+        except RecipeError as error:
+            return list(error.problems)
+        except ValidationError as error:
+            return [str(error)]
+        return []
+
+    def equipment_uses(self, recipe: Any) -> Sequence[EquipmentUse]:
+        try:
+            program = self.coordinator.recipes.program(self.dataschema, recipe)
+        except ValidationError:
+            return []
+        return [action.equipment_use() for action in program.actions.values()]
+
+    async def start(self, job: RecipeJob) -> None:
+        await self.coordinator.start_job(job)
+
+    async def command(self, job: RecipeJob, command: JobCommand) -> None:
+        await self.coordinator.command_job(job, command)
+
+    def render_svg(self, recipe: Any, active: Collection[str] = ()) -> str:
+        program = self.coordinator.recipes.program(self.dataschema, recipe)
+        return self.format.render_svg(program, active)
+
+    async def progress(self, scope: str, job_order_id: str) -> RecipeProgress | None:
+        return await read_progress(self.coordinator, scope, job_order_id)
+
+
+class RuntimeService:
+    """Takes work entries, fires timers and recovers orphaned work, on every gateway instance."""
+
+    name = "recipe-runtime"
+    roles = frozenset({"gateway", "engine"})
+
+    def __init__(self, coordinator: Coordinator) -> None:
+        self.coordinator = coordinator
+
+    async def run(self, gateway: Gateway, *, task_status: TaskStatus[None]) -> None:
+        await self.coordinator.run(task_status=task_status)

@@ -1,0 +1,112 @@
+"""The program each job runs, fixed when it started, compiled once and kept in memory."""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.formats import ActionSpec, Executor, Program
+from gateway_runtime.context import EngineContext
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What a job runs: its recipe (of format ``dataschema``) compiled with the equipment its
+    actions were routed to, and its parameters (all fixed when it started)."""
+
+    program: Program
+    parameters: Mapping[str, Any]
+    recipe: Any
+    dataschema: str
+    run: str = ""  # the job's run it belongs to (``Execution.run``)
+    equipment: Mapping[str, str] = field(default_factory=dict)  # routed by type at start
+
+    def action(self, name: str) -> ActionSpec:
+        """The program's action of that name (``KeyError``: none)."""
+        return self.program.actions[name]
+
+    def document(self) -> str:
+        """The snapshot as stored, written with the job's first state."""
+        return json.dumps(
+            {
+                "dataschema": self.dataschema,
+                "recipe": self.recipe,
+                "parameters": self.parameters,
+                "run": self.run,
+                "equipment": self.equipment,
+            }
+        )
+
+
+class RecipeCache:
+    """Reads job snapshots, keeping the most recently used compiled programs."""
+
+    def __init__(self, context: EngineContext) -> None:
+        self.context = context
+        self._snapshots: OrderedDict[tuple[str, str], Snapshot] = OrderedDict()
+        # Jobs of one Work Master run the same recipe: compile it once (key: format and text).
+        self._programs: OrderedDict[tuple[str, str], Program] = OrderedDict()
+
+    def program(self, dataschema: str, recipe: Any) -> Program:
+        """The compiled program of ``recipe`` (``RecipeError``: it cannot run)."""
+        key = (dataschema, json.dumps(recipe, sort_keys=True, default=str))
+        program = self._programs.get(key)
+        if program is None:
+            program = self._programs[key] = self.context.format(dataschema).compile(recipe)
+            if len(self._programs) > self.context.settings.chart_cache_size:
+                self._programs.popitem(last=False)
+        else:
+            self._programs.move_to_end(key)
+        return program
+
+    def snapshot(
+        self,
+        dataschema: str,
+        recipe: Any,
+        parameters: Mapping[str, Any],
+        run: str,
+        equipment: Mapping[str, str],
+    ) -> Snapshot:
+        program = self.program(dataschema, recipe)
+        if equipment:
+            program = program.bind(equipment)
+        return Snapshot(program, parameters, recipe, dataschema, run, dict(equipment))
+
+    def keep(self, scope: str, job: str, snapshot: Snapshot) -> None:
+        """The snapshot of a job this instance just started."""
+        self._keep((scope, job), snapshot)
+
+    async def get(self, scope: str, job: str, run: str | None = None) -> Snapshot:
+        """The job's snapshot; with ``run``, the one kept in memory only if it is that run's
+        (another instance may have started the job again under the same id meanwhile)."""
+        key = (scope, job)
+        kept = self._snapshots.get(key)
+        if kept is not None and (run is None or kept.run == run):
+            self._snapshots.move_to_end(key)
+            return kept
+        text = await self.context.client.get(self.context.keys.recipe(scope, job))
+        if text is None:
+            raise ValueError(f"job {scope}/{job} has an execution state but no recipe snapshot")
+        data = json.loads(text)
+        snapshot = self.snapshot(
+            data["dataschema"], data["recipe"], data["parameters"], data["run"], data["equipment"]
+        )
+        self._keep(key, snapshot)
+        return snapshot
+
+    def _keep(self, key: tuple[str, str], snapshot: Snapshot) -> None:
+        self._snapshots[key] = snapshot
+        if len(self._snapshots) > self.context.settings.chart_cache_size:
+            self._snapshots.popitem(last=False)
+
+    def forget(self, scope: str, job: str) -> None:
+        """The job ended: its snapshot is not needed any more."""
+        self._snapshots.pop((scope, job), None)
+
+    async def executor(self, scope: str, job: str, run: str | None = None) -> Executor:
+        """An executor for the job's program and parameters (``run``: as for ``get``)."""
+        snapshot = await self.get(scope, job, run)
+        return self.context.executor(snapshot.program, snapshot.parameters)
