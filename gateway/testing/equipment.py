@@ -156,7 +156,7 @@ def station_with(
         "GATEWAY_REDIS_KEY_PREFIX": name,
         "GATEWAY_GATEWAY_INSTANCE_ID": name,
         "GATEWAY_JOBS_TOPIC_PREFIX": name,
-        "GATEWAY_SFC_TIMER_POLL_SECONDS": "0.01",
+        "GATEWAY_RUNTIME_TIMER_POLL_SECONDS": "0.01",
         **environ,
     }
     return Gateway.from_environment(None, settings, extra_plugins={"equipment": equipment})

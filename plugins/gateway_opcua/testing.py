@@ -238,7 +238,7 @@ def station_environment(
         "GATEWAY_GATEWAY_DATA_DIR": str(data_dir),
         "GATEWAY_GATEWAY_SHUTDOWN_GRACE_SECONDS": "5",
         "GATEWAY_JOBS_TOPIC_PREFIX": name,
-        "GATEWAY_SFC_TIMER_POLL_SECONDS": "0.01",
+        "GATEWAY_RUNTIME_TIMER_POLL_SECONDS": "0.01",
         "GATEWAY_MSGPACK_RPC_PORT": "0",
         "GATEWAY_OPCUA_ENABLED": "true",
         "GATEWAY_OPCUA_ENDPOINT": f"opc.tcp://127.0.0.1:{port}",

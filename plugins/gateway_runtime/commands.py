@@ -117,7 +117,11 @@ def _recipe_data(
                 return _bare(document[data_key], formats, chosen), document[data_key]
             found = next((f for f in formats if f.dataschema == schema), None)
             if found is None:
-                raise _InputError(f"the Work Master's DataSchema {schema!r} is no installed format")
+                names = ", ".join(sorted(f.dataschema for f in formats))
+                raise _InputError(
+                    f"the Work Master's DataSchema {schema!r} is not one of an installed "
+                    f"format ({names})"
+                )
             return found, document[data_key]
     return _bare(document, formats, chosen), document
 
@@ -126,6 +130,8 @@ def _bare(recipe: Any, formats: list[RecipeFormat], chosen: str | None) -> Recip
     if chosen is not None:
         return next(f for f in formats if f.name == chosen)
     recognised = [f for f in formats if f.recognizes(recipe)]
+    if not recognised and len(formats) == 1:
+        return formats[0]
     if len(recognised) != 1:
         names = ", ".join(sorted(f.name for f in formats))
         raise _InputError(f"which recipe format is it? Say --type ({names})")

@@ -70,9 +70,13 @@ class SfcFormat:
         return SfcProgram(load_chart(recipe))
 
     def recognizes(self, recipe: Any) -> bool:
-        return isinstance(recipe, Mapping) and bool(
-            {"transitions", "actions", "branches"} & recipe.keys()
+        if not isinstance(recipe, Mapping):
+            return False
+        steps = recipe.get("steps")
+        initial = isinstance(steps, list) and any(
+            isinstance(step, Mapping) and "initial" in step for step in steps
         )
+        return initial or bool({"transitions", "actions", "branches"} & recipe.keys())
 
     def summary(self, program: Program) -> str:
         recipe = _chart(program).recipe

@@ -121,7 +121,7 @@ class Station:
             "GATEWAY_REDIS_KEY_PREFIX": self.name,
             "GATEWAY_GATEWAY_INSTANCE_ID": self.name,
             "GATEWAY_GATEWAY_SHUTDOWN_GRACE_SECONDS": "5",
-            "GATEWAY_SFC_TIMER_POLL_SECONDS": "0.01",
+            "GATEWAY_RUNTIME_TIMER_POLL_SECONDS": "0.01",
             "GATEWAY_MQTT_EQUIPMENT_EQUIPMENT": "press,camera",
             **settings,
         }

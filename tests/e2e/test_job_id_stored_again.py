@@ -88,7 +88,7 @@ async def station(
         mqtt_url,
         redis_url,
         name,
-        GATEWAY_SFC_RECONCILE_SECONDS="0.2",
+        GATEWAY_RUNTIME_RECONCILE_SECONDS="0.2",
         GATEWAY_SEQUENCE_RECONCILE_SECONDS="0.2",
     )
     async with running(gateway), connect_test_client(mqtt_url) as client:

@@ -65,7 +65,7 @@ def gateway(mqtt_url: str, redis_url: str, name: str, equipment: TestEquipment) 
         mqtt_url,
         redis_url,
         name,
-        GATEWAY_SFC_RECONCILE_SECONDS="0.2",
+        GATEWAY_RUNTIME_RECONCILE_SECONDS="0.2",
         GATEWAY_SEQUENCE_RECONCILE_SECONDS="0.2",
     )
 

@@ -107,7 +107,7 @@ def acme_gateway(mqtt_url: str, redis_url: str, name: str) -> Gateway:
         "GATEWAY_GATEWAY_INSTANCE_ID": name,
         "GATEWAY_GATEWAY_SHUTDOWN_GRACE_SECONDS": "5",
         "GATEWAY_JOBS_TOPIC_PREFIX": name,
-        "GATEWAY_SFC_TIMER_POLL_SECONDS": "0.01",
+        "GATEWAY_RUNTIME_TIMER_POLL_SECONDS": "0.01",
         "GATEWAY_ACME_TOPIC_PREFIX": f"{name}-acme",
         "GATEWAY_ACME_EQUIPMENT": "nutrunner1",
     }

@@ -48,7 +48,7 @@ def station_gateway(url: str, redis_url: str, name: str, equipment: TestEquipmen
         "GATEWAY_REDIS_KEY_PREFIX": name,
         "GATEWAY_GATEWAY_INSTANCE_ID": f"{name}-a",
         "GATEWAY_JOBS_TOPIC_PREFIX": name,
-        "GATEWAY_SFC_TIMER_POLL_SECONDS": "0.01",
+        "GATEWAY_RUNTIME_TIMER_POLL_SECONDS": "0.01",
     }
     return Gateway.from_environment(None, environ, extra_plugins={"equipment": equipment})
 

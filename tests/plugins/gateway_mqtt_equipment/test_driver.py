@@ -81,7 +81,7 @@ class Station:
             "GATEWAY_GATEWAY_INSTANCE_ID": f"{self.name}-{instance}",
             "GATEWAY_GATEWAY_SHUTDOWN_GRACE_SECONDS": "5",
             "GATEWAY_JOBS_TOPIC_PREFIX": self.name,
-            "GATEWAY_SFC_TIMER_POLL_SECONDS": "0.01",
+            "GATEWAY_RUNTIME_TIMER_POLL_SECONDS": "0.01",
             "GATEWAY_MQTT_EQUIPMENT_TOPIC_PREFIX": self.topics.prefix,
             "GATEWAY_MQTT_EQUIPMENT_EQUIPMENT": equipment,
             **env,

@@ -71,7 +71,7 @@ class RpcStation:
             "GATEWAY_GATEWAY_INSTANCE_ID": name,
             "GATEWAY_GATEWAY_SHUTDOWN_GRACE_SECONDS": "5",
             "GATEWAY_JOBS_TOPIC_PREFIX": name,
-            "GATEWAY_SFC_TIMER_POLL_SECONDS": "0.01",
+            "GATEWAY_RUNTIME_TIMER_POLL_SECONDS": "0.01",
             "GATEWAY_MSGPACK_RPC_PORT": str(self.port),
             "GATEWAY_MSGPACK_RPC_KNOWN_EQUIPMENT": "rpc-tightener,rpc-camera",
         }

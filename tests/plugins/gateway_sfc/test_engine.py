@@ -13,16 +13,9 @@ from typing import Any
 import pytest
 
 from gateway.recipes import JobCommand
-from gateway_sfc.engine import Effects, Executor, Timer
-from gateway_sfc.state import (
-    ActionRun,
-    Execution,
-    Phase,
-    Status,
-    dump_execution,
-    load_execution,
-    take_done,
-)
+from gateway.formats import ActionRun, Effects, Execution, Phase, Status, Timer
+from gateway_runtime import dump_execution, load_execution, take_done
+from gateway_sfc.engine import Executor
 from gateway_sfc.validation import load_chart
 
 
@@ -683,8 +676,6 @@ def test_a_loop_that_never_waits_is_stopped() -> None:
 
 
 def test_execution_state_round_trips_through_json() -> None:
-    from gateway_sfc.state import dump_execution, load_execution
-
     run = Run(
         {
             "steps": steps("A", "B"),

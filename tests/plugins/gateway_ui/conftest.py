@@ -63,7 +63,7 @@ class Station:
             "GATEWAY_GATEWAY_INSTANCE_ID": f"{self.name}-a",
             "GATEWAY_GATEWAY_SHUTDOWN_GRACE_SECONDS": "3",
             "GATEWAY_JOBS_TOPIC_PREFIX": self.name,
-            "GATEWAY_SFC_TIMER_POLL_SECONDS": "0.01",
+            "GATEWAY_RUNTIME_TIMER_POLL_SECONDS": "0.01",
             "GATEWAY_HTTP_PORT": str(self.port),
             "GATEWAY_SIMULATOR_ENABLED": "true",
             "GATEWAY_SIMULATOR_TOPIC_PREFIX": f"{self.name}-sim",

@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
+from gateway.formats import Execution, Status
 from gateway.testing.redis_ha import redis_client
-from gateway_sfc.scripts import COMMIT
-from gateway_sfc.state import Execution, Status, dump_execution
+from gateway_runtime.scripts import COMMIT
+from gateway_runtime.state import dump_execution
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
@@ -107,7 +108,7 @@ async def test_a_document_of_another_shape_is_compared_by_its_version(
 ) -> None:
     job = "J-2"
     async with redis_client(redis_url) as client:
-        reordered = json.dumps({"version": 4, "job": job, "scope": "cell"})
+        reordered = json.dumps({"version": 4, "run": "", "job": job, "scope": "cell"})
         await client.set(keys(unique)[0], reordered)
         assert await commit(client, unique, 3, reordered, job) == 0
         assert await commit(client, unique, 4, reordered, job) == 1

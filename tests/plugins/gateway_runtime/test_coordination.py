@@ -16,6 +16,7 @@ import pytest
 
 from gateway.app import Gateway
 from gateway.equipment import EquipmentCommand, EquipmentReply
+from gateway.formats import Execution, Status
 from gateway.hookspecs import hookimpl
 from gateway.jobstates import JobState
 from gateway.recipes import JobCommand
@@ -35,14 +36,14 @@ from gateway_jobs.testing import (
 )
 from gateway_jobs.testing import response_data as data_of
 from gateway_jobs.testing import state_texts as state_of
-from gateway_sfc.coordination import Coordinator
-from gateway_sfc.events import EventRouter
-from gateway_sfc.keys import SfcKeys
+from gateway_runtime.coordination import Coordinator
+from gateway_runtime.events import EventRouter
+from gateway_runtime.keys import RuntimeKeys
+from gateway_runtime.progress import read_progress
+from gateway_runtime.reconcile import lost_command, report_lost
+from gateway_runtime.settings import RuntimeSettings
+from gateway_runtime.state import dump_execution, load_execution
 from gateway_sfc.model import DATASCHEMA
-from gateway_sfc.progress import read_progress
-from gateway_sfc.reconcile import lost_command, report_lost
-from gateway_sfc.settings import SfcSettings
-from gateway_sfc.state import Execution, Status, dump_execution, load_execution
 from gateway_sfc.testing import linear_recipe
 
 OK = ReturnStatus.NO_ERROR
@@ -72,8 +73,8 @@ class SfcStation:
             "GATEWAY_GATEWAY_INSTANCE_ID": f"{self.name}-{instance}",
             "GATEWAY_GATEWAY_SHUTDOWN_GRACE_SECONDS": "5",
             "GATEWAY_JOBS_TOPIC_PREFIX": self.name,
-            "GATEWAY_SFC_TIMER_POLL_SECONDS": "0.01",
-            "GATEWAY_SFC_CLAIM_IDLE_SECONDS": "1",
+            "GATEWAY_RUNTIME_TIMER_POLL_SECONDS": "0.01",
+            "GATEWAY_RUNTIME_CLAIM_IDLE_SECONDS": "1",
             **settings,
         }
         plugins = {"equipment": self.equipment, **self.observers}
@@ -111,7 +112,7 @@ async def engine_settled(station: SfcStation, scope: str, *, held: int = 0) -> N
     (all delivered, none pending but at most the ``held`` ones a test keeps in hand): whatever
     it was going to do about them is done."""
     async with redis_client(station.redis_url) as redis:
-        stream = f"{station.name}:{{{scope}}}:sfc:work"
+        stream = f"{station.name}:{{{scope}}}:rt:work"
 
         async def settled() -> bool:
             last = (await redis.xinfo_stream(stream))["last-generated-id"]
@@ -320,7 +321,7 @@ async def test_an_mes_command_that_comes_while_the_chart_is_created_is_applied_a
 
     station.equipment.behaviours = {"com.example.tighten.v1": silent}
     gateway = station.gateway(
-        GATEWAY_SFC_RECONCILE_SECONDS="3600", GATEWAY_SFC_CLAIM_IDLE_SECONDS="0.2"
+        GATEWAY_RUNTIME_RECONCILE_SECONDS="3600", GATEWAY_RUNTIME_CLAIM_IDLE_SECONDS="0.2"
     )
     coordinator = gateway.state.find(Coordinator)
     assert coordinator is not None
@@ -410,7 +411,7 @@ async def test_a_job_whose_hand_off_was_lost_is_started_by_reconciliation(
         await run_job(mes, SIMPLE)
         store = without_engine.store
         assert store is not None
-        stream = store.keys.scoped("cell1", "sfc", "work")
+        stream = store.keys.scoped("cell1", "rt", "work")
         assert await store.client.xlen(stream) == 1  # the start entry...
         await store.client.xtrim(stream, maxlen=0)  # ...lost with the instance that wrote it
     # The instance comes back (same id, so the broker's session and its commands are its own).
@@ -544,10 +545,10 @@ async def test_a_kept_event_whose_taking_failed_is_taken_later(
         return await offer(self, scope, job, *args, **kwargs)
 
     monkeypatch.setattr(EventRouter, "offer", offer_failing_once)
-    gateway = station.gateway(GATEWAY_SFC_RECONCILE_SECONDS="0.2")
+    gateway = station.gateway(GATEWAY_RUNTIME_RECONCILE_SECONDS="0.2")
     async with running(gateway), station.mes("cell1") as mes, redis_client(station.redis_url) as r:
         await station.equipment.emit(QA_RESULT, {"passed": True}, scope="cell1")
-        kept = f"{station.name}:{{cell1}}:sfc:unclaimed"
+        kept = f"{station.name}:{{cell1}}:rt:unclaimed"
         await poll_until(lambda: r.llen(kept))
         await run_job(mes, waits_for(QA_RESULT), job="J1")
         response = await final_response(mes, "J1")
@@ -571,7 +572,7 @@ async def test_a_job_that_cannot_take_events_does_not_keep_them_from_the_others(
         await wait_until(lambda: ("cell1", "J1", "Wait") in steps.entered)
         # J0 has waited longest, and its state has no recipe beside it (what an older version
         # could leave when Redis restarted empty): asking it about an event fails for good.
-        keys = f"{station.name}:{{cell1}}:sfc"
+        keys = f"{station.name}:{{cell1}}:rt"
         await redis.set(f"{keys}:exec:J0", dump_execution(Execution(scope="cell1", job="J0")))
         await redis.zadd(f"{keys}:waiting", {"J0": 0})
         await station.equipment.emit(QA_RESULT, {"passed": True}, scope="cell1")
@@ -621,7 +622,7 @@ async def test_a_jobs_process_answers_the_mes_and_an_engine_process_runs_the_cha
     async with running(jobs), running(engine), station.mes() as mes:
         assert {p.name for p in jobs.processors if jobs.runs(p.roles)} == {"jobs"}
         assert "jobs" not in {p.name for p in engine.processors if engine.runs(p.roles)}
-        assert "sfc-engine" not in {service.name for service in jobs.services_for_role()}
+        assert "recipe-runtime" not in {service.name for service in jobs.services_for_role()}
         for job in ("J1", "J2"):
             await run_job(mes, SIMPLE, job=job)
         responses = [await final_response(mes, job) for job in ("J1", "J2")]
@@ -687,44 +688,9 @@ async def test_a_job_run_and_cleared_leaves_nothing_that_lasts(station: SfcStati
 
         assert await grown_since(station.redis_url, station.name, before) == {}
         async with redis_client(station.redis_url) as redis:  # a late reply finds its job
-            key = SfcKeys(KeySchema(station.name)).job_scope("J3")
+            key = RuntimeKeys(KeySchema(station.name)).job_scope("J3")
             assert await redis.get(key) == "cell1"
-            assert 0 < await redis.ttl(key) <= SfcSettings().ended_ttl_seconds
-
-
-async def test_an_earlier_versions_job_scopes_of_ended_jobs_are_dropped(
-    station: SfcStation,
-) -> None:
-    """Versions before the per-job key kept every job's scope in one hash, which kept the jobs
-    that ended before the upgrade for good. Reconciliation drops the entries of ended charts
-    and of jobs gone; a job still running, or stored and not started, keeps its entry."""
-
-    def silent(command: EquipmentCommand) -> Any:
-        raise NoAnswer
-
-    station.equipment.behaviours = {"silent": silent}
-    keys = SfcKeys(KeySchema(station.name))
-    gateway = station.gateway(GATEWAY_SFC_RECONCILE_SECONDS="3600")  # this test reconciles
-    async with running(gateway), station.mes() as mes, redis_client(station.redis_url) as redis:
-        wm = work_master("WM", linear_recipe(1), dataschema=DATASCHEMA)
-        assert return_status(await mes.configure("workmaster", wm)) == OK
-        silent_wm = work_master(
-            "WM-silent", linear_recipe(1, type_id="silent"), dataschema=DATASCHEMA
-        )
-        assert return_status(await mes.configure("workmaster", silent_wm)) == OK
-        await complete_and_clear(mes, "Ended", "WM")
-        stored = await mes.store(job_order("Stored", work_masters=["WM"]), method="Store")
-        assert return_status(stored) == OK
-        running_order = job_order("Running", work_masters=["WM-silent"])
-        assert return_status(await mes.store(running_order, method="StoreAndStart")) == OK
-        await wait_until(lambda: station.equipment.received)
-        jobs = ("Ended", "Stored", "Running", "Gone")
-        await redis.hset(keys.job_scopes, mapping=dict.fromkeys(jobs, "cell1"))
-
-        coordinator = gateway.state.find(Coordinator)
-        assert coordinator is not None
-        await coordinator.reconciler.reconcile()
-        assert sorted(await redis.hkeys(keys.job_scopes)) == ["Running", "Stored"]
+            assert 0 < await redis.ttl(key) <= RuntimeSettings().ended_ttl_seconds
 
 
 async def test_the_state_holds_what_goes_on_and_the_actions_done_go_to_the_history(
@@ -739,8 +705,8 @@ async def test_the_state_holds_what_goes_on_and_the_actions_done_go_to_the_histo
         assert state_of(await final_response(mes))[:2] == ["Ended", "Completed"]
         await engine_settled(station, "cell1")
         assert gateway.store is not None
-        progress = await read_progress(gateway.store, "cell1", "J1")
-        keys = SfcKeys(KeySchema(station.name))
+        progress = await read_progress(gateway.state.get(Coordinator), "cell1", "J1")
+        keys = RuntimeKeys(KeySchema(station.name))
         async with redis_client(station.redis_url) as redis:
             state = await redis.get(keys.execution("cell1", "J1"))
             history = await redis.hgetall(keys.history("cell1", "J1"))
@@ -748,7 +714,7 @@ async def test_the_state_holds_what_goes_on_and_the_actions_done_go_to_the_histo
     assert state is not None
     assert load_execution(state).actions == {}
     assert sorted(history) == sorted(f"a{index}" for index in range(steps))
-    assert 0 < history_ttl <= SfcSettings().ended_ttl_seconds
+    assert 0 < history_ttl <= RuntimeSettings().ended_ttl_seconds
     assert progress is not None
     assert [(action.name, action.phase) for action in progress.actions] == [
         (f"a{index}", "done") for index in range(steps)
@@ -848,7 +814,7 @@ async def test_a_start_waits_for_the_earlier_run_of_its_job_id_to_end(
 ) -> None:
     """A start that finds the job id's earlier run not ended yet is tried again, and the job
     runs once that run has ended (here the earlier run's state is written by the test)."""
-    keys = SfcKeys(KeySchema(station.name))
+    keys = RuntimeKeys(KeySchema(station.name))
     earlier = Execution(scope="cell1", job="J2", version=3, run="earlier")
     with caplog.at_level(logging.INFO):
         async with (
@@ -879,7 +845,7 @@ async def test_an_mes_command_for_an_earlier_run_of_the_job_id_is_ignored(
         raise NoAnswer
 
     station.equipment.behaviours = {"silent": silent}
-    keys = SfcKeys(KeySchema(station.name))
+    keys = RuntimeKeys(KeySchema(station.name))
     gateway = station.gateway()
     async with running(gateway), station.mes() as mes, redis_client(station.redis_url) as redis:
         wm = work_master("WM", linear_recipe(1, type_id="silent"), dataschema=DATASCHEMA)

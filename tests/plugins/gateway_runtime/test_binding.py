@@ -10,8 +10,11 @@ from typing import Any
 import pytest
 
 from gateway.equipment import EquipmentCommand, EquipmentHub
-from gateway_sfc.binding import bind_equipment
-from gateway_sfc.validation import equipment_uses, load_chart
+from gateway_runtime.binding import bind_equipment
+from gateway_sfc.format import SfcFormat
+from gateway_sfc.validation import equipment_uses
+
+FORMAT = SfcFormat()
 
 pytestmark = pytest.mark.anyio
 
@@ -54,9 +57,10 @@ def test_the_interpreter_lists_what_a_recipe_asks_of_equipment() -> None:
 
 
 async def test_actions_are_bound_to_the_declaring_equipment_and_others_left_open() -> None:
-    recipe, problems = await bind_equipment(station_hub(), "cell1", load_chart(RECIPE))
+    program = FORMAT.compile(RECIPE)
+    equipment, problems = await bind_equipment(station_hub(), "cell1", program)
     assert problems == []
-    bound = {action.name: action.equipment for action in load_chart(recipe).recipe.actions}
+    bound = {name: action.equipment for name, action in program.bind(equipment).actions.items()}
     # The camera declares nothing here: its QA result is taken from whoever sends it.
     assert bound == {
         "position_axle": "positioner",
@@ -69,8 +73,8 @@ async def test_actions_are_bound_to_the_declaring_equipment_and_others_left_open
 async def test_an_unroutable_action_is_named_and_nothing_is_bound() -> None:
     hub = EquipmentHub()
     hub.add_driver(Named())  # and no directory: nothing declares any type
-    recipe, problems = await bind_equipment(hub, "cell1", load_chart(RECIPE))
-    assert recipe is None
+    equipment, problems = await bind_equipment(hub, "cell1", FORMAT.compile(RECIPE))
+    assert equipment == {}
     assert [problem.split(":")[0] for problem in problems] == [
         "action 'position_axle' (com.example.station.position.v1)",
         "action 'tighten' (com.example.station.tighten.v1)",
@@ -82,4 +86,4 @@ async def test_a_recipe_naming_its_equipment_is_kept_as_it_is() -> None:
         **RECIPE,
         "actions": [{**action, "equipment": "cell-device"} for action in RECIPE["actions"]],
     }
-    assert await bind_equipment(station_hub(), "cell1", load_chart(named)) == (None, [])
+    assert await bind_equipment(station_hub(), "cell1", FORMAT.compile(named)) == ({}, [])

@@ -16,8 +16,8 @@ from gateway.testing.redis_ha import redis_client
 from gateway_jobs.testing import final_response
 from gateway_jobs.testing import response_data as data_of
 from gateway_jobs.testing import state_texts as state_of
-from tests.plugins.gateway_sfc.test_coordination import SfcStation, run_job
-from tests.plugins.gateway_sfc.test_resend import RECIPE
+from tests.plugins.gateway_runtime.test_coordination import SfcStation, run_job
+from tests.plugins.gateway_runtime.test_resend import RECIPE
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 

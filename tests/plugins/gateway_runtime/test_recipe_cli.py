@@ -27,7 +27,7 @@ def only_the_sfc_plugin(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith("GATEWAY_"):
             monkeypatch.delenv(name)
-    monkeypatch.setenv("GATEWAY_PLUGINS_ALLOW", "sfc")
+    monkeypatch.setenv("GATEWAY_PLUGINS_ALLOW", "runtime,sfc")
 
 
 def write(tmp_path: Path, data: Any, name: str = "recipe.json") -> str:

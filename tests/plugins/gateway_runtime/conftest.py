@@ -1,4 +1,4 @@
-"""The SFC engine's integration tests (the chaos test with them) run on every Redis deployment."""
+"""The runtime's integration tests (the chaos test with them) run on every Redis deployment."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from gateway.testing import running
 from gateway.testing.redis_ha import redis_client
 from gateway_jobs.testing import final_response
 from gateway_jobs.testing import state_texts as state_of
-from tests.plugins.gateway_sfc.test_coordination import (
+from tests.plugins.gateway_runtime.test_coordination import (
     QA_RESULT,
     SfcStation,
     recipe,

@@ -80,7 +80,7 @@ async def test_a_command_whose_deadline_passed_while_its_equipment_was_away_is_n
     equipment = TestEquipment({"com.example.tighten.v1": never})
     # The timeout timer is not polled during the test: the job stays with its deadline passed
     # but its action not failed yet, the moment the resend must leave alone.
-    polls = {"GATEWAY_SFC_TIMER_POLL_SECONDS": "600"}
+    polls = {"GATEWAY_RUNTIME_TIMER_POLL_SECONDS": "600"}
     instance = station_with(equipment, mqtt_url, redis_url, unique, **polls)
     async with running(instance), connect_test_client(mqtt_url) as client:
         hub = instance.equipment
@@ -100,7 +100,7 @@ async def test_a_command_whose_deadline_passed_while_its_equipment_was_away_is_n
 
 async def engine_settled(redis_url: str, name: str) -> None:
     """Until the engine has handled every entry of the scope's work stream."""
-    stream = f"{name}:{{cell1}}:sfc:work"
+    stream = f"{name}:{{cell1}}:rt:work"
     async with redis_client(redis_url) as redis:
 
         async def settled() -> bool:
