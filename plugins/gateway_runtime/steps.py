@@ -132,7 +132,7 @@ class StepHandlers:
             dataschema, recipe_job.recipe, recipe_job.parameters(), run, bound
         )
         if await self._create(scope, job, snapshot):
-            log.info("job %s/%s: started", scope, job)
+            log.info("job %s/%s: recipe started", scope, job)
             # An MES command that came while the execution was being created found none, and
             # was dropped: it applies now (reconciliation would, but later).
             command = await self._missed_command(scope, job, run)

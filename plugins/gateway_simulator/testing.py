@@ -35,7 +35,6 @@ def station_environ(
         "GATEWAY_GATEWAY_SHUTDOWN_GRACE_SECONDS": "5",
         "GATEWAY_JOBS_TOPIC_PREFIX": name,
         "GATEWAY_RUNTIME_TIMER_POLL_SECONDS": "0.01",
-        "GATEWAY_SEQUENCE_TIMER_POLL_SECONDS": "0.01",
         **{f"GATEWAY_SIMULATOR_{key.upper()}": value for key, value in simulator.items()},
         **(extra or {}),
     }

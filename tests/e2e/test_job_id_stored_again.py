@@ -26,9 +26,8 @@ from gateway_jobs.model import ReturnStatus
 from gateway_jobs.testing import JobsMes, job_order, return_status, work_master
 from gateway_jobs.testing import response_data as data_of
 from gateway_jobs.testing import state_texts as state_of
+from gateway_runtime.coordination import Coordinator
 from gateway_sequence import DATASCHEMA as SEQUENCE
-from gateway_sequence.engine import SequenceEngine
-from gateway_sfc.coordination import Coordinator
 from gateway_sfc.model import DATASCHEMA as SFC
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
@@ -58,23 +57,16 @@ Call = Callable[..., Awaitable[None]]
 Wrap = Callable[[Call], Call]
 
 
-def wrap_sfc(gateway: Gateway, report: Wrap, start: Wrap) -> None:
+def wrap_runtime(gateway: Gateway, report: Wrap, start: Wrap) -> None:
     coordinator = gateway.state.find(Coordinator)
     assert coordinator is not None
     coordinator.steps.report = report(coordinator.steps.report)  # type: ignore[method-assign,assignment]
     coordinator.steps.start = start(coordinator.steps.start)  # type: ignore[method-assign,assignment]
 
 
-def wrap_sequence(gateway: Gateway, report: Wrap, start: Wrap) -> None:
-    engine = gateway.state.find(SequenceEngine)
-    assert engine is not None
-    engine.report = report(engine.report)  # type: ignore[method-assign,assignment]
-    engine.start = start(engine.start)  # type: ignore[method-assign,assignment]
-
-
 FORMATS = pytest.mark.parametrize(
-    ("dataschema", "recipe", "wrap"),
-    [(SFC, sfc_recipe, wrap_sfc), (SEQUENCE, sequence_recipe, wrap_sequence)],
+    ("dataschema", "recipe"),
+    [(SFC, sfc_recipe), (SEQUENCE, sequence_recipe)],
     ids=["sfc", "sequence"],
 )
 
@@ -89,7 +81,6 @@ async def station(
         redis_url,
         name,
         GATEWAY_RUNTIME_RECONCILE_SECONDS="0.2",
-        GATEWAY_SEQUENCE_RECONCILE_SECONDS="0.2",
     )
     async with running(gateway), connect_test_client(mqtt_url) as client:
         yield gateway, JobsMes(client, name, "cell1")
@@ -103,7 +94,6 @@ async def test_a_job_id_stored_again_runs_its_own_recipe_with_its_own_results_on
     unique: str,
     dataschema: str,
     recipe: Callable[[str, str], dict[str, Any]],
-    wrap: Callable[[Gateway, Wrap, Wrap], None],
     method: str,
 ) -> None:
     equipment = TestEquipment({"old": lambda command: {"old": 1}, "hang": silent})
@@ -140,7 +130,7 @@ async def test_a_job_id_stored_again_runs_its_own_recipe_with_its_own_results_on
         first = job_order("J1", work_masters=["WM-old"])
         assert return_status(await mes.store(first, method="StoreAndStart")) == OK
         await wait_until(lambda: len(equipment.answered) == 1)  # a0 answered, a1 never will
-        wrap(gateway, held, noted)
+        wrap_runtime(gateway, held, noted)
         assert return_status(await mes.act(method, "J1")) == OK
         assert return_status(await mes.act("Clear", "J1")) == OK
         again = job_order("J1", work_masters=["WM-new"])

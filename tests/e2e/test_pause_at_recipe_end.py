@@ -66,7 +66,6 @@ def gateway(mqtt_url: str, redis_url: str, name: str, equipment: TestEquipment) 
         redis_url,
         name,
         GATEWAY_RUNTIME_RECONCILE_SECONDS="0.2",
-        GATEWAY_SEQUENCE_RECONCILE_SECONDS="0.2",
     )
 
 

@@ -57,7 +57,7 @@ async def test_a_killed_instance_does_not_leak_its_allocation(fault_station: Fau
 
         def runs_j1(instance: str) -> bool:
             log = station.gateways[instance].log.read_text(errors="replace")
-            return f"job {SCOPE}/J1: chart started" in log
+            return f"job {SCOPE}/J1: recipe started" in log
 
         await wait_until(lambda: runs_j1("a") or runs_j1("b"), timeout=10)
         victim = "a" if runs_j1("a") else "b"

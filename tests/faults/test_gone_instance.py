@@ -41,7 +41,7 @@ async def test_a_killed_instance_that_stays_dead_loses_no_job(
 ) -> None:
     station = fault_station
     await station.start()
-    active = f"{station.name}:{{{SCOPE}}}:sfc:active"
+    active = f"{station.name}:{{{SCOPE}}}:rt:active"
     async with station.mes() as mes, station.store() as client:
         await configure_rear_axle(mes, rear_axle(timeout_seconds=ACTION_TIMEOUT_SECONDS))
         await store_jobs(mes, JOBS[:10])

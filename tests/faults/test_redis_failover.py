@@ -65,7 +65,7 @@ class FailoverStation(FaultStation):
     def kill_master(self) -> int:
         if isinstance(self.deployment, SentinelDeployment):
             return self.deployment.kill_master()
-        return self.deployment.kill_master(f"{self.name}:{{{SCOPE}}}:sfc:work")
+        return self.deployment.kill_master(f"{self.name}:{{{SCOPE}}}:rt:work")
 
 
 # On the Cluster, 3 masters with a replica each. It once recorded a job's end twice about one
@@ -152,7 +152,7 @@ async def test_the_master_killed_under_load_fails_over_and_every_job_ends_once(
     station = failover_station
     station.environ["GATEWAY_REDIS_CONNECT_TIMEOUT_SECONDS"] = "1"
     await station.start()
-    active = f"{station.name}:{{{SCOPE}}}:sfc:active"
+    active = f"{station.name}:{{{SCOPE}}}:rt:active"
     seen: dict[str, set[int]] = {}
     acknowledged: set[str] = set()
     async with station.mes() as mes:

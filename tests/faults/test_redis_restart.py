@@ -41,7 +41,7 @@ HEAL_SECONDS = 10.0  # the issue's bound: the MES view is right again within thi
 async def test_redis_killed_and_back_after_3_s_loses_no_job(fault_station: FaultStation) -> None:
     station = fault_station
     await station.start()
-    active = f"{station.name}:{{{SCOPE}}}:sfc:active"
+    active = f"{station.name}:{{{SCOPE}}}:rt:active"
     async with station.mes() as mes:
         await configure_rear_axle(mes)
         async with anyio.create_task_group() as tasks:
@@ -98,7 +98,7 @@ async def test_redis_back_without_its_data_heals_the_index_and_runs_new_jobs(
 ) -> None:
     station = fault_station
     await station.start()
-    active = f"{station.name}:{{{SCOPE}}}:sfc:active"
+    active = f"{station.name}:{{{SCOPE}}}:rt:active"
     async with station.mes() as line, connect_test_client(station.mqtt_url) as client:
         mes = MesClient(client, station.name, SCOPE)
         await configure_rear_axle(line)

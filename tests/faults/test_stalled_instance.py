@@ -49,7 +49,7 @@ async def test_a_frozen_instance_resumes_cleanly(fault_station: FaultStation) ->
     station = fault_station
     await station.start()
     frozen = station.gateways["a"]
-    active = f"{station.name}:{{{SCOPE}}}:sfc:active"
+    active = f"{station.name}:{{{SCOPE}}}:rt:active"
     answered: dict[str, float] = {}
     async with station.mes() as mes:
         await configure_rear_axle(mes, rear_axle(timeout_seconds=ACTION_TIMEOUT))
