@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from gateway.recipes import JobCommand
 from gateway.formats import ActionRun, Effects, Execution, Phase, Status, Timer
+from gateway.recipes import JobCommand
 from gateway_runtime import dump_execution, load_execution, take_done
 from gateway_sfc.engine import Executor
 from gateway_sfc.validation import load_chart
