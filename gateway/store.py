@@ -40,6 +40,12 @@ if TYPE_CHECKING:
 
 GLOBAL_SCOPE = "_global"
 
+STORE_SCHEMA = 2
+"""The layout of everything the gateway keeps in the store (keys and document shapes), kept in
+the store's ``KeySchema.schema`` key. Bumped when a change cannot read what the version before
+wrote; a gateway refuses to start on a store of another schema (2: one recipe runtime for every
+format, its keys under ``rt:``)."""
+
 # One stream's entries as the decoding client returns them: (stream, [(entry id, fields)]);
 # the fields are ``None`` for an entry deleted while it was pending.
 StreamEntry = tuple[str, dict[str, str] | None]
@@ -82,6 +88,10 @@ class KeySchema:
     def scopes(self) -> str:
         """Set of every scope that has had a state write."""
         return self.global_key("scopes")
+
+    def schema(self) -> str:
+        """The ``STORE_SCHEMA`` of what the store holds."""
+        return self.global_key("schema")
 
     def dedupe(self, scope: str | None, digest: str) -> str:
         """De-duplication marker of an event (``scope`` None: the event named no valid scope)."""

@@ -19,7 +19,7 @@ from redis.exceptions import RedisError
 
 from gateway.cloudevents import format_time, utc_now
 from gateway.errors import ConnectionFailed, GatewayError, SettingsError
-from gateway.store import KeySchema, StreamBatch, check_scope
+from gateway.store import STORE_SCHEMA, KeySchema, StreamBatch, check_scope
 from gateway_redis.clients import connect, connection_errors_named
 from gateway_redis.dedupe import RedisDeduplicator
 from gateway_redis.embedded import EmbeddedRedis
@@ -175,6 +175,7 @@ class RedisStore:
         try:
             self._client = await self._connect()
             await self._verify(self._client)
+            await self._check_schema(self._client)
         except BaseException:
             await self._close()
             raise
@@ -265,6 +266,26 @@ class RedisStore:
                 reason += " (does the server require a client certificate? redis.tls_cert_file)"
             message = f"cannot connect to Redis at {self.address}: {reason}"
             raise ConnectionFailed("redis.url", message) from None
+
+    async def _check_schema(self, client: Redis) -> None:
+        """Refuse a store another version of the gateway wrote in another layout: its jobs
+        would be neither run nor cleaned up. A store with no schema key is new (then it gets
+        ours), or from before the key existed (schema 1: it has scopes)."""
+        key = self.keys.schema()
+        stored = await client.get(key)
+        if stored is None:
+            if not await client.exists(self.keys.scopes()):
+                await client.set(key, STORE_SCHEMA, nx=True)
+                return
+            stored = "1"
+        if str(stored) != str(STORE_SCHEMA):
+            prefix = self.keys.prefix
+            raise GatewayError(
+                f"the store at {self.address} holds data of store schema {stored} under key "
+                f"prefix {prefix!r}; this gateway writes schema {STORE_SCHEMA}: let its jobs end "
+                f"under the version that wrote them, then delete the keys '{prefix}:*' (or set "
+                f"another redis.key_prefix) and start again"
+            )
 
     def _scrub(self, text: str) -> str:
         password = connection_options(self.settings).get("password")

@@ -11,7 +11,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError, WatchError
 
 from gateway.errors import GatewayError
-from gateway.store import GLOBAL_SCOPE, Store
+from gateway.store import GLOBAL_SCOPE, STORE_SCHEMA, Store
 from gateway.testing.cli import command_environ, run_gateway
 from gateway.testing.redis_ha import packets_sent
 from gateway.testing.services import ServerProcess, free_port, redis_server, running
@@ -107,6 +107,26 @@ async def test_no_password_is_refused_and_the_right_one_connects(
             pass
     async with store_factory(url=url, password=SERVER_PASSWORD) as store:
         assert await store.ping()
+
+
+async def test_a_store_of_another_schema_stops_start_up_saying_what_to_do(
+    store_factory: StoreFactory, unique: str
+) -> None:
+    async with store_factory() as store:  # a new store gets this version's schema
+        assert await store.client.get(store.keys.schema()) == str(STORE_SCHEMA)
+        await store.client.set(store.keys.schema(), "1")
+    with pytest.raises(GatewayError, match=f"store schema 1 under key prefix '{unique}'"):
+        async with store_factory():
+            pass
+
+
+async def test_a_store_from_before_the_schema_key_is_refused(store_factory: StoreFactory) -> None:
+    async with store_factory() as store:
+        await store.client.delete(store.keys.schema())
+        await store.client.sadd(store.keys.scopes(), "cell1")  # what that version left
+    with pytest.raises(GatewayError, match=f"this gateway writes schema {STORE_SCHEMA}"):
+        async with store_factory():
+            pass
 
 
 async def test_unreachable_server_is_named(store_factory: StoreFactory) -> None:
