@@ -133,14 +133,21 @@ class StepHandlers:
         )
         if await self._create(scope, job, snapshot):
             log.info("job %s/%s: recipe started", scope, job)
-            # An MES command that came while the execution was being created found none, and
-            # was dropped: it applies now (reconciliation would, but later).
-            command = await self._missed_command(scope, job, run)
-            if command is not None:
-                log.info("job %s/%s: %s came as it started; applying it", scope, job, command)
-                await self.executions.mutate(
-                    scope, job, lambda ex, execution, now: ex.on_command(execution, command, now)
-                )
+        # An MES command that came while the execution was being created found none, and was
+        # dropped; one that came between a first handling of this start and a crash, likewise.
+        # It applies now (reconciliation would, but later); applied twice, it changes nothing.
+        command = await self._missed_command(scope, job, run)
+        if command is not None:
+            log.info("job %s/%s: %s came as it started; applying it", scope, job, command)
+            await self.executions.mutate(
+                scope,
+                job,
+                lambda ex, execution, now: (
+                    ex.on_command(execution, command, now)
+                    if _same_run(run, execution)
+                    else _ignored_command(execution, command)
+                ),
+            )
 
     async def _missed_command(self, scope: str, job: str, run: str) -> JobCommand | None:
         """The MES command an execution of ``run`` starting now would miss, from its job's state."""
