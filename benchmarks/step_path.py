@@ -58,6 +58,7 @@ from redis import Redis
 
 from gateway.cloudevents import CloudEvent
 from gateway.codecs.mqtt import from_mqtt
+from gateway.equipment import CorrelationId
 from gateway.testing.mqtt import MqttTestClient, connect_test_client
 from gateway.testing.processes import GatewayProcess
 from gateway.testing.services import ServerProcess, free_port, mosquitto, redis_server
@@ -138,7 +139,7 @@ def responder(
         ]
         client.publish(response_topic, b'{"ok":true}', qos=1, properties=reply)
         answered.value += 1
-        job = correlation.decode().rsplit(":", 2)[0]
+        job = CorrelationId.parse(correlation.decode()).job
         with lock:
             previous = last_command.get(job)
             if previous is not None:

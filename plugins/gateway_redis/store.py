@@ -272,13 +272,13 @@ class RedisStore:
         would be neither run nor cleaned up. A store with no schema key is new (then it gets
         ours), or from before the key existed (schema 1: it has scopes)."""
         key = self.keys.schema()
-        stored = await client.get(key)
+        stored = cast(str | None, await client.get(key))  # the client decodes responses
         if stored is None:
             if not await client.exists(self.keys.scopes()):
                 await client.set(key, STORE_SCHEMA, nx=True)
                 return
             stored = "1"
-        if str(stored) != str(STORE_SCHEMA):
+        if stored != str(STORE_SCHEMA):
             prefix = self.keys.prefix
             raise GatewayError(
                 f"the store at {self.address} holds data of store schema {stored} under key "

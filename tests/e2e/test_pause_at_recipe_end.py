@@ -75,11 +75,15 @@ def pause_as_the_recipe_ends(instance: Gateway, mes: JobsMes) -> list[int]:
     control = instance.job_control
     complete = control.complete
     pauses: list[int] = []
+    asked: list[bool] = []
 
     async def complete_after_a_pause(
         scope: str, job: str, outcome: JobOutcome, *, run: str | None = None
     ) -> bool:
-        if not pauses:
+        # Decided before the Pause is awaited: reconciliation may report the end again while
+        # the Pause is on its way (a slow machine), and that report must not pause again.
+        if not asked:
+            asked.append(True)
             pauses.append(return_status(await mes.act("Pause", job)))
         return await complete(scope, job, outcome, run=run)
 

@@ -14,6 +14,7 @@ from gateway.equipment import (
     ACTION_ATTRIBUTE,
     EQUIPMENT_ATTRIBUTE,
     JOB_ORDER_ATTRIBUTE,
+    CorrelationId,
     EquipmentCommand,
     EquipmentEvent,
     EquipmentHub,
@@ -103,7 +104,7 @@ def test_two_drivers_of_one_name_are_refused() -> None:
 @pytest.mark.anyio
 async def test_replies_and_events_go_to_the_attached_sink() -> None:
     hub = EquipmentHub()
-    with pytest.raises(GatewayError, match="no recipe engine is attached"):
+    with pytest.raises(GatewayError, match="no equipment sink is attached as 'recipes'"):
         await hub.reply(EquipmentReply("J1:a:1"))
     sink = Sink()
     hub.attach(sink)
@@ -113,44 +114,53 @@ async def test_replies_and_events_go_to_the_attached_sink() -> None:
     assert [e.id for e in sink.events] == ["e1"]
 
 
-class OwningSink(Sink):
-    """A sink whose interpreter runs the jobs in ``jobs`` (scope -> job ids)."""
-
-    def __init__(self, jobs: dict[str, set[str]]) -> None:
-        super().__init__()
-        self.jobs = jobs
-
-    async def runs_job(self, job_order_id: str, scope: str | None) -> bool:
-        return any(job_order_id in ids for name, ids in self.jobs.items() if scope in (None, name))
-
-
 @pytest.mark.anyio
-async def test_each_interpreter_gets_the_replies_and_events_of_its_own_jobs() -> None:
+async def test_a_reply_goes_to_the_sink_of_the_owner_its_correlation_id_names() -> None:
     hub = EquipmentHub()
-    charts, sequences = OwningSink({"cell1": {"J1"}}), OwningSink({"cell1": {"J2"}})
-    hub.attach(charts)
-    hub.attach(sequences)
-    hub.attach(charts)  # again: nothing changes
-    assert hub.sinks == [charts, sequences]
-    await hub.reply(EquipmentReply("J2:press:1", data="for J2"))
-    await hub.reply(EquipmentReply("J1:tighten:3", data="for J1", scope="cell1"))
-    await hub.event(EquipmentEvent(type="t.v1", id="e1", job_order_id="J2", scope="cell1"))
-    await hub.event(EquipmentEvent(type="t.v1", id="e2"))  # no job: every interpreter looks
-    assert [r.data for r in charts.replies] == ["for J1"]
-    assert [r.data for r in sequences.replies] == ["for J2"]
-    assert [e.id for e in charts.events] == ["e2"]
-    assert [e.id for e in sequences.events] == ["e1", "e2"]
-    with pytest.raises(GatewayError, match="no recipe interpreter runs job 'J9'"):
-        await hub.reply(EquipmentReply("J9:a:1"))
-    with pytest.raises(GatewayError, match="no recipe interpreter runs job 'J1'"):
-        await hub.reply(EquipmentReply("J1:a:1", scope="cell2"))  # J1 of another scope
+    recipes, line = Sink(), Sink()
+    hub.attach(recipes)
+    hub.attach(line, owner="line")
+    hub.attach(recipes)  # again: nothing changes
+    assert hub.sinks == {"recipes": recipes, "line": line}
+    await hub.reply(EquipmentReply(str(CorrelationId("J:2", "press", 1, "line")), data="line"))
+    await hub.reply(EquipmentReply("J:1:tighten:3", data="recipes"))
+    await hub.event(EquipmentEvent(type="t.v1", id="e1", job_order_id="J2"))
+    assert [r.data for r in recipes.replies] == ["recipes"]
+    assert [r.data for r in line.replies] == ["line"]
+    assert [e.id for e in recipes.events] == ["e1"]  # events go to the recipe runtime
+    with pytest.raises(GatewayError, match="no equipment sink is attached as 'cell'"):
+        await hub.reply(EquipmentReply("J1:a:1:cell"))
+    with pytest.raises(ValidationError, match="correlationid"):
+        await hub.reply(EquipmentReply("no-attempt"))
 
 
-def test_a_sink_that_cannot_name_its_jobs_cannot_share_the_hub() -> None:
+def test_one_sink_per_owner() -> None:
     hub = EquipmentHub()
     hub.attach(Sink())
-    with pytest.raises(GatewayError, match="cannot say which jobs are its own"):
-        hub.attach(OwningSink({}))
+    with pytest.raises(GatewayError, match="two equipment sinks are attached as 'recipes'"):
+        hub.attach(Sink())
+    with pytest.raises(GatewayError, match="no ':' and not a number"):
+        hub.attach(Sink(), owner="a:b")
+
+
+@pytest.mark.parametrize(
+    ("text", "parsed"),
+    [
+        ("J1:tighten:3", CorrelationId("J1", "tighten", 3)),
+        ("J:1:tighten:3", CorrelationId("J:1", "tighten", 3)),  # a job id may hold ':'
+        ("J1:tighten:3:line", CorrelationId("J1", "tighten", 3, "line")),
+        ("J:1:tighten:3:line", CorrelationId("J:1", "tighten", 3, "line")),
+    ],
+)
+def test_a_correlation_id_has_one_format_and_one_parse(text: str, parsed: CorrelationId) -> None:
+    assert CorrelationId.parse(text) == parsed
+    assert str(parsed) == text
+
+
+@pytest.mark.parametrize("text", ["", "J1", "J1:a", "J1:a:x", ":a:1", "J1::1", "J1:a:1:"])
+def test_what_is_not_a_correlation_id_of_ours_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="is not"):
+        CorrelationId.parse(text)
 
 
 # -- identity: a reply is accepted only from the equipment the command went to -------------
