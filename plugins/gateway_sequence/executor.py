@@ -1,76 +1,61 @@
-"""The sequence executor: what each stimulus does to a run. Pure: no I/O, no clock.
-
-Every method changes the ``Run`` it is given and returns the ``Effects`` to carry out after the
-change is stored: commands to send, timeouts to set, a report due to job control. A stimulus
-that does not apply (a late reply, a timeout of a try that was answered, a command in a state
-it means nothing in) changes nothing, so any instance may apply any stimulus, any number of
-times.
+"""The sequence semantics, as a pure function of (recipe, execution state, stimulus, time).
 
 The rules, in the ESW sequencer's terms: blocks run in order; a ``par`` block sends all its
 commands at once and is done when every one succeeded. A step that fails (an error reply, no
-reply within ``timeout_seconds``, a command no driver could deliver) is tried again up to
-``max_attempts``; then ``on_error: abort`` ends the sequence (the job is aborted, the other
-commands of its block are cancelled) and ``on_error: hold`` holds it (the job goes to
-Interrupted.Held, commands already out finish; the MES's Resume tries the failed steps again,
-its Abort ends the job). The MES's Pause lets commands out finish and starts no new block until
-Resume; Stop and Abort cancel what is out.
+reply within ``timeout_seconds``, a command no driver could deliver) is tried again at once, up
+to ``max_attempts``; then ``on_error: abort`` ends the sequence (the job is aborted, the other
+commands of its block are cancelled) and ``on_error: hold`` holds it (commands already out
+finish; the MES's Resume tries the failed steps again). The MES's Pause lets commands out finish
+and starts no new block until Resume (the end, too, waits: job control completes only a Running
+job); Stop and Abort cancel what is out.
+
+The block that runs is the one node in ``Execution.nodes`` (named as the block);
+``memo["block"]`` is its index, or the next one's while the sequence is paused between two.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from enum import StrEnum
+from collections.abc import Mapping
 from typing import Any
 
+from gateway.formats import (
+    ActionRun,
+    Effects,
+    Execution,
+    NodeRun,
+    Phase,
+    Report,
+    Status,
+    Timer,
+    TimerKind,
+)
 from gateway.recipes import JobCommand
 from gateway_sequence.model import Block, Command, OnError, SequenceRecipe
-from gateway_sequence.state import Outcome, Phase, Run, Status, StepRun
 
+# Statuses in which a command out may still answer, or time out.
 ACTIVE = (Status.RUNNING, Status.PAUSED, Status.HELD)
 
 
-class Report(StrEnum):
-    """What job control must hear after the change is stored."""
-
-    HOLD = "hold"  # the job goes to Interrupted.Held
-    FINAL = "final"  # the sequence ended: complete, abort, or record the results
-
-
-@dataclass(frozen=True)
-class Timer:
-    """The timeout of one try: due at ``due`` (Unix time) unless answered before."""
-
-    due: float
-    step: str
-    attempt: int
-
-
-@dataclass
-class Effects:
-    changed: bool = False
-    sends: list[str] = field(default_factory=list)  # steps whose latest try goes out
-    timers: list[Timer] = field(default_factory=list)
-    report: Report | None = None
-
-
-class Sequencer:
-    """Applies stimuli to the runs of one recipe."""
+class SequenceExecutor:
+    """``gateway.formats.Executor`` of one sequence. Cheap to build per stimulus."""
 
     def __init__(self, recipe: SequenceRecipe) -> None:
         self.recipe = recipe
+        self._commands = {command.name: command for command in recipe.commands()}
 
-    def begin(self, run: Run, now: float) -> Effects:
-        """The job is Running: send the first block."""
-        effects = Effects()
-        if run.status is Status.STARTING:
-            run.status = Status.RUNNING
-            self._enter(run, now, effects)
-        return effects
+    def start(
+        self, scope: str, job: str, now: float, attempts: Mapping[str, int] | None = None
+    ) -> tuple[Execution, Effects]:
+        execution = Execution(scope=scope, job=job, attempts=dict(attempts or {}))
+        execution.memo["block"] = 0
+        effects = Effects(changed=True)
+        self._advance(execution, now, effects)
+        return execution, effects
 
     def on_reply(
         self,
-        run: Run,
-        step: str,
+        execution: Execution,
+        action: str,
         attempt: int,
         data: Any,
         error: str | None,
@@ -78,155 +63,177 @@ class Sequencer:
         *,
         delivered: bool = True,
     ) -> Effects:
-        """The equipment answered try ``attempt`` of ``step`` (``delivered`` false: the command
-        never left, ``error`` says why)."""
         effects = Effects()
-        current = self._current_try(run, step, attempt)
-        if current is None:
+        run = self._waiting(execution, action, attempt)
+        if run is None:
             return effects  # late, repeated or cancelled: changes nothing
+        if run.dispatched_at is not None:
+            effects.reply = (now - run.dispatched_at, error is not None)
         if error is None:
-            current.phase = Phase.DONE
-            run.results[step] = data
+            run.phase = Phase.DONE
+            run.error = None
+            execution.results[action] = data
             effects.changed = True
-            self._advance(run, now, effects)
+            self._advance(execution, now, effects)
         else:
             reason = error if delivered else f"not delivered: {error}"
-            self._failed(run, self.recipe.command(step), reason, now, effects, data)
+            self._failed(execution, run, reason, now, effects, data)
         return effects
 
-    def on_timeout(
-        self, run: Run, step: str, attempt: int, now: float, offline: str | None = None
+    def on_event(self, execution: Execution, action: str, data: Any, now: float) -> Effects:
+        return Effects()  # every step is a command: a sequence waits for no event
+
+    def on_timer(
+        self, execution: Execution, timer: Timer, now: float, offline: str | None = None
     ) -> Effects:
-        """No reply to try ``attempt`` of ``step`` in time (``offline``: why the equipment is
-        unreachable, when it is known to be)."""
         effects = Effects()
-        current = self._current_try(run, step, attempt)
-        if current is None:
+        if timer.due > now:  # fired early by another instance's clock: set it again
+            effects.timers.append(timer)
             return effects
-        command = self.recipe.command(step)
-        reason = offline or f"no reply within {command.timeout_seconds:g} s"
-        self._failed(run, command, reason, now, effects)
+        run = self._waiting(execution, timer.action, timer.attempt)
+        if timer.kind is TimerKind.TIMEOUT and run is not None:
+            command = self._commands[run.name]
+            reason = offline or f"no reply within {command.timeout_seconds:g} s"
+            self._failed(execution, run, reason, now, effects)
         return effects
 
-    def on_command(self, run: Run, command: JobCommand, now: float) -> Effects:
-        """The MES's Pause, Resume, Stop or Abort (the job's state is already changed)."""
+    def on_command(self, execution: Execution, command: JobCommand, now: float) -> Effects:
         effects = Effects()
-        if command is JobCommand.PAUSE and run.status is Status.RUNNING:
-            run.status = Status.PAUSED
+        status = execution.status
+        if command is JobCommand.PAUSE and status is Status.RUNNING:
+            execution.status = Status.PAUSED
             effects.changed = True
-        elif command is JobCommand.RESUME and run.status is Status.PAUSED:
-            run.status = Status.RUNNING
+        elif command is JobCommand.RESUME and status is Status.PAUSED:
+            execution.status = Status.RUNNING
             effects.changed = True
-            self._advance(run, now, effects)
-        elif command is JobCommand.RESUME and run.status is Status.HELD:
-            self._retry_failed(run, now, effects)
-        elif command in (JobCommand.STOP, JobCommand.ABORT) and (
-            run.status in ACTIVE or run.status is Status.STARTING
-        ):
-            outcome = Outcome.STOPPED if command is JobCommand.STOP else Outcome.ABORTED
-            self._finish(run, outcome, None, effects)
-        elif run.status is Status.FINISHING and command is not JobCommand.PAUSE:
+            self._advance(execution, now, effects)
+        elif command is JobCommand.RESUME and status is Status.HELD:
+            self._retry_failed(execution, now, effects)
+        elif command in (JobCommand.STOP, JobCommand.ABORT) and status in ACTIVE:
+            outcome = "stopped" if command is JobCommand.STOP else "aborted by the MES"
+            self._finish(execution, outcome, None, effects, Report.RECORD)
+        elif status is Status.FINISHING and command is not JobCommand.PAUSE:
             # Its completion may wait for this (the MES paused the job as the sequence ended:
             # ``report_completed``): report again.
-            effects.report = Report.FINAL
+            effects.report = Report.COMPLETE if execution.outcome == "completed" else Report.ABORT
+        return effects
+
+    def on_resume(self, execution: Execution, now: float) -> Effects:
+        effects = Effects()
+        if execution.status in ACTIVE:
+            effects.sends.extend(
+                run.name for run in execution.actions.values() if run.phase is Phase.DISPATCHED
+            )
+            self._advance(execution, now, effects)
         return effects
 
     # -- the rules ------------------------------------------------------------------------
 
-    def _current_try(self, run: Run, step: str, attempt: int) -> StepRun | None:
-        current = run.steps.get(step)
-        if current is None or current.attempt != attempt or current.phase is not Phase.SENT:
+    def _waiting(self, execution: Execution, action: str, attempt: int) -> ActionRun | None:
+        """The try ``attempt`` of ``action`` if it is out and may still be answered."""
+        run = execution.actions.get(action)
+        if run is None or run.attempt != attempt or run.phase is not Phase.DISPATCHED:
             return None
-        if run.status not in ACTIVE:
-            return None
-        return current
+        return run if execution.status in ACTIVE else None
 
-    def _block(self, run: Run) -> Block:
-        return self.recipe.blocks[run.position]
-
-    def _enter(self, run: Run, now: float, effects: Effects) -> None:
-        run.entered = True
-        effects.changed = True
-        for command in self._block(run).commands:
-            self._send(run, command, 1, now, effects)
-
-    def _send(self, run: Run, command: Command, tries: int, now: float, effects: Effects) -> None:
-        previous = run.steps.get(command.name)
-        last = previous.attempt if previous is not None else run.earlier_attempts.get(command.name)
-        attempt = (last or 0) + 1
-        deadline = now + command.timeout_seconds
-        run.steps[command.name] = StepRun(command.name, attempt, tries, Phase.SENT, now, deadline)
-        run.side_effects = run.side_effects or command.side_effects
-        effects.sends.append(command.name)
-        effects.timers.append(Timer(deadline, command.name, attempt))
-        effects.changed = True
-
-    def _advance(self, run: Run, now: float, effects: Effects) -> None:
-        """Past every block whose steps all succeeded; into the next one while running (paused,
-        the sequence waits at the block boundary; its end, too, waits for Resume: job control
-        completes only a Running job)."""
-        while run.status in (Status.RUNNING, Status.PAUSED):
-            if not run.entered:
-                if run.status is Status.RUNNING:
-                    self._enter(run, now, effects)
+    def _advance(self, execution: Execution, now: float, effects: Effects) -> None:
+        """Past every block whose steps all succeeded, into the next one while running."""
+        while execution.status in (Status.RUNNING, Status.PAUSED):
+            index = int(execution.memo["block"])
+            block = self.recipe.blocks[index]
+            if block.name not in execution.nodes:
+                if execution.status is Status.RUNNING:
+                    self._enter(execution, block, now, effects)
                 return
-            block = self._block(run)
-            if any(run.steps[c.name].phase is not Phase.DONE for c in block.commands):
+            # Runs that are done leave the state with each write (the runtime keeps them in
+            # the job's history): a block is done when none of its runs is left undone.
+            if any(
+                run.step == block.name and run.phase is not Phase.DONE
+                for run in execution.actions.values()
+            ):
                 return
-            if run.position + 1 == len(self.recipe.blocks):
-                if run.status is Status.RUNNING:
-                    self._finish(run, Outcome.COMPLETED, None, effects)
+            if index + 1 == len(self.recipe.blocks):
+                if execution.status is Status.RUNNING:
+                    self._finish(execution, "completed", None, effects)
                 return
-            run.position += 1
-            run.entered = False
+            del execution.nodes[block.name]
+            execution.memo["block"] = index + 1
             effects.changed = True
+
+    def _enter(self, execution: Execution, block: Block, now: float, effects: Effects) -> None:
+        execution.nodes[block.name] = NodeRun(block.name, now, branch=block.parallel)
+        for command in block.commands:
+            run = execution.actions[command.name] = ActionRun(command.name, block.name)
+            self._send(execution, run, command, now, effects)
+
+    def _send(
+        self, execution: Execution, run: ActionRun, command: Command, now: float, effects: Effects
+    ) -> None:
+        run.attempt = execution.attempts.get(run.name, 0) + 1
+        execution.attempts[run.name] = run.attempt
+        run.tries += 1
+        run.phase = Phase.DISPATCHED
+        run.dispatched_at = now
+        run.deadline = now + command.timeout_seconds
+        execution.side_effects = execution.side_effects or command.side_effects
+        effects.sends.append(run.name)
+        effects.timers.append(Timer(run.deadline, TimerKind.TIMEOUT, run.name, run.attempt))
+        effects.changed = True
 
     def _failed(
         self,
-        run: Run,
-        command: Command,
+        execution: Execution,
+        run: ActionRun,
         reason: str,
         now: float,
         effects: Effects,
         data: Any = None,
     ) -> None:
-        current = run.steps[command.name]
-        current.error = reason
+        command = self._commands[run.name]
+        run.error = reason
         effects.changed = True
-        if current.tries < command.max_attempts:
-            self._send(run, command, current.tries + 1, now, effects)
+        if run.tries < command.max_attempts:
+            self._send(execution, run, command, now, effects)
             return
-        current.phase = Phase.FAILED
+        run.phase = Phase.FAILED
         if data is not None:  # what the equipment read when it failed, beside the error
-            run.results[command.name] = data
-        message = f"step {command.name}: {reason}"
+            execution.results[run.name] = data
+        message = f"step {run.name}: {reason}"
         if command.on_error is OnError.ABORT:
-            run.failed_command = run.correlation_id(command.name)
-            self._finish(run, Outcome.FAILED, message, effects)
-        elif run.status is not Status.HELD:
-            run.status = Status.HELD
-            run.error = message
-            run.failed_command = run.correlation_id(command.name)
-            run.hold_reported = False
+            execution.failed_action = run.name
+            self._finish(execution, "aborted", message, effects)
+        elif execution.status is not Status.HELD:
+            execution.status = Status.HELD
+            execution.error = message
+            execution.failed_action = run.name
             effects.report = Report.HOLD
         # Already held: Resume retries this step with the one that held the sequence.
 
-    def _retry_failed(self, run: Run, now: float, effects: Effects) -> None:
-        run.status = Status.RUNNING
-        run.error = run.failed_command = None
-        run.hold_reported = False
+    def _retry_failed(self, execution: Execution, now: float, effects: Effects) -> None:
+        execution.status = Status.RUNNING
+        execution.error = execution.failed_action = None
         effects.changed = True
-        for command in self._block(run).commands:
-            if run.steps[command.name].phase is Phase.FAILED:
-                self._send(run, command, 1, now, effects)
-        self._advance(run, now, effects)
+        for run in list(execution.actions.values()):
+            if run.phase is Phase.FAILED:
+                run.tries = 0
+                execution.results.pop(run.name, None)  # the retry's result replaces it
+                self._send(execution, run, self._commands[run.name], now, effects)
+        self._advance(execution, now, effects)
 
-    def _finish(self, run: Run, outcome: Outcome, error: str | None, effects: Effects) -> None:
-        for step in run.steps.values():
-            if step.phase is Phase.SENT:
-                step.phase = Phase.CANCELLED
-        run.status = Status.FINISHING
-        run.outcome = outcome
-        run.error = error
+    def _finish(
+        self,
+        execution: Execution,
+        outcome: str,
+        error: str | None,
+        effects: Effects,
+        report: Report | None = None,
+    ) -> None:
+        for run in execution.actions.values():
+            if run.active:
+                run.phase = Phase.CANCELLED
+        execution.nodes.clear()
+        execution.status = Status.FINISHING
+        execution.outcome = outcome
+        execution.error = error
+        effects.report = report or (Report.COMPLETE if outcome == "completed" else Report.ABORT)
         effects.changed = True
-        effects.report = Report.FINAL

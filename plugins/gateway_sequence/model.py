@@ -12,7 +12,7 @@ A recipe is JSON in a Work Master's ``Data`` (``DataSchema``: ``DATASCHEMA``)::
 Steps run one after the other; a ``par`` block sends all its commands at once and is done when
 every one has succeeded (the ESW sequencer's ``par``). A command step completes on its
 equipment's reply; its reply data is the job's result under the step's name. The format and
-every field are described in ``sequence_recipe.schema.json`` beside this module.
+every field are described in ``schema.json`` beside this module.
 
 ``load_sequence`` checks everything before a job runs and names every problem at once, each as
 ``recipe.steps[1].par[0].timeout_seconds: ...``.
@@ -26,6 +26,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
+
+from gateway.formats import RecipeError
 
 DATASCHEMA = "https://station-gateway.github.io/schemas/sequence-recipe/v1/"
 """The Work Master ``DataSchema`` of sequence recipes (the schema file's ``$id``)."""
@@ -82,14 +84,6 @@ class SequenceRecipe:
             yield from block.commands
 
 
-class RecipeError(ValueError):
-    """A recipe that cannot run; ``problems`` names every one (``"<element>: <reason>"``)."""
-
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__("; ".join(problems))
-        self.problems = problems
-
-
 RECIPE_FIELDS = {"name", "description", "steps", "on_error", "timeout_seconds", "max_attempts"}
 COMMAND_FIELDS = {
     "name",
@@ -132,15 +126,6 @@ def load_sequence(data: Any) -> SequenceRecipe:
     if problems:
         raise RecipeError(problems)
     return SequenceRecipe(tuple(blocks), name, description)
-
-
-def validate_sequence(data: Any) -> list[str]:
-    """Every problem of recipe JSON ``data``; empty when it can run."""
-    try:
-        load_sequence(data)
-    except RecipeError as error:
-        return list(error.problems)
-    return []
 
 
 def _block(

@@ -1,7 +1,7 @@
-"""What the web UI shows of a sequence: its drawing and a job's progress (``RecipeViewer``).
+"""Drawings of a sequence: the SVG the web UI shows and a Mermaid flowchart for reviews.
 
-The drawing reads top to bottom, one row per block; a ``par`` block's commands stand side by
-side between double bars (the SFC notation for simultaneous branches, which operators know).
+Both read top to bottom, one row per block; a ``par`` block's commands stand side by side (in
+the SVG between double bars, the SFC notation for simultaneous branches operators know).
 """
 
 from __future__ import annotations
@@ -9,56 +9,16 @@ from __future__ import annotations
 from collections.abc import Collection
 from html import escape
 
-from gateway.recipes import ActionProgress, RecipeProgress, StepProgress
-from gateway_sequence.model import SequenceRecipe
-from gateway_sequence.state import Phase, Run, Status
+from gateway_sequence.model import Command, SequenceRecipe
 
-_PHASES = {
-    Phase.SENT: "dispatched",
-    Phase.DONE: "done",
-    Phase.FAILED: "failed",
-    Phase.CANCELLED: "cancelled",
-}
 _BOX_W, _BOX_H, _GAP, _ROW = 150, 36, 20, 76
-
-
-def progress(recipe: SequenceRecipe, run: Run) -> RecipeProgress:
-    """How far ``run`` got: the steps out now (and their par block), each step's latest try."""
-    active: list[StepProgress] = []
-    if run.entered and run.status not in (Status.FINISHING, Status.ENDED):
-        block = recipe.blocks[run.position]
-        out = [run.steps[c.name] for c in block.commands if run.steps[c.name].phase is Phase.SENT]
-        if block.parallel and out:
-            active.append(StepProgress(block.name, min(s.sent_at for s in out), branch=True))
-        active += [StepProgress(step.name, step.sent_at) for step in out]
-    block_of = {c.name: b.name for b in recipe.blocks for c in b.commands}
-    actions = [
-        ActionProgress(
-            name=step.name,
-            step=block_of.get(step.name, step.name),
-            phase=_PHASES[step.phase],
-            attempt=step.attempt,
-            tries=step.tries,
-            max_attempts=recipe.command(step.name).max_attempts,
-            dispatched_at=step.sent_at,
-            deadline=step.deadline if step.phase is Phase.SENT else None,
-            error=step.error,
-            result=run.results.get(step.name),
-        )
-        for step in run.steps.values()
-    ]
-    return RecipeProgress(
-        status=run.status.value,
-        active=active,
-        actions=actions,
-        results=dict(run.results),
-        error=run.error,
-        outcome=None if run.outcome is None else run.outcome.value,
-    )
+# Characters that would end or restyle a quoted Mermaid label, as Mermaid's entity codes.
+_MERMAID = {"#": "#35;", '"': "#quot;", "&": "#amp;", "<": "#lt;", ">": "#gt;", "|": "#124;"}
 
 
 def render_svg(recipe: SequenceRecipe, active: Collection[str] = ()) -> str:
-    """The sequence as a standalone SVG; steps named in ``active`` have class ``active``."""
+    """The sequence as a standalone SVG; the steps named in ``active``, and those of the blocks
+    named there, have class ``active``."""
     widest = max(len(block.commands) for block in recipe.blocks)
     width = widest * (_BOX_W + _GAP) + _GAP
     height = len(recipe.blocks) * _ROW + _GAP
@@ -82,7 +42,7 @@ def render_svg(recipe: SequenceRecipe, active: Collection[str] = ()) -> str:
                 parts.append(f'<line x1="{left}" y1="{y}" x2="{width - left}" y2="{y}"/>')
         for column, command in enumerate(block.commands):
             x = left + column * (_BOX_W + _GAP)
-            lit = ' class="active"' if command.name in active else ""
+            lit = ' class="active"' if {command.name, block.name} & set(active) else ""
             parts.append(
                 f'<g id="step-{escape(command.name)}"{lit}>'
                 f'<rect x="{x}" y="{top}" width="{_BOX_W}" height="{_BOX_H}"/>'
@@ -92,3 +52,28 @@ def render_svg(recipe: SequenceRecipe, active: Collection[str] = ()) -> str:
             )
     parts.append("</svg>")
     return "\n".join(parts)
+
+
+def render_mermaid(recipe: SequenceRecipe) -> str:
+    """The sequence as Mermaid ``flowchart TD`` text (ends with a newline): a box per step
+    (its name and equipment, or type when routed by type), a ``par`` block as a subgraph."""
+    lines = ["flowchart TD"]
+    for row, block in enumerate(recipe.blocks):
+        if block.parallel:
+            lines.append(f'    subgraph b{row}["{_label(block.name)} (par)"]')
+            lines.append("        direction LR")
+            lines.extend(f"        {_box(f'b{row}c{n}', c)}" for n, c in enumerate(block.commands))
+            lines.append("    end")
+        else:
+            lines.append(f"    {_box(f'b{row}', block.commands[0])}")
+        if row:
+            lines.append(f"    b{row - 1} --> b{row}")
+    return "\n".join(lines) + "\n"
+
+
+def _box(node: str, command: Command) -> str:
+    return f'{node}["{_label(command.name)}<br/>{_label(command.equipment or command.type_id)}"]'
+
+
+def _label(text: str) -> str:
+    return "".join(_MERMAID.get(char, " " if char in "\r\n" else char) for char in text)

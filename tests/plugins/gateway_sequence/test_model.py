@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
+from gateway.formats import RecipeError
 from gateway.testing.jsonschema import schema_errors, unknown_keywords
 from gateway_sequence import model
-from gateway_sequence.model import DATASCHEMA, OnError, load_sequence, validate_sequence
+from gateway_sequence.model import DATASCHEMA, OnError, load_sequence
 
 SCHEMA: dict[str, Any] = json.loads(
     (Path(__file__).parents[3] / "plugins" / "gateway_sequence" / "schema.json").read_text()
@@ -18,6 +19,14 @@ SCHEMA: dict[str, Any] = json.loads(
 EXAMPLE: dict[str, Any] = json.loads(
     (Path(__file__).parents[3] / "examples" / "sequences" / "axle.json").read_text()
 )
+
+
+def validate_sequence(recipe: Any) -> list[str]:
+    try:
+        load_sequence(recipe)
+    except RecipeError as error:
+        return error.problems
+    return []
 
 
 def step(name: str, **fields: Any) -> dict[str, Any]:

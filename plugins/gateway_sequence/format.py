@@ -1,0 +1,88 @@
+"""The sequence recipe format on the recipe runtime: a compiled sequence and its executor."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import replace
+from functools import cached_property
+from typing import Any
+
+from gateway.formats import ActionSpec, ExecutorOptions, Program
+from gateway_sequence.executor import SequenceExecutor
+from gateway_sequence.model import DATASCHEMA, SequenceRecipe, load_sequence
+from gateway_sequence.view import render_mermaid, render_svg
+
+
+class SequenceProgram:
+    """``gateway.formats.Program`` of one sequence: every command step is an action."""
+
+    def __init__(self, recipe: SequenceRecipe) -> None:
+        self.recipe = recipe
+
+    @cached_property
+    def actions(self) -> Mapping[str, ActionSpec]:
+        return {
+            command.name: ActionSpec(
+                name=command.name,
+                type_id=command.type_id,
+                equipment=command.equipment,
+                parameters=command.parameters,
+                timeout_seconds=command.timeout_seconds,
+                max_attempts=command.max_attempts,
+                side_effects=command.side_effects,
+            )
+            for command in self.recipe.commands()
+        }
+
+    def executor(self, parameters: Mapping[str, Any], options: ExecutorOptions) -> SequenceExecutor:
+        return SequenceExecutor(self.recipe)  # the job's parameters go with each command
+
+    def bind(self, equipment: Mapping[str, str]) -> SequenceProgram:
+        blocks = tuple(
+            replace(
+                block,
+                commands=tuple(
+                    replace(command, equipment=equipment[command.name])
+                    if command.equipment is None and command.name in equipment
+                    else command
+                    for command in block.commands
+                ),
+            )
+            for block in self.recipe.blocks
+        )
+        return SequenceProgram(replace(self.recipe, blocks=blocks))
+
+
+class SequenceFormat:
+    """``gateway.formats.RecipeFormat`` of sequences: ordered steps with ``par`` blocks."""
+
+    name = "sequence"
+    dataschema = DATASCHEMA
+
+    def compile(self, recipe: Any) -> SequenceProgram:
+        return SequenceProgram(load_sequence(recipe))
+
+    def recognizes(self, recipe: Any) -> bool:
+        # "steps" alone: an SFC chart has steps too, with transitions, actions or branches.
+        return (
+            isinstance(recipe, Mapping)
+            and "steps" in recipe
+            and not {"transitions", "actions", "branches"} & recipe.keys()
+        )
+
+    def summary(self, program: Program) -> str:
+        recipe = _recipe(program)
+        parallel = sum(block.parallel for block in recipe.blocks)
+        return f"OK: {len(recipe.blocks)} blocks ({parallel} par), {len(program.actions)} steps"
+
+    def render_svg(self, program: Program, active: Collection[str] = ()) -> str:
+        return render_svg(_recipe(program), active)
+
+    def render_mermaid(self, program: Program) -> str:
+        return render_mermaid(_recipe(program))
+
+
+def _recipe(program: Program) -> SequenceRecipe:
+    if not isinstance(program, SequenceProgram):
+        raise TypeError(f"not a sequence program: {type(program).__name__}")
+    return program.recipe
