@@ -34,6 +34,7 @@ DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
     ("jobs", "gateway_jobs.plugin"),
     ("runtime", "gateway_runtime.plugin"),
     ("sfc", "gateway_sfc.plugin"),
+    ("sequence", "gateway_sequence.plugin"),
     ("mqtt-equipment", "gateway_mqtt_equipment.plugin"),
     ("simulator", "gateway_simulator.plugin"),
     ("publisher", "gateway_publisher.plugin"),

@@ -21,7 +21,7 @@ from gateway.formats import (
     TimerKind,
 )
 from gateway.recipes import JobCommand
-from gateway_runtime.state import dump_execution, load_execution
+from gateway_runtime import dump_execution, load_execution, take_done
 from gateway_sequence.format import SequenceFormat
 
 T0 = 1000.0
@@ -48,10 +48,8 @@ class Job:
 
     def _committed(self) -> None:
         # As every commit of the runtime does: runs that are done leave the state for the
-        # job's history (``gateway_runtime.take_done``).
-        for name, run in list(self.execution.actions.items()):
-            if run.phase is Phase.DONE:
-                self.history[name] = self.execution.actions.pop(name)
+        # job's history.
+        self.history.update(take_done(self.execution))
 
     def _record(self, effects: Effects) -> Effects:
         self._committed()
