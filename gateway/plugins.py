@@ -35,6 +35,7 @@ DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
     ("runtime", "gateway_runtime.plugin"),
     ("sfc", "gateway_sfc.plugin"),
     ("sequence", "gateway_sequence.plugin"),
+    ("cycle", "gateway_cycle.plugin"),
     ("mqtt-equipment", "gateway_mqtt_equipment.plugin"),
     ("simulator", "gateway_simulator.plugin"),
     ("publisher", "gateway_publisher.plugin"),

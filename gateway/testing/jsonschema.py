@@ -98,6 +98,7 @@ def _items(value: Any, schema: Mapping[str, Any], path: str, recurse: Recurse) -
 BOUNDS: dict[str, tuple[Any, Any]] = {
     "minimum": (int | float, lambda v, limit: v >= limit),
     "exclusiveMinimum": (int | float, lambda v, limit: v > limit),
+    "maximum": (int | float, lambda v, limit: v <= limit),
     "minItems": (list, lambda v, limit: len(v) >= limit),
     "minLength": (str, lambda v, limit: len(v) >= limit),
     "maxLength": (str, lambda v, limit: len(v) <= limit),

@@ -18,6 +18,7 @@ import pytest
 from gateway.app import Gateway
 from gateway.equipment import EquipmentCommand, EquipmentReply
 from gateway.jobstates import JobState
+from gateway.recipes import RecipeViewer
 from gateway.testing import poll_until, running, wait_until
 from gateway.testing.equipment import EquipmentFailure, NoAnswer, TestEquipment
 from gateway.testing.redis_ha import grown_since, lasting_keys
@@ -97,6 +98,15 @@ async def until_state(mes: JobsMes, job: str, *texts: str) -> dict[str, Any]:
 
 async def recorded(mes: JobsMes, job: str, result: str) -> bool:
     return result in data_of(await response_of(mes, job))
+
+
+async def paused(gateway: Gateway, job: str) -> bool:
+    """Whether the runtime has applied the MES's Pause to the job's sequence (the job's state
+    changes first, then the runtime takes the command from its work stream)."""
+    viewer = gateway.recipe_interpreters[DATASCHEMA]
+    assert isinstance(viewer, RecipeViewer)
+    progress = await viewer.progress("cell1", job)
+    return progress is not None and progress.status == "paused"
 
 
 def sent(equipment: TestEquipment) -> list[str]:
@@ -180,11 +190,12 @@ async def test_pause_holds_back_the_next_block_until_resume(station: Station) ->
         return {"done": True}
 
     station.equipment.behaviours = {"com.example.a.v1": slow}
-    async with running(station.gateway()), station.mes() as mes:
+    async with running(gateway := station.gateway()), station.mes() as mes:
         await start(mes, {"steps": [step("a"), step("b")]})
         await wait_until(lambda: station.equipment.received)
         assert return_status(await mes.act("Pause", "J1")) == OK
         await until_state(mes, "J1", "Interrupted", "Suspended")
+        await poll_until(lambda: paused(gateway, "J1"))  # the runtime has applied it too
         release.set()  # a's reply comes while the job is paused
         await wait_until(lambda: "J1:a:1" in station.equipment.answered)
         assert sent(station.equipment) == ["J1:a:1"]  # b waits for the Resume

@@ -1,0 +1,1 @@
+"""Cycle recipes: commands run in turn, ``cycles`` times; the example recipe format."""

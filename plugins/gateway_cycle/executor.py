@@ -1,0 +1,151 @@
+"""The cycle semantics: a pure function of (program, execution state, stimulus, time).
+
+One command is out at a time: its node in ``Execution.nodes`` is named as the command, and
+``memo["position"]`` counts the commands done over all cycles. A reply sends the next command
+(the first again after the last, until ``cycles`` are done). An error reply, no reply in time or
+a command that could not be delivered aborts the job. The MES's Pause lets the command out
+finish and sends no new one until Resume; Stop and Abort cancel what is out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from gateway.formats import (
+    ActionRun,
+    Effects,
+    Execution,
+    NodeRun,
+    Phase,
+    Report,
+    Status,
+    Timer,
+    TimerKind,
+)
+from gateway.recipes import JobCommand
+
+if TYPE_CHECKING:
+    from gateway_cycle.format import CycleProgram
+
+LIVE = (Status.RUNNING, Status.PAUSED)  # a command out may still answer, or time out
+END = {JobCommand.STOP: "stopped", JobCommand.ABORT: "aborted by the MES"}
+REPORTS = {"completed": Report.COMPLETE, "aborted": Report.ABORT}
+
+
+class CycleExecutor:
+    """``gateway.formats.Executor`` of one cycle program."""
+
+    def __init__(self, program: CycleProgram) -> None:
+        self.program = program
+
+    def start(
+        self, scope: str, job: str, now: float, attempts: Mapping[str, int] | None = None
+    ) -> tuple[Execution, Effects]:
+        execution = Execution(scope, job, attempts=dict(attempts or {}), memo={"position": 0})
+        return execution, self._next(execution, now, Effects(changed=True))
+
+    def on_reply(
+        self,
+        execution: Execution,
+        action: str,
+        attempt: int,
+        data: Any,
+        error: str | None,
+        now: float,
+        *,
+        delivered: bool = True,
+    ) -> Effects:
+        run = self._out(execution, action, attempt)
+        if run is None:
+            return Effects()  # late, repeated or cancelled: changes nothing
+        effects = Effects(changed=True, reply=(now - (run.dispatched_at or now), bool(error)))
+        if error is not None:
+            reason = error if delivered else f"not delivered: {error}"
+            return self._fail(execution, run, reason, effects)
+        run.phase = Phase.DONE
+        execution.results.setdefault(action, []).append(data)  # a result per cycle
+        del execution.nodes[action]
+        execution.memo["position"] += 1
+        return self._next(execution, now, effects)
+
+    def on_event(self, execution: Execution, action: str, data: Any, now: float) -> Effects:
+        return Effects()  # every action is a command: no event is awaited
+
+    def on_timer(
+        self, execution: Execution, timer: Timer, now: float, offline: str | None = None
+    ) -> Effects:
+        if timer.due > now:  # fired early by another instance's clock: set it again
+            return Effects(timers=[timer])
+        run = self._out(execution, timer.action, timer.attempt)
+        if timer.kind is not TimerKind.TIMEOUT or run is None:
+            return Effects()  # answered in time
+        seconds = self.program.actions[run.name].timeout_seconds
+        return self._fail(execution, run, offline or f"no reply within {seconds:g} s", Effects())
+
+    def on_command(self, execution: Execution, command: JobCommand, now: float) -> Effects:
+        status = execution.status
+        if command is JobCommand.PAUSE and status is Status.RUNNING:
+            execution.status = Status.PAUSED
+            return Effects(changed=True)
+        if command is JobCommand.RESUME and status is Status.PAUSED:
+            execution.status = Status.RUNNING
+            return self._next(execution, now, Effects(changed=True))
+        if command in END and status in LIVE:
+            return self._finish(execution, END[command], None, Effects())
+        if status is Status.FINISHING and command is not JobCommand.PAUSE:
+            return Effects(report=Report.COMPLETE)  # a completion the Pause held back, again
+        return Effects()
+
+    def on_resume(self, execution: Execution, now: float) -> Effects:
+        if execution.status not in LIVE:
+            return Effects()
+        out = [run.name for run in execution.actions.values() if run.phase is Phase.DISPATCHED]
+        return self._next(execution, now, Effects(sends=out))  # recovery: send them again
+
+    def _out(self, execution: Execution, action: str, attempt: int) -> ActionRun | None:
+        """The try ``attempt`` of ``action`` if it is out and may still be answered."""
+        run = execution.actions.get(action)
+        out = run is not None and run.attempt == attempt and run.phase is Phase.DISPATCHED
+        return run if out and execution.status in LIVE else None
+
+    def _next(self, execution: Execution, now: float, effects: Effects) -> Effects:
+        """Send the next command if none is out and the job runs; complete after the last."""
+        if execution.status is not Status.RUNNING or execution.nodes:
+            return effects
+        commands, position = self.program.commands, execution.memo["position"]
+        if position == len(commands) * self.program.cycles:
+            return self._finish(execution, "completed", None, effects)
+        command = commands[position % len(commands)]
+        # A fresh activation each cycle; attempts number the tries over the job (and its runs).
+        attempt = execution.attempts[command.name] = execution.attempts.get(command.name, 0) + 1
+        timeout = command.timeout_seconds or 0.0  # always set by the compiler
+        execution.nodes[command.name] = NodeRun(command.name, now)
+        execution.actions[command.name] = ActionRun(
+            command.name, command.name, Phase.DISPATCHED, attempt, 1, dispatched_at=now,
+            deadline=now + timeout,
+        )  # fmt: skip
+        execution.side_effects = True
+        effects.sends.append(command.name)
+        effects.timers.append(Timer(now + timeout, TimerKind.TIMEOUT, command.name, attempt))
+        effects.changed = True
+        return effects
+
+    def _fail(self, execution: Execution, run: ActionRun, reason: str, effects: Effects) -> Effects:
+        run.phase, run.error = Phase.FAILED, reason
+        execution.failed_action = run.name
+        return self._finish(execution, "aborted", f"{run.name}: {reason}", effects)
+
+    def _finish(
+        self, execution: Execution, outcome: str, error: str | None, effects: Effects
+    ) -> Effects:
+        """End the job: ``completed`` and ``aborted`` are reported to job management; the
+        MES's own Stop or Abort has set the job's state already, only the results are kept."""
+        for run in execution.actions.values():
+            if run.active:
+                run.phase = Phase.CANCELLED
+        execution.nodes.clear()
+        execution.status, execution.outcome, execution.error = Status.FINISHING, outcome, error
+        effects.report = REPORTS.get(outcome, Report.RECORD)
+        effects.changed = True
+        return effects

@@ -1,0 +1,141 @@
+"""The cycle format: its recipes checked and compiled, and drawn.
+
+A recipe (``schema.json`` beside this module describes each field)::
+
+    {"cycles": 3, "commands": [
+        {"name": "fill", "type_id": "com.example.fill.v1", "equipment": "tester"},
+        {"name": "measure", "type_id": "com.example.measure.v1", "timeout_seconds": 20}]}
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, replace
+from html import escape
+from typing import Any
+
+from gateway.formats import ActionSpec, ExecutorOptions, Program, RecipeError
+from gateway_cycle.executor import CycleExecutor
+
+DATASCHEMA = "https://station-gateway.github.io/schemas/cycle-recipe/v1/"
+DEFAULT_TIMEOUT_SECONDS = 60.0
+# A name is part of its command's correlation id ``{job}:{name}:{attempt}``: no colon.
+_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+
+Check = tuple[Callable[[Any], bool], str]
+RECIPE_FIELDS: dict[str, Check] = {
+    "commands": (lambda v: isinstance(v, list) and bool(v), "a non-empty list of commands"),
+    "cycles": (lambda v: type(v) is int and 1 <= v <= 1000, "a whole number from 1 to 1000"),
+}
+COMMAND_FIELDS: dict[str, Check] = {
+    "name": (lambda v: isinstance(v, str) and bool(_NAME.match(v)), "1-64 letters, digits, _.-"),
+    "type_id": (lambda v: isinstance(v, str) and bool(v), "a non-empty string"),
+    "equipment": (lambda v: isinstance(v, str) and bool(v), "a non-empty string"),
+    "parameters": (lambda v: isinstance(v, dict), "a JSON object"),
+    "timeout_seconds": (
+        lambda v: type(v) in (int, float) and 0 < v <= 86400,
+        "seconds, > 0 and <= 86400",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class CycleProgram:
+    """``gateway.formats.Program`` of one cycle recipe: each command is an action."""
+
+    commands: tuple[ActionSpec, ...]
+    cycles: int = 1
+
+    @property
+    def actions(self) -> Mapping[str, ActionSpec]:
+        return {command.name: command for command in self.commands}
+
+    def executor(self, parameters: Mapping[str, Any], options: ExecutorOptions) -> CycleExecutor:
+        return CycleExecutor(self)  # the job's parameters go with every command anyway
+
+    def bind(self, equipment: Mapping[str, str]) -> CycleProgram:
+        commands = tuple(
+            replace(c, equipment=equipment.get(c.name)) if c.equipment is None else c
+            for c in self.commands
+        )
+        return replace(self, commands=commands)
+
+
+def _check(data: Any, fields: dict[str, Check], required: set[str], where: str) -> list[str]:
+    if not isinstance(data, Mapping):
+        return [f"{where}: must be a JSON object"]
+    problems = [f"{where}.{key}: required" for key in sorted(required - data.keys())]
+    for key, value in data.items():
+        if key not in fields:
+            problems.append(f"{where}: unknown field {key!r} (fields: {', '.join(fields)})")
+        elif not fields[key][0](value):
+            problems.append(f"{where}.{key}: must be {fields[key][1]}, got {value!r}")
+    return problems
+
+
+def compile_cycle(recipe: Any) -> CycleProgram:
+    """The program of recipe JSON; ``RecipeError`` names every problem at its element."""
+    problems = _check(recipe, RECIPE_FIELDS, {"commands"}, "recipe")
+    items = recipe.get("commands") if isinstance(recipe, Mapping) else None
+    commands: list[ActionSpec] = []
+    for index, item in enumerate(items if isinstance(items, list) else []):
+        where = f"recipe.commands[{index}]"
+        found = _check(item, COMMAND_FIELDS, {"name", "type_id"}, where)
+        if not found and item["name"] in {command.name for command in commands}:
+            found = [f"{where}.name: {item['name']!r} is used twice"]
+        problems += found
+        if not found:
+            commands.append(ActionSpec(**{"timeout_seconds": DEFAULT_TIMEOUT_SECONDS, **item}))
+    if problems:
+        raise RecipeError(problems)
+    return CycleProgram(tuple(commands), recipe.get("cycles", 1))
+
+
+class CycleFormat:
+    """``gateway.formats.RecipeFormat`` of cycle recipes."""
+
+    name = "cycle"
+    dataschema = DATASCHEMA
+
+    def compile(self, recipe: Any) -> CycleProgram:
+        return compile_cycle(recipe)
+
+    def recognizes(self, recipe: Any) -> bool:
+        return isinstance(recipe, Mapping) and "commands" in recipe
+
+    def summary(self, program: Program) -> str:
+        return f"OK: {len(program.actions)} commands, {_cycle(program).cycles} cycles"
+
+    def render_svg(self, program: Program, active: Collection[str] = ()) -> str:
+        """One box per command, top to bottom; the active one has class ``active``."""
+        boxes = []
+        for row, name in enumerate(program.actions):
+            lit = ' class="active"' if name in active else ""
+            boxes.append(
+                f'<g id="step-{escape(name)}"{lit}><rect x="20" y="{20 + 56 * row}" width="160" '
+                f'height="36"/><text x="100" y="{43 + 56 * row}">{escape(name)}</text></g>'
+            )
+        return (
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="200" height="{20 + 56 * len(boxes)}">'
+            "<style>rect{fill:#fff;stroke:#333}.active rect{fill:#ffe58a}"
+            f"text{{font:12px sans-serif;text-anchor:middle}}</style>{''.join(boxes)}</svg>"
+        )
+
+    def render_mermaid(self, program: Program) -> str:
+        """A box per command (names are ``[A-Za-z0-9_.-]``: safe as labels), the loop back."""
+        cycle = _cycle(program)
+        lines = ["flowchart TD"]
+        for row, command in enumerate(cycle.commands):
+            lines.append(f'    c{row}["{command.name}"]')
+            if row:
+                lines.append(f"    c{row - 1} --> c{row}")
+        if cycle.cycles > 1:
+            lines.append(f'    c{len(cycle.commands) - 1} -->|"{cycle.cycles} cycles"| c0')
+        return "\n".join(lines) + "\n"
+
+
+def _cycle(program: Program) -> CycleProgram:
+    if not isinstance(program, CycleProgram):
+        raise TypeError(f"not a cycle program: {type(program).__name__}")
+    return program
