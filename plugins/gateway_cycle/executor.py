@@ -10,10 +10,11 @@ finish and sends no new one until Resume; Stop and Abort cancel what is out.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gateway.formats import (
     ActionRun,
+    ActionSpec,
     Effects,
     Execution,
     NodeRun,
@@ -25,19 +26,17 @@ from gateway.formats import (
 )
 from gateway.recipes import JobCommand
 
-if TYPE_CHECKING:
-    from gateway_cycle.format import CycleProgram
-
 LIVE = (Status.RUNNING, Status.PAUSED)  # a command out may still answer, or time out
 END = {JobCommand.STOP: "stopped", JobCommand.ABORT: "aborted by the MES"}
+# The MES's own Stop or Abort set the job's state already: only the results are recorded.
 REPORTS = {"completed": Report.COMPLETE, "aborted": Report.ABORT}
 
 
 class CycleExecutor:
-    """``gateway.formats.Executor`` of one cycle program."""
+    """``gateway.formats.Executor`` of ``commands`` run ``cycles`` times."""
 
-    def __init__(self, program: CycleProgram) -> None:
-        self.program = program
+    def __init__(self, commands: tuple[ActionSpec, ...], cycles: int) -> None:
+        self.commands, self.cycles = commands, cycles
 
     def start(
         self, scope: str, job: str, now: float, attempts: Mapping[str, int] | None = None
@@ -80,7 +79,7 @@ class CycleExecutor:
         run = self._out(execution, timer.action, timer.attempt)
         if timer.kind is not TimerKind.TIMEOUT or run is None:
             return Effects()  # answered in time
-        seconds = self.program.actions[run.name].timeout_seconds
+        seconds = next(c.timeout_seconds for c in self.commands if c.name == run.name)
         return self._fail(execution, run, offline or f"no reply within {seconds:g} s", Effects())
 
     def on_command(self, execution: Execution, command: JobCommand, now: float) -> Effects:
@@ -113,8 +112,8 @@ class CycleExecutor:
         """Send the next command if none is out and the job runs; complete after the last."""
         if execution.status is not Status.RUNNING or execution.nodes:
             return effects
-        commands, position = self.program.commands, execution.memo["position"]
-        if position == len(commands) * self.program.cycles:
+        commands, position = self.commands, execution.memo["position"]
+        if position == len(commands) * self.cycles:
             return self._finish(execution, "completed", None, effects)
         command = commands[position % len(commands)]
         # A fresh activation each cycle; attempts number the tries over the job (and its runs).
@@ -122,9 +121,14 @@ class CycleExecutor:
         timeout = command.timeout_seconds or 0.0  # always set by the compiler
         execution.nodes[command.name] = NodeRun(command.name, now)
         execution.actions[command.name] = ActionRun(
-            command.name, command.name, Phase.DISPATCHED, attempt, 1, dispatched_at=now,
+            name=command.name,
+            step=command.name,
+            phase=Phase.DISPATCHED,
+            attempt=attempt,
+            tries=1,
+            dispatched_at=now,
             deadline=now + timeout,
-        )  # fmt: skip
+        )
         execution.side_effects = True
         effects.sends.append(command.name)
         effects.timers.append(Timer(now + timeout, TimerKind.TIMEOUT, command.name, attempt))
@@ -139,8 +143,6 @@ class CycleExecutor:
     def _finish(
         self, execution: Execution, outcome: str, error: str | None, effects: Effects
     ) -> Effects:
-        """End the job: ``completed`` and ``aborted`` are reported to job management; the
-        MES's own Stop or Abort has set the job's state already, only the results are kept."""
         for run in execution.actions.values():
             if run.active:
                 run.phase = Phase.CANCELLED

@@ -52,7 +52,8 @@ class CycleProgram:
         return {command.name: command for command in self.commands}
 
     def executor(self, parameters: Mapping[str, Any], options: ExecutorOptions) -> CycleExecutor:
-        return CycleExecutor(self)  # the job's parameters go with every command anyway
+        # The job's parameters go with every command: the rules do not depend on them.
+        return CycleExecutor(self.commands, self.cycles)
 
     def bind(self, equipment: Mapping[str, str]) -> CycleProgram:
         commands = tuple(
