@@ -1,11 +1,4 @@
-"""The cycle format: its recipes checked and compiled, and drawn.
-
-A recipe (``schema.json`` beside this module describes each field)::
-
-    {"cycles": 3, "commands": [
-        {"name": "fill", "type_id": "com.example.fill.v1", "equipment": "tester"},
-        {"name": "measure", "type_id": "com.example.measure.v1", "timeout_seconds": 20}]}
-"""
+"""The cycle format: recipes checked against ``schema.json``'s rules, compiled, and drawn."""
 
 from __future__ import annotations
 
@@ -106,7 +99,8 @@ class CycleFormat:
         return isinstance(recipe, Mapping) and "commands" in recipe
 
     def summary(self, program: Program) -> str:
-        return f"OK: {len(program.actions)} commands, {_cycle(program).cycles} cycles"
+        assert isinstance(program, CycleProgram)
+        return f"OK: {len(program.commands)} commands, {program.cycles} cycles"
 
     def render_svg(self, program: Program, active: Collection[str] = ()) -> str:
         """One box per command, top to bottom; the active one has class ``active``."""
@@ -125,18 +119,12 @@ class CycleFormat:
 
     def render_mermaid(self, program: Program) -> str:
         """A box per command (names are ``[A-Za-z0-9_.-]``: safe as labels), the loop back."""
-        cycle = _cycle(program)
+        assert isinstance(program, CycleProgram)
         lines = ["flowchart TD"]
-        for row, command in enumerate(cycle.commands):
+        for row, command in enumerate(program.commands):
             lines.append(f'    c{row}["{command.name}"]')
             if row:
                 lines.append(f"    c{row - 1} --> c{row}")
-        if cycle.cycles > 1:
-            lines.append(f'    c{len(cycle.commands) - 1} -->|"{cycle.cycles} cycles"| c0')
+        if program.cycles > 1:
+            lines.append(f'    c{len(program.commands) - 1} -->|"{program.cycles} cycles"| c0')
         return "\n".join(lines) + "\n"
-
-
-def _cycle(program: Program) -> CycleProgram:
-    if not isinstance(program, CycleProgram):
-        raise TypeError(f"not a cycle program: {type(program).__name__}")
-    return program
