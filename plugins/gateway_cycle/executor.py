@@ -63,7 +63,7 @@ class CycleExecutor:
             reason = error if delivered else f"not delivered: {error}"
             return self._fail(execution, run, reason, effects)
         run.phase = Phase.DONE
-        execution.results.setdefault(action, []).append(data)  # a result per cycle
+        execution.results[action] = data  # the last cycle's stands
         del execution.nodes[action]
         execution.memo["position"] += 1
         return self._next(execution, now, effects)

@@ -62,7 +62,7 @@ def test_commands_run_one_after_the_other_cycles_times_each_cycle_a_new_try() ->
         assert job.reply(name, data).report is None
     assert job.reply("b", 4).report is Report.COMPLETE
     assert job.sent == ["a:1", "b:1", "a:2", "b:2"]
-    assert job.execution.results == {"a": [1, 3], "b": [2, 4]}  # one result per cycle
+    assert job.execution.results == {"a": 3, "b": 4}  # the last cycle's
     assert (job.execution.status, job.execution.outcome) == (Status.FINISHING, "completed")
     assert job.execution.side_effects
 
@@ -133,7 +133,7 @@ def test_stop_and_abort_cancel_what_is_out_and_keep_the_results(
     job = Job({"commands": [command("a"), command("b")]})
     job.reply("a", 1)
     assert job.command(method).report is Report.RECORD
-    assert (job.execution.outcome, job.execution.results) == (outcome, {"a": [1]})
+    assert (job.execution.outcome, job.execution.results) == (outcome, {"a": 1})
     assert job.execution.actions["b"].phase is Phase.CANCELLED
     assert job.reply("b", 2) == Effects()
 
