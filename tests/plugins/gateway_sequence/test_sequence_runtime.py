@@ -18,7 +18,7 @@ import pytest
 from gateway.app import Gateway
 from gateway.equipment import EquipmentCommand, EquipmentReply
 from gateway.jobstates import JobState
-from gateway.recipes import RecipeViewer
+from gateway.recipes import RecipeProgress, RecipeViewer
 from gateway.testing import poll_until, running, wait_until
 from gateway.testing.equipment import EquipmentFailure, NoAnswer, TestEquipment
 from gateway.testing.redis_ha import grown_since, lasting_keys
@@ -100,13 +100,18 @@ async def recorded(mes: JobsMes, job: str, result: str) -> bool:
     return result in data_of(await response_of(mes, job))
 
 
+async def progress(gateway: Gateway, job: str) -> RecipeProgress | None:
+    """The job's progress as the web UI shows it."""
+    viewer = gateway.recipe_interpreters[DATASCHEMA]
+    assert isinstance(viewer, RecipeViewer)
+    return await viewer.progress("cell1", job)
+
+
 async def paused(gateway: Gateway, job: str) -> bool:
     """Whether the runtime has applied the MES's Pause to the job's sequence (the job's state
     changes first, then the runtime takes the command from its work stream)."""
-    viewer = gateway.recipe_interpreters[DATASCHEMA]
-    assert isinstance(viewer, RecipeViewer)
-    progress = await viewer.progress("cell1", job)
-    return progress is not None and progress.status == "paused"
+    shown = await progress(gateway, job)
+    return shown is not None and shown.status == "paused"
 
 
 def sent(equipment: TestEquipment) -> list[str]:
@@ -203,6 +208,35 @@ async def test_pause_holds_back_the_next_block_until_resume(station: Station) ->
         response = await final_response(mes)
     assert state_of(response)[:2] == ["Ended", "Completed"]
     assert sent(station.equipment) == ["J1:a:1", "J1:b:1"]
+
+
+async def test_the_progress_shows_the_par_block_active_and_each_steps_try(
+    station: Station,
+) -> None:
+    """The web UI's view of a sequence: the block that runs (a par block as a branch) and the
+    steps it ran, in recipe order, from the state and the job's history."""
+    release = anyio.Event()
+
+    async def slow(command: EquipmentCommand) -> Any:
+        await release.wait()
+        return {"slow": True}
+
+    station.equipment.behaviours = {"com.example.c.v1": slow}
+    recipe = {"steps": [step("a"), {"name": "both", "par": [step("b"), step("c")]}, step("d")]}
+    async with running(gateway := station.gateway()), station.mes() as mes:
+        await start(mes, recipe)
+        await wait_until(lambda: "J1:b:1" in station.equipment.answered)
+        shown = await progress(gateway, "J1")
+        release.set()
+        await final_response(mes)
+    assert shown is not None
+    assert [(node.name, node.branch) for node in shown.active] == [("both", True)]
+    assert [(a.name, a.step, a.phase, a.max_attempts) for a in shown.actions] == [
+        ("a", "a", "done", 1),
+        ("b", "both", "done", 1),
+        ("c", "both", "dispatched", 1),
+    ]
+    assert shown.results == {"a": {"ok": True}, "b": {"ok": True}}
 
 
 async def test_another_instance_continues_a_sequence_its_first_instance_left(
