@@ -30,7 +30,7 @@ from gateway.recipes import (
     ScopeQueue,
 )
 from gateway_jobs.events import Cause
-from gateway_jobs.jobs import JobManager
+from gateway_jobs.jobs import JobManager, results_received
 from gateway_jobs.model import EUInformation, JobOrderIDCall, LocalizedText, Parameter, to_json
 from gateway_jobs.repository import Edit
 from gateway_jobs.stored import StoredJob
@@ -132,7 +132,11 @@ class JobsControl:
         """Allowed while the job runs or is interrupted, and after it ended or aborted (the
         results an interpreter collects up to a Stop or Abort from the MES)."""
         edit = _response_edit(results)
-        return await self.manager.drive(scope, job_order_id, "ResultUpdate", edit, run=run)
+
+        def recorded(job: StoredJob) -> StoredJob:
+            return results_received(edit(job))
+
+        return await self.manager.drive(scope, job_order_id, "ResultUpdate", recorded, run=run)
 
 
 def summary(job: StoredJob) -> JobSummary:

@@ -13,7 +13,9 @@ state the MES asked for is what the station now holds.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
@@ -46,6 +48,7 @@ log = logging.getLogger(__name__)
 
 Observer = Callable[..., Any]  # gateway_job_state_changed(scope, job_order_id, method, ...)
 _COMMANDS = {command.value: command for command in JobCommand}
+_ENDS = frozenset({JobCommand.STOP.value, JobCommand.ABORT.value})
 
 
 class JobManager:
@@ -150,10 +153,24 @@ class JobManager:
         if method == "Start":  # it enters the queue: what will it hold when it runs?
             job = await self.repository.load(scope, call.job_order_id)
             equipment = None if job is None else await self.equipment(scope, job)
+        edit = _awaiting_results(self.settings.results_wait_seconds) if method in _ENDS else None
         result = await self.repository.transition(
-            scope, call.job_order_id, method, equipment=equipment
+            scope, call.job_order_id, method, edit, equipment=equipment
         )
         return await self._finish(scope, call.job_order_id, method, result, cause)
+
+    async def release_overdue_results(self, scope: str) -> None:
+        """Make final the Job Responses whose recipe results did not come in time."""
+        for job in await self.repository.results_overdue(scope, time.time()):
+            log.warning(
+                "job %s/%s: its recipe reported no results within %g s of the MES ending it; "
+                "its Job Response is final without them",
+                scope,
+                job,
+                self.settings.results_wait_seconds,
+            )
+            if not await self.drive(scope, job, "ResultUpdate", results_received):
+                await self.repository.forget_results_due(scope, job)  # cleared meanwhile
 
     async def job_response(self, scope: str, job_order_id: str) -> JobResponseReply:
         """RequestJobResponseByJobOrderID."""
@@ -418,3 +435,21 @@ def _interpreter_call(change: Change) -> JobCommand | None:
     if command is None or before is None or before.state.top is TopState.NOT_ALLOWED_TO_START:
         return None
     return command
+
+
+def _awaiting_results(seconds: float) -> Edit:
+    """The MES's Stop or Abort: a job whose recipe ran (it has been Running) waits for the
+    results its recipe collected before its Job Response is final (``has_result``)."""
+
+    def edit(job: StoredJob) -> StoredJob:
+        ran = job.response.start_time is not None
+        if not (ran and job.state.final and seconds > 0):
+            return job
+        return dataclasses.replace(job, results_due=time.time() + seconds)
+
+    return edit
+
+
+def results_received(job: StoredJob) -> StoredJob:
+    """The recipe's results are in (or awaited no longer): the Job Response is final."""
+    return dataclasses.replace(job, results_due=None)

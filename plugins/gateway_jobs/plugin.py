@@ -31,6 +31,7 @@ from gateway_jobs.methods import JobsMethods
 from gateway_jobs.metrics import count_methods, sample_jobs_by_state, sample_queues
 from gateway_jobs.processor import JobsProcessor
 from gateway_jobs.queuefeed import QueueFeed
+from gateway_jobs.results import ResultsDueService
 from gateway_jobs.settings import JobsSettings
 
 if TYPE_CHECKING:
@@ -125,6 +126,7 @@ def gateway_register_services(
     sample_queues(gateway.metrics, manager)
     jobs = settings.get(JobsSettings)
     register(DispatchService(manager.dispatcher, jobs.dispatch_poll_seconds))
+    register(ResultsDueService(manager, jobs.dispatch_poll_seconds))
     register(StatusEventService(manager.events))
     feed = gateway.state.find(QueueFeed)
     if feed is not None:

@@ -121,7 +121,19 @@ class JobRepository:
     def state_key(self, scope: str, top: TopState) -> str:
         return self.store.keys.scoped(scope, "jobs", "state", top.value)
 
+    def results_due_key(self, scope: str) -> str:
+        """The jobs whose recipe results are awaited (``StoredJob.results_due``), by due time."""
+        return self.store.keys.scoped(scope, "jobs", "results-due")
+
     # -- reads ------------------------------------------------------------------------------
+
+    async def results_overdue(self, scope: str, now: float) -> list[str]:
+        """The jobs whose recipe results were due before ``now``."""
+        due = await self.store.client.zrangebyscore(self.results_due_key(scope), "-inf", now)
+        return sorted(str(job) for job in due)
+
+    async def forget_results_due(self, scope: str, job_order_id: str) -> None:
+        await self.store.client.zrem(self.results_due_key(scope), job_order_id)
 
     async def in_state(self, scope: str, top: TopState) -> list[str]:
         """The ids of the scope's jobs in the top-level state ``top``, sorted."""
@@ -290,6 +302,10 @@ class JobRepository:
                 )
             if before is None or before.priority != after.priority:
                 pipeline.zadd(self.priority_key(scope), {job_order_id: -after.priority})
+        if after.results_due is not None and after.state is not JobState.END:
+            pipeline.zadd(self.results_due_key(scope), {job_order_id: after.results_due})
+        elif before is not None and before.results_due is not None:
+            pipeline.zrem(self.results_due_key(scope), job_order_id)
         queue_change(
             pipeline,
             self.queue_keys,
@@ -321,7 +337,8 @@ def change_record(scope: str, change: Change) -> dict[str, str]:
     """The change-stream entry of ``change``: what the MES publisher needs, as text.
 
     ``change_type`` is the trigger (``Store``, ``Run``, ``ResultUpdate``, ``Clear``...);
-    ``has_result`` says the Job Response is final (Ended / Aborted), so it may be published;
+    ``has_result`` says the Job Response is final (Ended / Aborted, and no recipe results are
+    awaited any more), so it may be published;
     ``priority`` lets the publisher order its index without reading the job. The record also
     carries the documents the publisher makes retained (``job_order`` when the order is new or
     changed, ``job_response`` once it is final), so publishing costs no reads and a replayed
@@ -336,7 +353,7 @@ def change_record(scope: str, change: Change) -> dict[str, str]:
         "state_number": str(after.state.number),
         "previous": change.previous_state.value,
         "priority": str(after.priority),
-        "has_result": "true" if after.state.final else "false",
+        "has_result": "true" if after.has_result else "false",
     }
     if change.trigger in ORDER_TRIGGERS:
         record["job_order"] = json.dumps(to_json(after.job_order), separators=(",", ":"))

@@ -51,6 +51,12 @@ class JobsSettings:
         "entering the queue starts the next one at once; this catches what a crash left)",
         minimum=0.01,
     )
+    results_wait_seconds: float = setting(
+        10.0,
+        "After the MES stops or aborts a job its recipe ran, how long its Job Response waits "
+        "for the results the recipe collected before it is final (has_result) without them",
+        minimum=0,
+    )
     queue_feed_ms: int = setting(
         200,
         "Least time between two publications of a scope's retained queue topic (changes "

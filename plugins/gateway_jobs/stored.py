@@ -42,10 +42,19 @@ class StoredJob:
     work_master_document: dict[str, Any]  # ``to_json`` of the WorkMaster
     response: JobResponse
     stored_at: str | None = None  # when the job entered the station (RFC 3339)
+    # The MES stopped or aborted the job while its recipe ran: the results the recipe collected
+    # are due by this Unix time; until they are recorded (or the time passes) the Job Response
+    # is not final yet (``has_result``).
+    results_due: float | None = None
 
     @property
     def job_order_id(self) -> str:
         return self.job_order.job_order_id
+
+    @property
+    def has_result(self) -> bool:
+        """The Job Response is final: Ended or Aborted, and no recipe results are awaited."""
+        return self.state.final and self.results_due is None
 
     @property
     def priority(self) -> int:
@@ -78,6 +87,8 @@ class StoredJob:
         }
         if self.stored_at is not None:
             document["StoredAt"] = self.stored_at
+        if self.results_due is not None:
+            document["ResultsDue"] = self.results_due
         return document
 
     @classmethod
@@ -89,9 +100,12 @@ class StoredJob:
             # Written by this class, so never seen; checked in full if it is.
             work_master = to_json(from_json(work_master, WorkMaster, element="WorkMaster"))
         stored_at = job.get("StoredAt") if isinstance(job.get("StoredAt"), str) else None
+        due = job.get("ResultsDue")
+        results_due = float(due) if isinstance(due, int | float) else None
         if response is None:  # both are always written together; if one was lost, start anew
             return new_job(order, state, from_json(work_master, WorkMaster))
-        return cls(order, state, work_master, from_json(response, JobResponse), stored_at)
+        response_document = from_json(response, JobResponse)
+        return cls(order, state, work_master, response_document, stored_at, results_due)
 
     def moved_to(self, state: JobState) -> StoredJob:
         """This job in ``state``; its Job Response follows: JobState, and the actual start
