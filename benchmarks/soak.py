@@ -101,11 +101,10 @@ class Station:
             "GATEWAY_GATEWAY_DATA_DIR": str(self.directory / "data"),
             "GATEWAY_GATEWAY_SHUTDOWN_GRACE_SECONDS": "5",
             # A killed instance's work is taken over in seconds, not the production minute.
-            "GATEWAY_SFC_CLAIM_IDLE_SECONDS": "3",
-            "GATEWAY_SFC_RECONCILE_SECONDS": "5",
+            "GATEWAY_RUNTIME_CLAIM_IDLE_SECONDS": "3",
+            "GATEWAY_RUNTIME_RECONCILE_SECONDS": "5",
             # Retention short enough to reach the plateau within the run.
-            "GATEWAY_SFC_ENDED_TTL_SECONDS": retention,
-            "GATEWAY_SEQUENCE_ENDED_TTL_SECONDS": retention,
+            "GATEWAY_RUNTIME_ENDED_TTL_SECONDS": retention,
             "GATEWAY_UI_TRACE_KEPT_SECONDS": retention,
             "GATEWAY_REDIS_DEDUPE_TTL_SECONDS": retention,
             "GATEWAY_MQTT_EQUIPMENT_TOPIC_PREFIX": f"{PREFIX}-sim",

@@ -21,7 +21,7 @@ behave alike:
   ``Resilience`` share their log: when many operations (every message in flight, say) hit the
   same outage, the first one logs it and the last one to recover logs its end.
 - **Not ready meanwhile.** ``Readiness`` (``gateway.readiness``) holds named checks; a failing
-  loop marks its check (``"sfc-engine.read"``, ``"instances"``...) failing with the reason, and
+  loop marks its check (``"recipe-runtime.read"``, ``"instances"``...) failing with the reason, and
   ``/readyz`` answers 503 naming it until the loop succeeds again. The HTTP endpoint itself
   never stops.
 - **Capped, jittered backoff.** ``Backoff`` doubles from ``gateway.retry_min_seconds`` up to

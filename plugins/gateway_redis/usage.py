@@ -1,7 +1,7 @@
 """``gateway store usage``: what the store holds, by kind of key, and what an ended job costs.
 
 Every key of the gateway is ``{prefix}:{<scope>}:<name>...``. Keys are grouped by *kind*: the
-name without its last part (``sfc:exec:J1`` -> ``sfc:exec``, ``dedupe:<digest>`` ->
+name without its last part (``rt:exec:J1`` -> ``rt:exec``, ``dedupe:<digest>`` ->
 ``dedupe``; a one-part name is its own kind: ``changes``). For each kind: how many keys, how
 many expire (they have a TTL: what a retention setting keeps), their bytes (``MEMORY USAGE`` of
 up to ``SAMPLE`` keys of the kind, scaled to all) and the longest time to live left.
@@ -31,8 +31,7 @@ BATCH = 1000  # keys per pipeline
 # Settings (``section.key``) that say how long something is kept, printed with the usage.
 RETENTION_SETTINGS = (
     "redis.dedupe_ttl_seconds",
-    "sfc.ended_ttl_seconds",
-    "sequence.ended_ttl_seconds",
+    "runtime.ended_ttl_seconds",
     "ui.trace_kept_seconds",
     "publisher.retained_ttl_seconds",
     "redis.change_stream_maxlen",

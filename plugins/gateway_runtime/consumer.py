@@ -48,10 +48,14 @@ class WorkConsumer:
         self._slots = anyio.Semaphore(self.context.settings.max_concurrent_items)
 
     async def read_loop(self, handlers: TaskGroup) -> None:
-        """Read work entries for ever; a store outage fails ``sfc-engine.read`` meanwhile."""
+        """Read work entries for ever; a store outage fails ``recipe-runtime.read`` meanwhile."""
         resilience = self.context.gateway.resilience
-        await resilience.retry("sfc-engine.read", lambda: self._read_backlog(handlers), logger=log)
-        await resilience.forever("sfc-engine.read", lambda: self._read_once(handlers), logger=log)
+        await resilience.retry(
+            "recipe-runtime.read", lambda: self._read_backlog(handlers), logger=log
+        )
+        await resilience.forever(
+            "recipe-runtime.read", lambda: self._read_once(handlers), logger=log
+        )
 
     async def _read_once(self, handlers: TaskGroup) -> None:
         if not self.scopes.scopes:
@@ -130,10 +134,13 @@ class WorkConsumer:
         try:
             with log_context(scope=scope, job=job, correlationid=correlation):
                 await resilience.retry(
-                    "sfc-engine.work", lambda: self.handle(scope, fields), stop=stopping, logger=log
+                    "recipe-runtime.work",
+                    lambda: self.handle(scope, fields),
+                    stop=stopping,
+                    logger=log,
                 )
                 await resilience.retry(
-                    "sfc-engine.work",
+                    "recipe-runtime.work",
                     lambda: self._acknowledge(stream, entry_id),
                     stop=stopping,
                     logger=log,

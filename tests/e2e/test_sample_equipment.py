@@ -41,7 +41,7 @@ async def test_the_sample_equipment_answers_a_jobs_command(
         "GATEWAY_REDIS_KEY_PREFIX": unique,
         "GATEWAY_JOBS_TOPIC_PREFIX": unique,
         "GATEWAY_MQTT_EQUIPMENT_EQUIPMENT": press,
-        "GATEWAY_SFC_TIMER_POLL_SECONDS": "0.01",
+        "GATEWAY_RUNTIME_TIMER_POLL_SECONDS": "0.01",
     }
     recipe = {
         "steps": [{"name": "Press", "initial": True}, {"name": "Done"}],

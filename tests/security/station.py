@@ -151,7 +151,7 @@ class HostileStation:
             "GATEWAY_MSGPACK_RPC_DEVICE_TOKENS_FILE": str(self.tokens_file()),
             "GATEWAY_MSGPACK_RPC_KNOWN_EQUIPMENT": "press",
             "GATEWAY_MQTT_EQUIPMENT_EQUIPMENT": ",".join(EQUIPMENT),
-            "GATEWAY_SFC_TIMER_POLL_SECONDS": "0.05",
+            "GATEWAY_RUNTIME_TIMER_POLL_SECONDS": "0.05",
             # SECURITY_BASELINE=/path/to/an/older/checkout runs that code instead (to see an
             # attack succeed without the defences).
             **(

@@ -23,7 +23,7 @@ StoreFactory = Callable[..., RedisStore]
 
 
 def test_a_key_is_grouped_by_its_name_without_the_last_part() -> None:
-    assert kind_of("gw:{cell1}:sfc:exec:J1", "gw") == ("sfc:exec", "J1")
+    assert kind_of("gw:{cell1}:rt:exec:J1", "gw") == ("rt:exec", "J1")
     assert kind_of("gw:{cell1}:dedupe:ab12", "gw") == ("dedupe", "ab12")
     assert kind_of("gw:{_global}:scopes", "gw") == ("scopes", "scopes")
     assert kind_of("gw:{a/b}:trace:J:1", "gw") == ("trace:J", "1")
@@ -34,10 +34,10 @@ def test_a_key_is_grouped_by_its_name_without_the_last_part() -> None:
 async def fill(client: Redis, prefix: str) -> None:
     """Two ended jobs (trace and engine state expiring), one running (kept), markers."""
     for job in ("J1", "J2"):
-        await client.set(f"{prefix}:{{cell1}}:sfc:exec:{job}", "x" * 500, ex=600)
+        await client.set(f"{prefix}:{{cell1}}:rt:exec:{job}", "x" * 500, ex=600)
         await client.xadd(f"{prefix}:{{cell1}}:trace:{job}", {"kind": "state", "fields": "{}"})
         await client.expire(f"{prefix}:{{cell1}}:trace:{job}", 300)
-    await client.set(f"{prefix}:{{cell1}}:sfc:exec:J3", "x" * 500)  # running: no TTL
+    await client.set(f"{prefix}:{{cell1}}:rt:exec:J3", "x" * 500)  # running: no TTL
     await client.xadd(f"{prefix}:{{cell1}}:trace:J3", {"kind": "state", "fields": "{}"})
     for number in range(4):
         await client.set(f"{prefix}:{{cell1}}:dedupe:{number:064x}", "{}", ex=900)
@@ -52,12 +52,12 @@ async def test_usage_counts_kinds_and_divides_what_expires_by_the_ended_jobs(
         usage = await measure(store.client, unique)
     kinds = {kind.kind: kind for kind in usage.kinds}
     assert {name: (k.keys, k.expiring) for name, k in kinds.items()} == {
-        "sfc:exec": (3, 2),
+        "rt:exec": (3, 2),
         "trace": (3, 2),
         "dedupe": (4, 4),
         "workmaster": (1, 0),
     }
-    assert 590 <= (kinds["sfc:exec"].ttl_most or 0) <= 600
+    assert 590 <= (kinds["rt:exec"].ttl_most or 0) <= 600
     assert kinds["workmaster"].ttl_most is None
     assert all(kind.bytes > 0 for kind in usage.kinds)
     # J1 and J2 are held (two expiring kinds each); J3 runs, the markers are digests.
