@@ -27,6 +27,7 @@ class Reconciler:
         self.scopes = scopes
         self.executions = executions
         self.work = work
+        self.finishing = Lingering()
 
     async def recovery_scan(self) -> None:
         """Re-examine every unfinished job once: re-send what waits, advance what can."""
@@ -64,13 +65,33 @@ class Reconciler:
                     # instance or with its commit's answer in a failover. Look again.
                     await self.executions.wait_started(scope, job)
                 state = await control.state(scope, job)
-                if report_lost(state, execution.status):
+                # A report may be under way right now (on this or another instance): only an
+                # end that stayed unreported from one pass to the next was lost.
+                lost = report_lost(state, execution.status)
+                if lost and self.finishing.again((scope, job), execution.version):
                     log.info("job %s/%s: reporting the end of its execution again", scope, job)
                     await self.work.report(scope, job)
                 command = lost_command(state, execution.status)
                 if command is not None:
                     log.info("job %s/%s: the execution missed %s; applying it", scope, job, command)
                     await self.work.command(scope, job, command, execution.run)
+        self.finishing.next_pass()
+
+
+class Lingering:
+    """What one reconciliation pass saw that the pass before saw unchanged."""
+
+    def __init__(self) -> None:
+        self._before: dict[tuple[str, str], int] = {}
+        self._now: dict[tuple[str, str], int] = {}
+
+    def again(self, key: tuple[str, str], version: int) -> bool:
+        """Note ``key`` at ``version``; whether the previous pass saw it at the same one."""
+        self._now[key] = version
+        return self._before.get(key) == version
+
+    def next_pass(self) -> None:
+        self._before, self._now = self._now, {}
 
 
 def report_lost(state: JobState | None, status: Status) -> bool:
