@@ -80,7 +80,8 @@ class CycleExecutor:
         if timer.kind is not TimerKind.TIMEOUT or run is None:
             return Effects()  # answered in time
         seconds = next(c.timeout_seconds for c in self.commands if c.name == run.name)
-        return self._fail(execution, run, offline or f"no reply within {seconds:g} s", Effects())
+        reason = f"no reply within {seconds:g} s"  # offline: the likely cause, both are said
+        return self._fail(execution, run, f"{offline} ({reason})" if offline else reason, Effects())
 
     def on_command(self, execution: Execution, command: JobCommand, now: float) -> Effects:
         status = execution.status

@@ -93,8 +93,11 @@ class SequenceExecutor:
         run = self._waiting(execution, timer.action, timer.attempt)
         if timer.kind is TimerKind.TIMEOUT and run is not None:
             command = self._commands[run.name]
-            reason = offline or f"no reply within {command.timeout_seconds:g} s"
-            self._failed(execution, run, reason, now, effects)
+            reason = f"no reply within {command.timeout_seconds:g} s"
+            # Offline equipment is the likely cause, not a certain one: both are said.
+            self._failed(
+                execution, run, f"{offline} ({reason})" if offline else reason, now, effects
+            )
         return effects
 
     def on_command(self, execution: Execution, command: JobCommand, now: float) -> Effects:

@@ -128,4 +128,8 @@ async def test_a_tightening_slower_than_its_timeout_aborts_the_job(station: Stat
         await start_job(mes, with_tighten(timeout_seconds=0.5))
         response = await final_response(mes)
     assert states(response) == ["Aborted"]
-    assert results(response)["Error"] == "step tighten: no reply within 0.5 s"
+    error = results(response)["Error"]
+    # Under load the simulator's heartbeats may come late: its equipment then also looks
+    # offline, which the error says first.
+    assert error.startswith("step tighten: ")
+    assert error.endswith("no reply within 0.5 s")

@@ -84,7 +84,10 @@ def test_tries_are_numbered_on_from_an_earlier_run_of_the_job_id() -> None:
             "a: not delivered: no driver",
         ),
         (lambda job: job.timer("a", 1, T0 + 5), "a: no reply within 5 s"),
-        (lambda job: job.timer("a", 1, T0 + 5, "equipment x offline"), "a: equipment x offline"),
+        (
+            lambda job: job.timer("a", 1, T0 + 5, "equipment x offline"),
+            "a: equipment x offline (no reply within 5 s)",
+        ),
     ],
 )
 def test_a_failed_command_aborts_the_job_saying_why(fail: Any, error: str) -> None:

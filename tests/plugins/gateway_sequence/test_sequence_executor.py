@@ -164,7 +164,7 @@ def test_a_failed_reply_keeps_what_the_equipment_read_once_no_try_is_left() -> N
 def test_a_timeout_says_why_when_the_equipment_is_known_offline() -> None:
     job = Job()
     job.timeout("a", offline="equipment x offline: never seen")
-    assert job.execution.error == "step a: equipment x offline: never seen"
+    assert job.execution.error == "step a: equipment x offline: never seen (no reply within 5 s)"
 
 
 def test_an_undelivered_command_fails_its_try_saying_so() -> None:
