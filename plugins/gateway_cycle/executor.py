@@ -58,7 +58,7 @@ class CycleExecutor:
         run = self._out(execution, action, attempt)
         if run is None:
             return Effects()  # late, repeated or cancelled: changes nothing
-        effects = Effects(changed=True, reply=(now - (run.dispatched_at or now), bool(error)))
+        effects = Effects(changed=True, reply=(now - (run.dispatched_at or now), error is not None))
         if error is not None:
             reason = error if delivered else f"not delivered: {error}"
             return self._fail(execution, run, reason, effects)
@@ -94,7 +94,8 @@ class CycleExecutor:
         if command in END and status in LIVE:
             return self._finish(execution, END[command], None, Effects())
         if status is Status.FINISHING and command is not JobCommand.PAUSE:
-            return Effects(report=Report.COMPLETE)  # a completion the Pause held back, again
+            # The end the MES's Pause held back (``report_completed``), reported again.
+            return Effects(report=REPORTS.get(execution.outcome or "", Report.RECORD))
         return Effects()
 
     def on_resume(self, execution: Execution, now: float) -> Effects:
