@@ -106,14 +106,15 @@ class CycleFormat:
         """One box per command, top to bottom; the active one has class ``active``."""
         boxes = []
         for row, name in enumerate(program.actions):
-            lit = ' class="active"' if name in active else ""
-            boxes.append(
-                f'<g id="step-{escape(name)}"{lit}><rect x="20" y="{20 + 56 * row}" width="160" '
+            lit = " active" if name in active else ""
+            boxes.append(  # classes and data as the web UI's live view expects them
+                f'<g class="step action{lit}" data-step="{escape(name)}" data-action='
+                f'"{escape(name)}"><rect x="20" y="{20 + 56 * row}" width="160" '
                 f'height="36"/><text x="100" y="{43 + 56 * row}">{escape(name)}</text></g>'
             )
         return (
             f'<svg xmlns="http://www.w3.org/2000/svg" width="200" height="{20 + 56 * len(boxes)}">'
-            "<style>rect{fill:#fff;stroke:#333}.active rect{fill:#ffe58a}"
+            "<style>rect{fill:#fff;stroke:#333}.active rect{fill:#ffe58a}.failed rect{stroke:#c00}"
             f"text{{font:12px sans-serif;text-anchor:middle}}</style>{''.join(boxes)}</svg>"
         )
 

@@ -18,7 +18,8 @@ _MERMAID = {"#": "#35;", '"': "#quot;", "&": "#amp;", "<": "#lt;", ">": "#gt;", 
 
 def render_svg(recipe: SequenceRecipe, active: Collection[str] = ()) -> str:
     """The sequence as a standalone SVG; the steps named in ``active``, and those of the blocks
-    named there, have class ``active``."""
+    named there, have class ``active``. Each step is a ``g.step.action`` with ``data-step`` (its
+    block) and ``data-action`` (itself), for the web UI's live view."""
     widest = max(len(block.commands) for block in recipe.blocks)
     width = widest * (_BOX_W + _GAP) + _GAP
     height = len(recipe.blocks) * _ROW + _GAP
@@ -26,7 +27,7 @@ def render_svg(recipe: SequenceRecipe, active: Collection[str] = ()) -> str:
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="sequence" width="{width}" '
         f'height="{height}" viewBox="0 0 {width} {height}">',
-        "<style>rect{fill:#fff;stroke:#333}.active rect{fill:#ffe58a}"
+        "<style>rect{fill:#fff;stroke:#333}.active rect{fill:#ffe58a}.failed rect{stroke:#c00}"
         "text{font:12px sans-serif;text-anchor:middle}line{stroke:#333}</style>",
     ]
     for row, block in enumerate(recipe.blocks):
@@ -42,9 +43,10 @@ def render_svg(recipe: SequenceRecipe, active: Collection[str] = ()) -> str:
                 parts.append(f'<line x1="{left}" y1="{y}" x2="{width - left}" y2="{y}"/>')
         for column, command in enumerate(block.commands):
             x = left + column * (_BOX_W + _GAP)
-            lit = ' class="active"' if {command.name, block.name} & set(active) else ""
-            parts.append(
-                f'<g id="step-{escape(command.name)}"{lit}>'
+            lit = " active" if {command.name, block.name} & set(active) else ""
+            parts.append(  # the web UI lights a block's steps, and marks a failed one
+                f'<g id="step-{escape(command.name)}" class="step action{lit}" '
+                f'data-step="{escape(block.name)}" data-action="{escape(command.name)}">'
                 f'<rect x="{x}" y="{top}" width="{_BOX_W}" height="{_BOX_H}"/>'
                 f'<text x="{x + _BOX_W / 2}" y="{top + 15}">{escape(command.name)}</text>'
                 f'<text x="{x + _BOX_W / 2}" y="{top + 29}" font-size="9">'

@@ -22,12 +22,14 @@
     const failed = (progress ? progress.actions : []).filter((action) => action.phase === "failed");
     const failedSteps = new Set(failed.map((action) => action.step));
     const failedActions = new Set(failed.map((action) => action.name));
-    document.querySelectorAll("svg.sfc g.step, svg.sfc g.branch").forEach((g) => {
+    // Every format's drawing marks its nodes g.step[data-step] (or g.branch[data-branch]) and
+    // its actions g.action[data-action] (docs/recipe-formats.md).
+    document.querySelectorAll("#chart g.step, #chart g.branch").forEach((g) => {
       const name = g.getAttribute("data-step") ?? g.getAttribute("data-branch");
       g.classList.toggle("active", names.has(name));
       g.classList.toggle("failed", failedSteps.has(name));
     });
-    document.querySelectorAll("svg.sfc g.action").forEach((g) => {
+    document.querySelectorAll("#chart g.action").forEach((g) => {
       g.classList.toggle("failed", failedActions.has(g.getAttribute("data-action")));
     });
   }

@@ -108,8 +108,8 @@ def test_it_recognizes_its_shape_only() -> None:
 def test_the_drawings_show_each_command_and_the_loop() -> None:
     program = FORMAT.compile(EXAMPLE)
     svg = ElementTree.fromstring(FORMAT.render_svg(program, {"tighten"}))
-    groups = {g.get("id"): g.get("class") for g in svg.iter("{http://www.w3.org/2000/svg}g")}
-    assert groups == {"step-position": None, "step-tighten": "active"}
+    groups = {g.get("data-step"): g.get("class") for g in svg.iter("{http://www.w3.org/2000/svg}g")}
+    assert groups == {"position": "step action", "tighten": "step action active"}
     assert FORMAT.render_mermaid(program) == (
         'flowchart TD\n    c0["position"]\n    c1["tighten"]\n    c0 --> c1\n'
         '    c1 -->|"3 cycles"| c0\n'

@@ -17,28 +17,33 @@ SVG = "{http://www.w3.org/2000/svg}"
 FORMAT = SequenceFormat()
 
 
-def lit(active: set[str]) -> dict[str | None, str | None]:
+def drawn(active: set[str]) -> dict[str, tuple[str | None, str | None, bool]]:
+    """Each step's box: its block (``data-step``), its action and whether it is lit."""
     svg = ElementTree.fromstring(FORMAT.render_svg(FORMAT.compile(EXAMPLE), active))
-    return {group.get("id"): group.get("class") for group in svg.iter(f"{SVG}g")}
+    return {
+        str(g.get("id")): (g.get("data-step"), g.get("data-action"), "active" in g.get("class", ""))
+        for g in svg.iter(f"{SVG}g")
+    }
 
 
 def test_the_drawing_has_a_box_per_step_and_lights_the_active_ones() -> None:
-    assert lit({"home"}) == {
-        "step-position": None,
-        "step-tighten": None,
-        "step-inspect": None,
-        "step-home": "active",
+    assert drawn({"home"}) == {
+        "step-position": ("position", "position", False),
+        "step-tighten": ("fit_and_inspect", "tighten", False),
+        "step-inspect": ("fit_and_inspect", "inspect", False),
+        "step-home": ("home", "home", True),
     }
 
 
 def test_an_active_par_block_lights_all_its_steps() -> None:
     """The runtime's active nodes are blocks: a par block by its name."""
-    assert lit({"fit_and_inspect"}) == {
-        "step-position": None,
-        "step-tighten": "active",
-        "step-inspect": "active",
-        "step-home": None,
-    }
+    lit = {name for name, (_, _, on) in drawn({"fit_and_inspect"}).items() if on}
+    assert lit == {"step-tighten", "step-inspect"}
+
+
+def test_every_box_is_a_step_and_an_action_for_the_web_uis_live_view() -> None:
+    svg = ElementTree.fromstring(FORMAT.render_svg(FORMAT.compile(EXAMPLE)))
+    assert {g.get("class") for g in svg.iter(f"{SVG}g")} == {"step action"}
 
 
 def test_the_mermaid_flowchart_has_a_box_per_step_and_a_subgraph_per_par_block() -> None:
