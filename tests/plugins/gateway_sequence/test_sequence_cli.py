@@ -77,5 +77,5 @@ def test_render_draws_mermaid_and_svg(capsys: pytest.CaptureFixture[str], recipe
     assert '["tighten' in out
     status, out, _ = run(capsys, "render", "--format", "svg", recipe)
     assert status == 0
-    ids = {g.get("id") for g in ElementTree.fromstring(out).iter("{http://www.w3.org/2000/svg}g")}
-    assert "step-tighten" in ids
+    svg = ElementTree.fromstring(out)
+    assert "tighten" in {g.get("data-action") for g in svg.iter("{http://www.w3.org/2000/svg}g")}
