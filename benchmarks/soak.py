@@ -505,7 +505,7 @@ def report(
 
 
 def completions_logged_twice(station: Station) -> list[str]:
-    """Jobs whose chart end the instances logged more than once ("chart completed"): a
+    """Jobs whose recipe end the instances logged more than once ("recipe completed"): a
     completion reported twice (refused by job management, so not ended twice)."""
     seen: Counter[str] = Counter()
     for process in station.gateways.values():
@@ -513,8 +513,8 @@ def completions_logged_twice(station: Station) -> list[str]:
             continue
         with process.log.open(errors="replace") as lines:
             for line in lines:
-                if ": chart completed" in line:
-                    job = line.split(": chart completed")[0].rpartition("/")[2]
+                if ": recipe completed" in line:
+                    job = line.split(": recipe completed")[0].rpartition("/")[2]
                     seen[job] += 1
     return sorted(job for job, count in seen.items() if count > 1)
 

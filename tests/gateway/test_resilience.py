@@ -70,19 +70,19 @@ def test_an_outage_is_logged_once_and_its_check_fails_until_it_recovers(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     readiness = Readiness()
-    outage = Resilience(readiness).outage("sfc-engine.read")
+    outage = Resilience(readiness).outage("recipe-runtime.read")
     caplog.set_level(logging.INFO, logger="gateway.resilience")
     for _ in range(5):
         outage.failed(redis.exceptions.ConnectionError("Connection refused"))
     assert not readiness.ready
-    assert readiness.failing == {"sfc-engine.read": "ConnectionError: Connection refused"}
+    assert readiness.failing == {"recipe-runtime.read": "ConnectionError: Connection refused"}
     outage.succeeded()
     assert readiness.failing == {}
     outage.succeeded()  # no outage: nothing more to say
     lines = [record.getMessage() for record in caplog.records]
     assert len(lines) == 2, lines
-    assert lines[0].startswith("sfc-engine.read: ConnectionError: Connection refused; retrying")
-    assert "sfc-engine.read: back after" in lines[1]
+    assert lines[0].startswith("recipe-runtime.read: ConnectionError: Connection refused; retrying")
+    assert "recipe-runtime.read: back after" in lines[1]
     assert "(5 failed tries)" in lines[1]
 
 
