@@ -697,7 +697,7 @@ def test_host_variables_file_forms_and_other_prefixes_are_not_settings_typos(
 def test_variables_of_plugins_left_out_are_tolerated(registry: SettingsRegistry) -> None:
     """One environment for every role: a variable of a blocked plugin's section sets nothing
     here, and is no typo."""
-    environ = {"GATEWAY_MQTT_EQUIPMENT_EQUIPMENT": "*", "GATEWAY_SFC_TIMER_POLL_SECONDS": "1"}
-    load_settings(registry, None, environ, unloaded={"mqtt-equipment", "sfc"})
-    with pytest.raises(SettingsError, match="GATEWAY_SFC_TIMER_POLL_SECONDS"):
+    environ = {"GATEWAY_MQTT_EQUIPMENT_EQUIPMENT": "*", "GATEWAY_RUNTIME_TIMER_POLL_SECONDS": "1"}
+    load_settings(registry, None, environ, unloaded={"mqtt-equipment", "runtime"})
+    with pytest.raises(SettingsError, match="GATEWAY_RUNTIME_TIMER_POLL_SECONDS"):
         load_settings(registry, None, environ, unloaded={"mqtt-equipment"})
