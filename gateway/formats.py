@@ -199,6 +199,30 @@ class Effects:
     reply: tuple[float, bool] | None = None
 
 
+def finish(
+    execution: Execution,
+    effects: Effects,
+    outcome: str,
+    error: str | None = None,
+    *,
+    report: Report | None = None,
+) -> Effects:
+    """End ``execution`` as every executor does: what is active is cancelled, no node stays
+    active, and job management hears of the end once it is stored (``report``: by default
+    ``COMPLETE`` for the outcome ``"completed"``, ``ABORT`` otherwise; ``RECORD`` when the MES
+    stopped or aborted the job itself and only the results so far are to be recorded)."""
+    for run in execution.actions.values():
+        if run.active:
+            run.phase = Phase.CANCELLED
+    execution.nodes.clear()
+    execution.status = Status.FINISHING
+    execution.outcome = outcome
+    execution.error = error
+    effects.report = report or (Report.COMPLETE if outcome == "completed" else Report.ABORT)
+    effects.changed = True
+    return effects
+
+
 @dataclass(frozen=True)
 class ExecutorOptions:
     """The runtime's settings an executor may use."""

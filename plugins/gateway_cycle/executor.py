@@ -23,6 +23,7 @@ from gateway.formats import (
     Status,
     Timer,
     TimerKind,
+    finish,
 )
 from gateway.recipes import JobCommand
 
@@ -92,7 +93,7 @@ class CycleExecutor:
             execution.status = Status.RUNNING
             return self._next(execution, now, Effects(changed=True))
         if command in END and status in LIVE:
-            return self._finish(execution, END[command], None, Effects())
+            return finish(execution, Effects(), END[command], report=Report.RECORD)
         if status is Status.FINISHING and command is not JobCommand.PAUSE:
             # The end the MES's Pause held back (``report_completed``), reported again.
             return Effects(report=REPORTS.get(execution.outcome or "", Report.RECORD))
@@ -116,7 +117,7 @@ class CycleExecutor:
             return effects
         commands, position = self.commands, execution.memo["position"]
         if position == len(commands) * self.cycles:
-            return self._finish(execution, "completed", None, effects)
+            return finish(execution, effects, "completed")
         command = commands[position % len(commands)]
         # A fresh activation each cycle; attempts number the tries over the job (and its runs).
         attempt = execution.attempts[command.name] = execution.attempts.get(command.name, 0) + 1
@@ -140,16 +141,4 @@ class CycleExecutor:
     def _fail(self, execution: Execution, run: ActionRun, reason: str, effects: Effects) -> Effects:
         run.phase, run.error = Phase.FAILED, reason
         execution.failed_action = run.name
-        return self._finish(execution, "aborted", f"{run.name}: {reason}", effects)
-
-    def _finish(
-        self, execution: Execution, outcome: str, error: str | None, effects: Effects
-    ) -> Effects:
-        for run in execution.actions.values():
-            if run.active:
-                run.phase = Phase.CANCELLED
-        execution.nodes.clear()
-        execution.status, execution.outcome, execution.error = Status.FINISHING, outcome, error
-        effects.report = REPORTS.get(outcome, Report.RECORD)
-        effects.changed = True
-        return effects
+        return finish(execution, effects, "aborted", f"{run.name}: {reason}")

@@ -28,6 +28,7 @@ from gateway.formats import (
     Status,
     Timer,
     TimerKind,
+    finish,
 )
 from gateway.recipes import JobCommand
 from gateway_sequence.model import Block, Command, OnError, SequenceRecipe
@@ -114,7 +115,7 @@ class SequenceExecutor:
             self._retry_failed(execution, now, effects)
         elif command in (JobCommand.STOP, JobCommand.ABORT) and status in ACTIVE:
             outcome = "stopped" if command is JobCommand.STOP else "aborted by the MES"
-            self._finish(execution, outcome, None, effects, Report.RECORD)
+            finish(execution, effects, outcome, report=Report.RECORD)
         elif status is Status.FINISHING and command is not JobCommand.PAUSE:
             # Its completion may wait for this (the MES paused the job as the sequence ended:
             # ``report_completed``): report again.
@@ -157,7 +158,7 @@ class SequenceExecutor:
                 return
             if index + 1 == len(self.recipe.blocks):
                 if execution.status is Status.RUNNING:
-                    self._finish(execution, "completed", None, effects)
+                    finish(execution, effects, "completed")
                 return
             del execution.nodes[block.name]
             execution.memo["block"] = index + 1
@@ -204,7 +205,7 @@ class SequenceExecutor:
         message = f"step {run.name}: {reason}"
         if command.on_error is OnError.ABORT:
             execution.failed_action = run.name
-            self._finish(execution, "aborted", message, effects)
+            finish(execution, effects, "aborted", message)
         elif execution.status is not Status.HELD:
             execution.status = Status.HELD
             execution.error = message
@@ -222,21 +223,3 @@ class SequenceExecutor:
                 execution.results.pop(run.name, None)  # the retry's result replaces it
                 self._send(execution, run, self._commands[run.name], now, effects)
         self._advance(execution, now, effects)
-
-    def _finish(
-        self,
-        execution: Execution,
-        outcome: str,
-        error: str | None,
-        effects: Effects,
-        report: Report | None = None,
-    ) -> None:
-        for run in execution.actions.values():
-            if run.active:
-                run.phase = Phase.CANCELLED
-        execution.nodes.clear()
-        execution.status = Status.FINISHING
-        execution.outcome = outcome
-        execution.error = error
-        effects.report = report or (Report.COMPLETE if outcome == "completed" else Report.ABORT)
-        effects.changed = True

@@ -27,6 +27,7 @@ from gateway.formats import (
     Status,
     Timer,
     TimerKind,
+    finish,
 )
 from gateway.recipes import JobCommand
 from gateway_sfc.chart import Chart, Edge
@@ -172,7 +173,7 @@ class Executor:
             Status.HELD,
         ):
             outcome = "stopped" if command is JobCommand.STOP else "aborted by the MES"
-            self._finish(execution, outcome, None, effects, report=Report.RECORD)
+            finish(execution, effects, outcome, report=Report.RECORD)
         elif status is Status.FINISHING and command is not JobCommand.PAUSE:
             # Its completion may wait for this (the MES paused the job as the chart ended:
             # ``report_completed``): report again.
@@ -203,7 +204,7 @@ class Executor:
         except ConditionError as error:
             self._condition_failed(execution, error, effects)
         except ChartLoopError as error:
-            self._finish(execution, "aborted", str(error), effects)
+            finish(execution, effects, "aborted", str(error))
 
     def _condition_failed(
         self, execution: Execution, error: ConditionError, effects: Effects
@@ -216,7 +217,7 @@ class Executor:
         """
         action = self._actions.get(error.action or "")
         if action is None or self.recipe.on_error_of(action) is not OnError.HOLD:
-            self._finish(execution, "aborted", str(error), effects)
+            finish(execution, effects, "aborted", str(error))
             return
         run = execution.actions.get(action.name)
         if run is None:  # done, and so moved to the history (``take_done``): it fails again
@@ -240,7 +241,7 @@ class Executor:
                     moved = self._try_leave(execution, node, now, effects) or moved
         finished = execution.status is Status.RUNNING and not execution.nodes
         if finished and not any(run.active for run in execution.actions.values()):
-            self._finish(execution, "completed", None, effects)
+            finish(execution, effects, "completed")
 
     def _dispatch_due(self, execution: Execution, now: float, effects: Effects) -> bool:
         dispatched = False
@@ -429,7 +430,7 @@ class Executor:
             execution.error = message
             effects.report = Report.HOLD
         else:
-            self._finish(execution, "aborted", message, effects)
+            finish(execution, effects, "aborted", message)
 
     def _retry_held_actions(self, execution: Execution) -> None:
         """MES Resume of a held job: every action that failed and holds it is tried again
@@ -445,25 +446,6 @@ class Executor:
         execution.status = Status.RUNNING
         execution.failed_action = None
         execution.error = None
-
-    def _finish(
-        self,
-        execution: Execution,
-        outcome: str,
-        error: str | None,
-        effects: Effects,
-        *,
-        report: Report | None = None,
-    ) -> None:
-        for run in execution.actions.values():
-            if run.active:
-                run.phase = Phase.CANCELLED
-        execution.nodes.clear()
-        execution.status = Status.FINISHING
-        execution.outcome = outcome
-        execution.error = error
-        effects.report = report or (Report.COMPLETE if outcome == "completed" else Report.ABORT)
-        effects.changed = True
 
     # -- helpers ----------------------------------------------------------------------------
 
