@@ -319,7 +319,9 @@ class RecipeFormat(Protocol):
         ...
 
     def render_svg(self, program: Program, active: Collection[str] = ()) -> str:
-        """A standalone SVG drawing, the ``active`` nodes marked with class ``active``."""
+        """A standalone SVG drawing, the ``active`` nodes marked with class ``active``. Each
+        node is a ``g.step[data-step=name]`` and each action a ``g.action[data-action=name]``:
+        the web UI's job page lights them live from the job's progress."""
         ...
 
     def render_mermaid(self, program: Program) -> str:
