@@ -68,7 +68,9 @@ async def test_a_taken_over_session_is_said_loudly_and_not_fought_for(
     station.environ["GATEWAY_MQTT_RECONNECT_MAX_SECONDS"] = "3"
     await station.start()
     thefts = 0
-    with anyio.move_on_after(8):
+
+    async def steal() -> None:
+        nonlocal thefts
         while True:
             try:
                 async with station.deployment.client("mes", client_id=f"gw-{station.name}"):
@@ -76,11 +78,25 @@ async def test_a_taken_over_session_is_said_loudly_and_not_fought_for(
                     await anyio.sleep_forever()
             except Exception:
                 continue
-    reconnects = await station.metric("gateway_transport_reconnects_total")
+
+    async def until_reported() -> None:
+        async def said() -> bool:
+            return await station.metric("gateway_mqtt_sessions_taken_over_total") >= 1
+
+        # However slow the machine, each theft is a kick: it is said after a few of them.
+        await poll_until(said, timeout=60, interval=0.2)
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(steal)
+        await until_reported()
+        # From now on the gateway comes back only every reconnect_max_seconds (3 s): in 8 s
+        # of thefts at most a few comebacks. A fight would be one every 0.2 s: 40.
+        before = await station.metric("gateway_transport_reconnects_total")
+        await anyio.sleep(8)  # the length of the window counted, not a wait for something
+        reconnects = await station.metric("gateway_transport_reconnects_total") - before
+        tasks.cancel_scope.cancel()
     await poll_until(station.ready, timeout=20, interval=0.2)  # it holds on once left alone
     log = station.log_text()
     assert "TAKEN OVER" in log
     assert log.count("TAKEN OVER") <= 2  # once per interval, not once per kick
-    assert await station.metric("gateway_mqtt_sessions_taken_over_total") >= 1
-    # A fight would be a comeback every reconnect_min_seconds (0.2 s): 40 in 8 s.
-    assert reconnects <= 8, (reconnects, thefts)
+    assert reconnects <= 5, (reconnects, thefts)
