@@ -647,3 +647,32 @@ async def test_a_command_the_binding_cannot_publish_fails_with_the_drivers_name(
     binding.failure = GatewayError("MQTT not connected to broker:1883")
     with pytest.raises(GatewayError, match=r"recorded: command J1:press:1 not sent: MQTT not"):
         await driver.send(press_command())
+
+
+async def test_a_reply_for_a_job_that_does_not_exist_is_refused_in_one_line_without_traceback(
+    station: Station, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Equipment answering a command nobody sent (a job id the store does not know, again and
+    again): each is refused and counted, the log says so once, without a traceback, and the
+    gateway goes on to run a real job."""
+    async with running(station.gateway()), station.mes() as mes:
+        for attempt in range(1, 6):
+            stray = CloudEvent(
+                type=PRESS, source="urn:test:press", datacontenttype=JSON, data={"pressed": True}
+            )
+            outgoing = to_mqtt(stray, station.topics.replies("press"))
+            await mes.client.publish(
+                dataclasses.replace(outgoing, correlation_data=f"NOJOB:press:{attempt}".encode())
+            )
+        await wait_until(lambda: len(station.failures.seen) == 5)
+        async with equipment(mes.client, station.topics, "press", answering({"pressed": 1})):
+            await run_job(mes, press_recipe())
+            response = await final_response(mes)
+    assert states(response)[:2] == ["Ended", "Completed"]
+    assert {reason for _, reason in station.failures.seen} == {
+        f"equipment press may not answer command NOJOB:press:{n}: none is waiting for a reply"
+        for n in range(1, 6)
+    }
+    assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records]
+    lines = [r.getMessage() for r in caplog.records if "NOJOB" in r.getMessage()]
+    assert len(lines) <= 1, lines
