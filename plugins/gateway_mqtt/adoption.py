@@ -33,6 +33,7 @@ import anyio
 from gateway.topics import reply_topic
 from gateway.transport import topic_matches
 from gateway_mqtt.client import ConnectionLost, MqttClient, Received
+from gateway_mqtt.settings import session_client_id
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
@@ -116,7 +117,8 @@ class SessionAdopter:
         orphan_replies = reply_topic(self.binding.settings.reply_topic_prefix, instance_id)
         handled = 0
         for name in sorted({lane for lane, _ in served} | {""}):
-            lane = self.binding.lane(name, f"gw-{instance_id}" + (f"-{name}" if name else ""))
+            client_id = session_client_id(self.binding.settings, instance_id, name)
+            lane = self.binding.lane(name, client_id)
             async with lane.connector.connect() as client:
                 if client.session_present:
                     handled += await self._take_over(

@@ -58,7 +58,7 @@ from gateway_mqtt.client import (
     connector_for,
 )
 from gateway_mqtt.refusals import RefusedPublishes
-from gateway_mqtt.settings import MqttSettings
+from gateway_mqtt.settings import MqttSettings, session_client_id
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
@@ -135,7 +135,7 @@ class MqttBinding:
     def __init__(self, settings: MqttSettings, *, instance_id: str, source: str) -> None:
         self.settings = settings
         self.instance_id = instance_id
-        self.client_id = settings.client_id or f"gw-{instance_id}"
+        self.client_id = session_client_id(settings, instance_id)
         self.connector: Connector = connector_for(settings, self.client_id)
         self.source = source
         self.reply_topic = reply_topic(settings.reply_topic_prefix, instance_id)
@@ -159,7 +159,7 @@ class MqttBinding:
         if client_id is None and not name:
             client_id, connector = self.client_id, self.connector
         else:
-            client_id = client_id or f"{self.client_id}-{name}"
+            client_id = client_id or session_client_id(self.settings, self.instance_id, name)
             connector = connector_for(self.settings, client_id)
         slots = anyio.Semaphore(self.settings.max_concurrent_handlers)
         return Lane(name, client_id, connector, slots)

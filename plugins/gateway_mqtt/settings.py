@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
@@ -23,7 +25,9 @@ class MqttSettings:
     username: str = setting("", "User name (overrides one given in the URL)")
     password: Secret | None = setting(None, "Password", secret=True)
     client_id: str = setting(
-        "", "MQTT client id; empty: 'gw-' + the instance id. Must be stable across restarts"
+        "",
+        "MQTT client id; empty: 'gw-' + the instance id, with a tag made from the MQTT password "
+        "that only the gateway's login can compute. Must be stable across restarts",
     )
     share_group: str = setting(
         "gateway", "Shared-subscription group: instances in one group split the commands"
@@ -99,3 +103,29 @@ def broker_address(settings: MqttSettings) -> BrokerAddress:
     return BrokerAddress(
         parts.hostname, port, tls or bool(settings.tls_ca_file), username, password
     )
+
+
+def session_client_id(settings: MqttSettings, instance_id: str, lane: str = "") -> str:
+    """The client id of ``instance_id``'s session on ``lane`` (``""``: the main one).
+
+    Mosquitto cannot bind a client id to a user: any login that knows a session's client id can
+    connect with it and take the session over. The instance id is no secret (it names the
+    instance's reply topic), so with a password the client id carries a tag made from it,
+    ``gw-<instance id>-<tag>``: every gateway instance (same login) computes the others' ids
+    to adopt their sessions, and no other login can. ``mqtt.client_id`` replaces all of this.
+    """
+    suffix = f"-{lane}" if lane else ""
+    if settings.client_id:
+        return settings.client_id + suffix
+    password = _password(settings)
+    if not password:
+        return f"gw-{instance_id}{suffix}"
+    tag = hmac.new(password.encode(), f"mqtt session {instance_id}".encode(), hashlib.sha256)
+    return f"gw-{instance_id}-{tag.hexdigest()[:16]}{suffix}"
+
+
+def _password(settings: MqttSettings) -> str | None:
+    if settings.password is not None:
+        return settings.password.reveal()
+    password = urlsplit(settings.url).password
+    return unquote(password) if password else None

@@ -3,7 +3,9 @@
 - Three 60 MB publishes from the tightener on a topic the gateway reads: the shipped broker
   (``max_packet_size``) refuses them, the gateway's memory does not grow by 50 MB, the MES is
   answered meanwhile.
-- A login that connects with the gateway's client id takes its session over: the gateway says
+- A login knows the gateway's instance id (it names the gateway's reply topic) but cannot make
+  the client id of its sessions from it (a tag made from the gateway's password): no takeover.
+- A login that learnt the gateway's client id takes its session over: the gateway says
   so loudly (an ERROR naming the cause, a counter), and does not fight back at once (its next
   connection comes only after ``mqtt.reconnect_max_seconds``).
 """
@@ -16,7 +18,9 @@ import anyio
 import pytest
 
 from gateway.codecs.mqtt import MqttMessage
+from gateway.settings import Secret
 from gateway.testing import poll_until
+from gateway_mqtt.settings import MqttSettings, session_client_id
 from tests.security.station import EQUIPMENT_PREFIX, HostileStation, probing
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
@@ -61,19 +65,21 @@ async def publish_twice(station: HostileStation, message: MqttMessage) -> None:
 async def test_a_taken_over_session_is_said_loudly_and_not_fought_for(
     hostile_station: HostileStation,
 ) -> None:
-    """The MES's login connects with the gateway's client id again and again for a while
-    (each connection kicks the gateway's session, the gateway's comeback kicks it): the
-    gateway says so, and comes back only every mqtt.reconnect_max_seconds, not in a fight."""
+    """The MES's login, having learnt the gateway's client id (from a broker log, say),
+    connects with it again and again for a while (each connection kicks the gateway's session,
+    the gateway's comeback kicks it): the gateway says so, and comes back only every
+    mqtt.reconnect_max_seconds, not in a fight."""
     station = hostile_station
     station.environ["GATEWAY_MQTT_RECONNECT_MAX_SECONDS"] = "3"
     await station.start()
     thefts = 0
+    learnt = gateway_client_id(station)
 
     async def steal() -> None:
         nonlocal thefts
         while True:
             try:
-                async with station.deployment.client("mes", client_id=f"gw-{station.name}"):
+                async with station.deployment.client("mes", client_id=learnt):
                     thefts += 1
                     await anyio.sleep_forever()
             except Exception:
@@ -100,3 +106,27 @@ async def test_a_taken_over_session_is_said_loudly_and_not_fought_for(
     assert "TAKEN OVER" in log
     assert log.count("TAKEN OVER") <= 2  # once per interval, not once per kick
     assert reconnects <= 5, (reconnects, thefts)
+
+
+def gateway_client_id(station: HostileStation, lane: str = "") -> str:
+    password = Secret(station.deployment.passwords["gateway"])
+    return session_client_id(MqttSettings(password=password), station.name, lane)
+
+
+async def test_a_login_cannot_name_the_gateways_sessions_from_its_instance_id(
+    hostile_station: HostileStation,
+) -> None:
+    """The instance id is in the gateway's reply topic, so every equipment login knows it; the
+    session's client id also needs the gateway's password. Connecting with every id that can
+    be made from the instance id alone takes no session over: the gateway never reconnects."""
+    station = hostile_station
+    await station.start()
+    before = await station.metric("gateway_transport_reconnects_total")
+    guesses = [f"gw-{station.name}{lane}" for lane in ("", "-mes")] + [station.name]
+    assert gateway_client_id(station) not in guesses
+    async with probing(station):
+        for guess in guesses * 3:
+            async with station.deployment.client("mes", client_id=guess):
+                pass  # connected under that id: a session of its own, nobody else's
+    assert await station.metric("gateway_transport_reconnects_total") == before
+    assert await station.metric("gateway_mqtt_sessions_taken_over_total") == 0
