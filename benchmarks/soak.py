@@ -77,6 +77,7 @@ class Station:
     redis: ServerProcess
     broker: ServerProcess
     retention: int
+    capacity: int  # jobs the scope runs at once: the MES's workers
     gateways: dict[str, GatewayProcess] = field(default_factory=dict)
     simulator: GatewayProcess | None = None
 
@@ -112,7 +113,9 @@ class Station:
             "GATEWAY_SIMULATOR_TOPIC_PREFIX": f"{PREFIX}-sim",
             "GATEWAY_SIMULATOR_HEARTBEAT_SECONDS": "1",
             "GATEWAY_SIMULATOR_SEED": "1",
-            "GATEWAY_JOBS_MAX_RUNNING_JOB_ORDERS": "0",
+            # The station runs what the MES's workers keep in progress: the gateways' per-job
+            # caches are sized from it.
+            "GATEWAY_JOBS_MAX_RUNNING_JOB_ORDERS": str(self.capacity),
             "GATEWAY_JOBS_EQUIPMENT_ALLOCATION": "false",
         }
 
@@ -364,6 +367,7 @@ async def soak(options: Options, directory: Path) -> dict[str, Any]:
         redis_server(directory / "redis"),
         mosquitto(directory / "mosquitto"),
         options.retention,
+        options.concurrency,
     )
     station.redis.start()
     station.broker.start()

@@ -7,6 +7,7 @@
 - ``work`` / ``consumer``: adding to and taking from the per-scope work streams, timers;
 - ``executions``: compare-and-swap of a job's execution state with everything committed with it;
 - ``snapshots``: the program each job runs, compiled by its format and cached;
+- ``memory``: what is cached of each job, bounded by the jobs in progress, forgotten at its end;
 - ``steps``: what each kind of work entry does;
 - ``events``: equipment events to the actions waiting for them;
 - ``reconcile``: what a crash lost, repaired at start and periodically;
@@ -32,6 +33,7 @@ from gateway_runtime.context import EngineContext
 from gateway_runtime.events import EventRouter, event_fields
 from gateway_runtime.executions import ExecutionStore
 from gateway_runtime.keys import GROUP
+from gateway_runtime.memory import JobMemory
 from gateway_runtime.reconcile import Reconciler
 from gateway_runtime.resend import Resender
 from gateway_runtime.scopes import ScopeRegistry
@@ -41,6 +43,7 @@ from gateway_runtime.steps import StepHandlers
 from gateway_runtime.work import WorkQueue
 
 if TYPE_CHECKING:
+    from gateway.jobmethods import JobMethods
     from gateway.phases import InterpreterPhase
 
 log = logging.getLogger(__name__)
@@ -57,8 +60,9 @@ class Coordinator:
     ) -> None:
         self.context = context = EngineContext(settings, gateway, formats)
         self.scopes = ScopeRegistry(context)
-        self.recipes = RecipeCache(context)
-        self.executions = ExecutionStore(context, self.recipes)
+        self.memory = JobMemory(context, self.scopes)
+        self.recipes = RecipeCache(context, self.memory)
+        self.executions = ExecutionStore(context, self.recipes, self.memory)
         self.events = EventRouter(context, self.executions, self.recipes, self.scopes)
         self.executions.wait_started = self.events.claim_unclaimed
         self.steps = StepHandlers(context, self.scopes, self.executions, self.recipes, self.events)
@@ -179,7 +183,12 @@ class Coordinator:
 
     # -- the service ------------------------------------------------------------------------
 
-    async def run(self, *, task_status: TaskStatus[None]) -> None:
+    async def run(
+        self, *, task_status: TaskStatus[None], methods: JobMethods | None = None
+    ) -> None:
+        """Run the engine's loops until the gateway stops; ``methods``: the job methods whose
+        status events say when a job ends (``None``: none are built, the caches' limit alone
+        bounds them)."""
         settings = self.settings
         self.scopes.start()
         self.consumer.start()
@@ -220,6 +229,14 @@ class Coordinator:
                 settings.reconcile_seconds,
                 self.reconciler.reconcile,
             )
+            loops.start_soon(
+                resilience.every,
+                "recipe-runtime.memory",
+                settings.reconcile_seconds,
+                self.memory.resize,
+            )
+            if methods is not None:
+                loops.start_soon(self.memory.follow, methods)
             loops.start_soon(
                 resilience.every,
                 "recipe-runtime.outbox",

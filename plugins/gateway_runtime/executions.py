@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from enum import IntEnum
 from typing import TYPE_CHECKING
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING
 from gateway.errors import GatewayError
 from gateway.formats import Effects, Execution, Executor, Phase, Status, Timer, TimerKind
 from gateway_runtime.context import EngineContext
+from gateway_runtime.memory import JobMemory, Lru
 from gateway_runtime.scripts import COMMIT
 from gateway_runtime.snapshots import RecipeCache
 from gateway_runtime.state import dump_action_run, dump_execution, load_execution, take_done
@@ -47,11 +47,12 @@ class Commit(IntEnum):
 class ExecutionStore:
     """The CAS on ``sfc:exec:<job>`` and everything committed with it (work, timers, sets)."""
 
-    def __init__(self, context: EngineContext, recipes: RecipeCache) -> None:
+    def __init__(self, context: EngineContext, recipes: RecipeCache, memory: JobMemory) -> None:
         self.context = context
         self.recipes = recipes
         self._commit: AsyncScript | None = None
-        self._remembered: OrderedDict[tuple[str, str], Execution] = OrderedDict()
+        # The jobs in progress this instance committed a state of (``memory``: ended ones go).
+        self._remembered: Lru[tuple[str, str], Execution] = memory.cache()
         # Called after a write that made the job wait for an equipment event (the event router
         # then offers it the events that came early).
         self.wait_started: WaitStarted | None = None
@@ -91,7 +92,7 @@ class ExecutionStore:
         settings = self.context.settings
         key = (scope, job)
         for _ in range(settings.max_cas_retries):
-            execution = self._remembered.pop(key, None)
+            execution = self._remembered.pop(key)
             fresh = execution is None
             if execution is None:
                 execution = await self.read(scope, job)
@@ -153,9 +154,7 @@ class ExecutionStore:
     def _remember(self, execution: Execution) -> None:
         if execution.status is Status.ENDED:
             return
-        self._remembered[(execution.scope, execution.job)] = execution
-        if len(self._remembered) > self.context.settings.chart_cache_size:
-            self._remembered.popitem(last=False)
+        self._remembered.put((execution.scope, execution.job), execution)
 
     def announce_steps(
         self, execution: Execution, was_active: dict[str, float], now: float

@@ -16,6 +16,7 @@ from gateway_runtime.progress import read_progress
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
+    from gateway.jobmethods import JobMethods
 
 
 class FormatInterpreter:
@@ -67,8 +68,9 @@ class RuntimeService:
     name = "recipe-runtime"
     roles = frozenset({"gateway", "engine"})
 
-    def __init__(self, coordinator: Coordinator) -> None:
+    def __init__(self, coordinator: Coordinator, methods: JobMethods | None = None) -> None:
         self.coordinator = coordinator
+        self.methods = methods  # their status events say when jobs end (``JobMemory``)
 
     async def run(self, gateway: Gateway, *, task_status: TaskStatus[None]) -> None:
-        await self.coordinator.run(task_status=task_status)
+        await self.coordinator.run(task_status=task_status, methods=self.methods)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gateway.cli import Command
+from gateway.errors import PluginError
 from gateway.hookspecs import hookimpl
 from gateway.recipes import RecipeInterpreter
 from gateway.settings import Settings
@@ -18,6 +19,7 @@ from gateway_runtime.interpreter import FormatInterpreter, RuntimeService
 from gateway_runtime.settings import RuntimeSettings
 
 if TYPE_CHECKING:
+    from gateway.jobmethods import JobMethods
     from gateway.phases import InterpreterPhase, ServicePhase
 
 log = logging.getLogger(__name__)
@@ -51,7 +53,11 @@ def gateway_register_services(
 ) -> None:
     coordinator = gateway.state.find(Coordinator)
     if coordinator is not None:
-        register(RuntimeService(coordinator))
+        try:
+            methods: JobMethods | None = gateway.job_methods
+        except PluginError:  # no job management: the caches' limit alone bounds them
+            methods = None
+        register(RuntimeService(coordinator, methods))
 
 
 @hookimpl

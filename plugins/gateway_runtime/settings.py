@@ -52,4 +52,14 @@ class RuntimeSettings:
         60.0, "How long an equipment event may wait for the job step that expects it", minimum=0
     )
     unclaimed_events_kept: int = setting(100, "Events kept per scope for late waiters", minimum=1)
-    chart_cache_size: int = setting(1000, "Compiled recipes kept in memory", minimum=1)
+    chart_cache_size: int = setting(
+        1000,
+        "Compiled recipes kept in memory (one per Work Master recipe, shared by its jobs)",
+        minimum=1,
+    )
+    unlimited_scope_jobs_kept: int = setting(
+        100,
+        "Jobs in progress kept in memory for a scope that runs any number at once "
+        "(MaxRunningJobOrders 0; other scopes: twice their capacity); a job ended goes at once",
+        minimum=1,
+    )

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.formats import ActionSpec, Executor, Program
 from gateway_runtime.context import EngineContext
+from gateway_runtime.memory import JobMemory, Lru
 
 
 @dataclass(frozen=True)
@@ -42,24 +42,24 @@ class Snapshot:
 
 
 class RecipeCache:
-    """Reads job snapshots, keeping the most recently used compiled programs."""
+    """Reads job snapshots, keeping those of the jobs in progress (``memory``) and the most
+    recently used compiled programs."""
 
-    def __init__(self, context: EngineContext) -> None:
+    def __init__(self, context: EngineContext, memory: JobMemory) -> None:
         self.context = context
-        self._snapshots: OrderedDict[tuple[str, str], Snapshot] = OrderedDict()
+        self._snapshots: Lru[tuple[str, str], Snapshot] = memory.cache()
         # Jobs of one Work Master run the same recipe: compile it once (key: format and text).
-        self._programs: OrderedDict[tuple[str, str], Program] = OrderedDict()
+        self._programs: Lru[tuple[str, str], Program] = Lru(
+            lambda: context.settings.chart_cache_size
+        )
 
     def program(self, dataschema: str, recipe: Any) -> Program:
         """The compiled program of ``recipe`` (``RecipeError``: it cannot run)."""
         key = (dataschema, json.dumps(recipe, sort_keys=True, default=str))
         program = self._programs.get(key)
         if program is None:
-            program = self._programs[key] = self.context.format(dataschema).compile(recipe)
-            if len(self._programs) > self.context.settings.chart_cache_size:
-                self._programs.popitem(last=False)
-        else:
-            self._programs.move_to_end(key)
+            program = self.context.format(dataschema).compile(recipe)
+            self._programs.put(key, program)
         return program
 
     def snapshot(
@@ -85,7 +85,6 @@ class RecipeCache:
         key = (scope, job)
         kept = self._snapshots.get(key)
         if kept is not None and (run is None or kept.run == run):
-            self._snapshots.move_to_end(key)
             return kept
         text = await self.context.client.get(self.context.keys.recipe(scope, job))
         if text is None:
@@ -98,13 +97,11 @@ class RecipeCache:
         return snapshot
 
     def _keep(self, key: tuple[str, str], snapshot: Snapshot) -> None:
-        self._snapshots[key] = snapshot
-        if len(self._snapshots) > self.context.settings.chart_cache_size:
-            self._snapshots.popitem(last=False)
+        self._snapshots.put(key, snapshot)
 
     def forget(self, scope: str, job: str) -> None:
         """The job ended: its snapshot is not needed any more."""
-        self._snapshots.pop((scope, job), None)
+        self._snapshots.pop((scope, job))
 
     async def executor(self, scope: str, job: str, run: str | None = None) -> Executor:
         """An executor for the job's program and parameters (``run``: as for ``get``)."""
