@@ -37,7 +37,34 @@ if [ ! -s secrets/mqtt_device_passwords ]; then
     echo "made secrets/mqtt_device_passwords"
 fi
 
+# The broker's TLS listener (8883, the one the plant network reaches): a CA of the station's own
+# and a server certificate it signed for the names clients use (mosquitto inside compose,
+# localhost, and MQTT_TLS_NAMES, e.g. "DNS:broker.plant.example,IP:10.0.0.5"). Clients trust
+# secrets/mqtt_tls_ca.pem (mqtt.tls_ca_file). Delete the four files to make new ones.
+if [ ! -s secrets/mqtt_tls_server.pem ]; then
+    command -v openssl >/dev/null || { echo "openssl is needed for the broker's certificate" >&2; exit 1; }
+    names="DNS:mosquitto,DNS:localhost,IP:127.0.0.1${MQTT_TLS_NAMES:+,$MQTT_TLS_NAMES}"
+    key="-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes"
+    # shellcheck disable=SC2086
+    openssl req -x509 $key -keyout secrets/mqtt_tls_ca.key -out secrets/mqtt_tls_ca.pem \
+        -days 3650 -subj "/CN=station gateway broker CA" \
+        -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign \
+        2>/dev/null
+    # shellcheck disable=SC2086
+    openssl req $key -keyout secrets/mqtt_tls_server.key -out secrets/mqtt_tls_server.csr \
+        -subj "/CN=mosquitto" 2>/dev/null
+    printf 'basicConstraints=critical,CA:FALSE\nextendedKeyUsage=serverAuth\nsubjectAltName=%s\n' \
+        "$names" > secrets/mqtt_tls_server.ext
+    openssl x509 -req -in secrets/mqtt_tls_server.csr -CA secrets/mqtt_tls_ca.pem \
+        -CAkey secrets/mqtt_tls_ca.key -CAcreateserial -days 825 \
+        -extfile secrets/mqtt_tls_server.ext -out secrets/mqtt_tls_server.pem 2>/dev/null
+    rm -f secrets/mqtt_tls_server.csr secrets/mqtt_tls_server.ext secrets/mqtt_tls_ca.srl
+    chmod 0400 secrets/mqtt_tls_ca.key
+    echo "made secrets/mqtt_tls_ca.pem and the broker's certificate for $names"
+fi
+
 # Compose bind-mounts these files as they are, and the gateway runs as uid 10001: the files are
 # readable by everyone, the directory (0700) by you only.
 chmod 0444 secrets/mqtt_password secrets/mqtt_mes_password secrets/mqtt_device_passwords \
-    secrets/redis_password secrets/redis_replica_password secrets/redis_sentinel_password
+    secrets/redis_password secrets/redis_replica_password secrets/redis_sentinel_password \
+    secrets/mqtt_tls_ca.pem secrets/mqtt_tls_server.pem secrets/mqtt_tls_server.key

@@ -85,6 +85,7 @@ class ServerProcess:
     port: int
     directory: Path
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    tls_port: int | None = None  # a second, TLS listener (``mosquitto_deployed``)
 
     @property
     def log_path(self) -> Path:
@@ -318,21 +319,33 @@ def mosquitto_deployed(
 
     Every path under ``mount`` in ``config`` moves into ``directory``, and ``files`` (path
     under the mount -> file) are copied there: the ACL and the password file the deployment
-    uses, e.g. ``{"config/acl": ..., "auth/passwd": ...}``. The one plain ``listener <port>``
-    becomes a loopback listener on a free port; the rest of the file is used as it is.
+    uses, e.g. ``{"config/acl": ..., "auth/passwd": ...}``. The plain ``listener 1883``
+    becomes a loopback listener on a free port (``port``), a ``listener 8883`` (TLS) another
+    (``tls_port``); the rest of the file is used as it is. The TLS listener's certificate files
+    not in ``files`` are test certificates (``make_certificates``) for 127.0.0.1.
     """
     directory = directory or Path(tempfile.mkdtemp(prefix="gw-mosquitto-deployed-"))
-    port = free_port()
+    ports = {"1883": free_port(), "8883": free_port()}
     lines = []
-    listeners = 0
-    for line in config.read_text().replace(mount, f"{directory}/").splitlines():
+    listeners: list[str] = []
+    tls_files: dict[str, Path] = {}
+    for line in config.read_text().splitlines():
         words = line.split()
         if len(words) == 2 and words[0] == "listener":
-            listeners += 1
-            line = f"listener {port} 127.0.0.1"
-        lines.append(line)
-    if listeners != 1:
-        raise RuntimeError(f"{config}: expected one plain 'listener <port>', found {listeners}")
+            if words[1] not in ports or words[1] in listeners:
+                raise RuntimeError(f"{config}: unexpected listener {words[1]}")
+            listeners.append(words[1])
+            line = f"listener {ports[words[1]]} 127.0.0.1"
+        elif len(words) == 2 and words[0] in _TLS_FILES and words[1].startswith(mount):
+            tls_files[words[1].removeprefix(mount)] = Path(words[0])
+        lines.append(line.replace(mount, f"{directory}/"))
+    if "1883" not in listeners:
+        raise RuntimeError(f"{config}: expected a plain 'listener 1883'")
+    missing = {relative: kind for relative, kind in tls_files.items() if relative not in files}
+    if missing:
+        made = make_certificates(directory / "test-certificates")
+        by_kind = {"cafile": made.ca, "certfile": made.server_cert, "keyfile": made.server_key}
+        files = {**files, **{rel: by_kind[str(kind)] for rel, kind in missing.items()}}
     # Started as root (tests in a container), mosquitto would drop to its own user before
     # reading the files in this private directory; "root" keeps root (ignored otherwise).
     lines.append("user root")
@@ -347,7 +360,11 @@ def mosquitto_deployed(
             Path(words[1]).mkdir(parents=True, exist_ok=True)
     (directory / "mosquitto.conf").write_text("\n".join(lines) + "\n")
     command = [find_executable("mosquitto"), "-c", str(directory / "mosquitto.conf")]
-    return ServerProcess("mosquitto", command, port, directory)
+    tls_port = ports["8883"] if "8883" in listeners else None
+    return ServerProcess("mosquitto", command, ports["1883"], directory, tls_port=tls_port)
+
+
+_TLS_FILES = ("cafile", "certfile", "keyfile")
 
 
 # -- test certificates ----------------------------------------------------------------------

@@ -795,6 +795,27 @@ def test_mosquitto_configuration_has_authentication_an_acl_and_persistence() -> 
     }
 
 
+def test_compose_publishes_the_brokers_tls_listener_and_plain_mqtt_on_loopback_only() -> None:
+    """The plant network reaches the broker over TLS (8883, the certificate make-secrets.sh
+    makes, copied from the compose secrets at start); plain 1883 only from the host itself."""
+    mosquitto = compose()["services"]["mosquitto"]
+    assert sorted(mosquitto["ports"]) == ["127.0.0.1:1883:1883", "8883:8883"]
+    lines = dict(
+        line.split(maxsplit=1)
+        for line in MOSQUITTO_CONF.read_text().splitlines()
+        if line.strip() and not line.startswith("#") and line.split()[0] != "listener"
+    )
+    script = "\n".join(mosquitto["command"])
+    for secret, key in [
+        ("mqtt_tls_ca", "cafile"),
+        ("mqtt_tls_server_cert", "certfile"),
+        ("mqtt_tls_server_key", "keyfile"),
+    ]:
+        assert secret in mosquitto["secrets"]
+        assert f"cp /run/secrets/{secret} {lines[key]}" in script
+        assert compose()["secrets"][secret]["file"].startswith("./secrets/mqtt_tls_")
+
+
 def test_the_acl_is_written_for_the_shipped_topic_prefixes_and_users(
     registry: SettingsRegistry,
 ) -> None:

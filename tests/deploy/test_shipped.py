@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import ssl
 import subprocess
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
@@ -34,6 +35,7 @@ from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
+import aiomqtt
 import anyio
 import pytest
 import yaml
@@ -88,7 +90,14 @@ def broker(secrets: Path) -> Iterator[ServerProcess]:
         check=True,
         capture_output=True,
     )
-    files = {"config/acl": DEPLOY / "mosquitto" / "acl", "auth/passwd": passwd}
+    files = {
+        "config/acl": DEPLOY / "mosquitto" / "acl",
+        "auth/passwd": passwd,
+        # what compose.yaml's mosquitto command copies from the secrets
+        "auth/tls-ca.pem": secrets / "mqtt_tls_ca.pem",
+        "auth/tls-server.pem": secrets / "mqtt_tls_server.pem",
+        "auth/tls-server.key": secrets / "mqtt_tls_server.key",
+    }
     server = mosquitto_deployed(DEPLOY / "mosquitto" / "mosquitto.conf", files).start()
     try:
         yield server
@@ -291,3 +300,28 @@ async def test_the_shipped_station_commissioned_by_hand_and_seen_by_the_mes(
     for name in SERVICES:  # nothing was refused on the way
         assert "refused by the broker" not in deployment.log(name), name
         assert "Traceback" not in deployment.log(name), name
+
+
+async def test_the_mes_reaches_the_shipped_broker_over_tls_with_the_ca_make_secrets_made(
+    broker: ServerProcess, secrets: Path
+) -> None:
+    """The listener compose publishes to the plant network: TLS with the certificate
+    make-secrets.sh made for the broker. The MES's login connects trusting that CA; a client
+    trusting only the system's CAs cannot verify the broker; a wrong password is refused."""
+    assert broker.tls_port is not None
+    station_ca = ssl.create_default_context(cafile=str(secrets / "mqtt_tls_ca.pem"))
+    mes = {"username": "mes", "password": secret(secrets, "mqtt_mes_password")}
+
+    def client(context: ssl.SSLContext, **login: str) -> aiomqtt.Client:
+        return aiomqtt.Client(
+            "127.0.0.1", broker.tls_port or 0, tls_context=context, timeout=5, **login
+        )
+
+    async with client(station_ca, **mes) as connected:
+        await connected.subscribe(f"{MES_REPLY_PREFIX}/probe", qos=1)
+    with pytest.raises(aiomqtt.MqttError, match="CERTIFICATE_VERIFY_FAILED|certificate"):
+        async with client(ssl.create_default_context(), **mes):
+            pass
+    with pytest.raises(aiomqtt.MqttError):
+        async with client(station_ca, username="mes", password="wrong"):
+            pass
