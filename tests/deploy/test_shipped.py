@@ -310,18 +310,19 @@ async def test_the_mes_reaches_the_shipped_broker_over_tls_with_the_ca_make_secr
     trusting only the system's CAs cannot verify the broker; a wrong password is refused."""
     assert broker.tls_port is not None
     station_ca = ssl.create_default_context(cafile=str(secrets / "mqtt_tls_ca.pem"))
-    mes = {"username": "mes", "password": secret(secrets, "mqtt_mes_password")}
+    mes_password = secret(secrets, "mqtt_mes_password")
 
-    def client(context: ssl.SSLContext, **login: str) -> aiomqtt.Client:
+    def client(context: ssl.SSLContext, password: str) -> aiomqtt.Client:
+        port = broker.tls_port or 0
         return aiomqtt.Client(
-            "127.0.0.1", broker.tls_port or 0, tls_context=context, timeout=5, **login
+            "127.0.0.1", port, username="mes", password=password, tls_context=context, timeout=5
         )
 
-    async with client(station_ca, **mes) as connected:
+    async with client(station_ca, mes_password) as connected:
         await connected.subscribe(f"{MES_REPLY_PREFIX}/probe", qos=1)
-    with pytest.raises(aiomqtt.MqttError, match="CERTIFICATE_VERIFY_FAILED|certificate"):
-        async with client(ssl.create_default_context(), **mes):
+    with pytest.raises(aiomqtt.MqttError, match=r"CERTIFICATE_VERIFY_FAILED|certificate"):
+        async with client(ssl.create_default_context(), mes_password):
             pass
     with pytest.raises(aiomqtt.MqttError):
-        async with client(station_ca, username="mes", password="wrong"):
+        async with client(station_ca, "wrong"):
             pass
