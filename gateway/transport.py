@@ -169,6 +169,10 @@ class Processor:
     # Event types handled idempotently whatever ``redelivery`` says (a processor of commands
     # that also answers queries, which read and change nothing).
     idempotent_types: frozenset[str] = frozenset()
+    # Events handled idempotently whatever ``redelivery`` says, told apart by more than their
+    # type (a processor of equipment messages whose replies, with a ``correlationid``, the
+    # engine checks against the try they answer, and whose events it does not).
+    idempotent_when: Callable[[CloudEvent], bool] | None = None
     # Checked before anything is stored for an event (its de-duplication claim): raises
     # ``ValidationError`` or ``NotPermitted`` to refuse it, so input that must make nothing
     # (a scope equipment names that does not exist) leaves no key behind.
@@ -182,6 +186,12 @@ class Processor:
         if event_type in self.idempotent_types:
             return Redelivery.IDEMPOTENT
         return self.redelivery
+
+    def redelivery_for(self, event: CloudEvent) -> Redelivery:
+        """How a second delivery of ``event`` is handled (its type, then ``idempotent_when``)."""
+        if self.idempotent_when is not None and self.idempotent_when(event):
+            return Redelivery.IDEMPOTENT
+        return self.redelivery_of(event.type)
 
 
 class Binding(Protocol):
@@ -369,7 +379,7 @@ class Dispatcher:
                 code = NOT_PERMITTED if isinstance(error, NotPermitted) else INVALID_REQUEST
                 self.reject(binding=binding, topic=topic, code=code, error=error)
                 return [event.error_reply(source=self.source, code=code, message=str(error))]
-        replay = processor.redelivery_of(event.type) is Redelivery.REPLAY
+        replay = processor.redelivery_for(event) is Redelivery.REPLAY
         dedupe = self._dedupe if replay else None
         if dedupe is not None:
             claim = await self._claim(dedupe, event)

@@ -135,7 +135,7 @@ def equipment_processor(
             await scopes.check(event.subject)
 
     async def handle(event: CloudEvent) -> list[CloudEvent]:
-        if event.correlationid is not None:
+        if is_reply(event):
             # The binding set the extension from the connection: who really answered.
             sender = event.extensions.get(EQUIPMENT_ATTRIBUTE)
             await hub.reply(replace(reply_from_event(event), equipment=sender))
@@ -149,4 +149,13 @@ def equipment_processor(
         handle=handle,
         admit=admit,
         binding=BINDING,
+        # A reply is committed only while the try it answers is outstanding (the engine's
+        # compare-and-swap checks the attempt), so a second delivery changes nothing: no
+        # de-duplication marker for it. An event (no ``correlationid``) is still claimed.
+        idempotent_when=is_reply,
     )
+
+
+def is_reply(event: CloudEvent) -> bool:
+    """Whether ``event`` answers a command (it names the command's ``correlationid``)."""
+    return event.correlationid is not None

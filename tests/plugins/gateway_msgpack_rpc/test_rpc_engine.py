@@ -136,6 +136,44 @@ async def test_a_job_runs_to_completed_through_rpc_equipment(station: RpcStation
     assert data["inspect"] == {"passed": True}
 
 
+async def test_rpc_replies_and_heartbeats_leave_no_deduplication_marker(
+    station: RpcStation,
+) -> None:
+    """A reply is applied only while its try is outstanding (the engine's compare-and-swap), so
+    it is not claimed: a repeated one changes nothing and neither leaves a day-long marker; nor
+    do heartbeats. An event (no correlation id) is still claimed."""
+    gateway = station.gateway()
+
+    async def markers() -> int:
+        assert gateway.store is not None
+        client = gateway.store.client
+        return len([key async for key in client.scan_iter(match=f"{station.name}:*dedupe*")])
+
+    async with (
+        running(gateway),
+        station.device("rpc-camera") as camera,
+        station.device("rpc-tightener") as tightener,
+        station.mes() as mes,
+    ):
+        await start_job(mes)
+        with anyio.fail_after(10):
+            command: CloudEvent = await tightener.commands.receive()
+        before = await markers()  # the MES's calls'
+        assert before > 0
+        answer = command.reply(source=tightener.source, data={"torque": 85.2})
+        for _ in range(2):  # the same reply twice: the second finds its try answered
+            assert await tightener.publish(answer) == []
+        for _ in range(5):
+            await tightener.heartbeat()
+            await camera.heartbeat()
+        assert await markers() == before
+        await camera.emit(QA_RESULT, {"passed": True}, scope="cell1", job_order_id="J1")
+        states, data = summary(await ended(mes))
+        assert await markers() == before + 1
+    assert states == ["Ended", "Completed"]
+    assert data["tighten"] == {"torque": 85.2}
+
+
 async def test_equipment_that_vanishes_mid_command_gets_the_command_again_when_back(
     station: RpcStation,
 ) -> None:
