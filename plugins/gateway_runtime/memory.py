@@ -164,8 +164,10 @@ class JobMemory:
         feed = await self._feeds.start(self._forget_ends, methods, sorted(wanted))
         if self._feed is not None:
             self._feed.cancel()
-        self._feed, added, self.followed = feed, wanted - self.followed, wanted
+        self._feed = feed
+        added = wanted - self.followed
         await self._forget_ended({key for key in self.jobs() if key[0] in added})
+        self.followed = wanted  # only now: a failed look-up is made again at the next pass
         await self.resize()
 
     async def _forget_ends(
@@ -175,12 +177,22 @@ class JobMemory:
         *,
         task_status: TaskStatus[anyio.CancelScope],
     ) -> None:
+        started = False
         with anyio.CancelScope() as cancel:
-            async with methods.status_feed(scopes) as feed:
-                task_status.started(cancel)
-                async for status in feed:
-                    if ends_job(status.state):
-                        self.forget(status.scope, status.job_order_id)
+            try:
+                async with methods.status_feed(scopes) as feed:
+                    task_status.started(cancel)
+                    started = True
+                    async for status in feed:
+                        if ends_job(status.state):
+                            self.forget(status.scope, status.job_order_id)
+            except Exception:
+                if not started:
+                    raise  # not entered: the pass that started it fails, and is tried again
+                # The engine runs on; the next pass follows the scopes again.
+                log.exception("recipe runtime: following the status events of %s", scopes)
+                if self._feed is cancel:
+                    self._feed, self.followed = None, frozenset()
 
     async def _forget_ended(self, jobs: set[JobKey]) -> None:
         """Forget those of ``jobs`` that ended before their scope's events were followed."""
