@@ -158,7 +158,9 @@ def gateway_register_processors(
     """Contribute message processors (``register(processor)``), after settings are loaded.
 
     A processor names its subscriptions, the event types it handles and its binding; the
-    dispatcher routes each incoming event to the first matching processor. ``gateway`` gives
+    dispatcher routes each incoming event to a processor subscribed to its topic that names its
+    type, else to one that takes every type (``event_types=None``), the first registered within
+    each kind: plugin order never lets a catch-all shadow the others. ``gateway`` gives
     the store, bindings, equipment, interpreters and job control.
     """
 

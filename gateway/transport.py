@@ -154,7 +154,8 @@ class Redelivery(Enum):
 
 @dataclass(frozen=True)
 class Processor:
-    """Handles the events of ``event_types`` (all types when ``None``) on its subscriptions."""
+    """Handles the events of ``event_types`` (all types when ``None``: a catch-all, which only
+    takes the events no processor of their type on the same topic takes) on its subscriptions."""
 
     name: str
     subscriptions: Sequence[Subscription]
@@ -365,8 +366,15 @@ class Dispatcher:
         finally:
             self._leave()
 
+    def handler(self, binding: str, topic: str, event_type: str) -> Processor | None:
+        """The processor for an event of ``event_type`` on ``topic``: one that names the type
+        before one that takes every type, so a catch-all never shadows a processor of
+        particular types, whatever order the plugins registered them in."""
+        accepting = [p for p in self.matching(binding, topic) if p.accepts(event_type)]
+        return min(accepting, key=lambda processor: processor.event_types is None, default=None)
+
     async def _dispatch(self, event: CloudEvent, *, binding: str, topic: str) -> list[CloudEvent]:
-        processor = next((p for p in self.matching(binding, topic) if p.accepts(event.type)), None)
+        processor = self.handler(binding, topic, event.type)
         if processor is None:
             message = f"no processor handles type {event.type!r} on {topic!r}"
             self.reject(binding=binding, topic=topic, code=UNKNOWN_TYPE, error=message)

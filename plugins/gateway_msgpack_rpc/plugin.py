@@ -55,9 +55,7 @@ def gateway_register_services(
         register(forwarding)
 
 
-# Last, so that processors other plugins register for this binding (for particular event
-# types) come first in the dispatcher and this catch-all only takes the rest.
-@hookimpl(trylast=True)
+@hookimpl
 def gateway_register_processors(
     register: Callable[[Processor], None], settings: Settings, gateway: ProcessorPhase
 ) -> None:

@@ -310,6 +310,31 @@ async def test_the_first_matching_processor_wins(failures: FailureLog) -> None:
     assert reply.data == "second"
 
 
+@pytest.mark.anyio
+async def test_a_catch_all_registered_first_leaves_its_types_to_a_processor_naming_them(
+    failures: FailureLog,
+) -> None:
+    """Plugin order does not decide: a processor of every type (a driver's) only takes what
+    no processor of the event's type on the same topic takes."""
+
+    async def named(event: CloudEvent) -> Sequence[CloudEvent]:
+        return [event.reply(source=SOURCE, data="named")]
+
+    async def catch_all(event: CloudEvent) -> Sequence[CloudEvent]:
+        return [event.reply(source=SOURCE, data="catch-all")]
+
+    dispatcher = Dispatcher(
+        [processor("catch-all", catch_all, None), processor("named", named, {START})],
+        source=SOURCE,
+        dedupe=None,
+        on_failure=failures,
+    )
+    [reply] = await dispatcher.dispatch(command(START), binding=BINDING, topic=COMMANDS)
+    assert reply.data == "named"
+    [reply] = await dispatcher.dispatch(command(CONFIGURE), binding=BINDING, topic=COMMANDS)
+    assert reply.data == "catch-all"
+
+
 class ClaimLog:
     """A ``Deduplicator`` that grants every claim and records the events claimed (the real
     one, on Redis, is tested in the store plugin's and the equipment driver's tests)."""
