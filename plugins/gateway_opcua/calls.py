@@ -84,10 +84,11 @@ class MethodCalls:
     """The callback of every job method node of one scope."""
 
     def __init__(
-        self, methods: JobMethods, scope: str, *, max_argument_bytes: int = 1_048_576
+        self, methods: JobMethods, scope: str, *, names: int, max_argument_bytes: int = 1_048_576
     ) -> None:
         self.methods = methods
         self.scope = scope
+        self.names = names  # the ISA-95 namespace: the job structures' bare browse names
         self.max_argument_bytes = max_argument_bytes
         self._failures = LogOnce(log, level=logging.ERROR)  # by method and error type
 
@@ -112,7 +113,7 @@ class MethodCalls:
                 raise BadCall(
                     StatusCodes.BadMethodInvalid, f"{method} is not a method of that object"
                 )
-            json_arguments = _arguments(signature, arguments)
+            json_arguments = _arguments(signature, arguments, self.names)
             size = len(json.dumps(json_arguments, default=str))
             if size > self.max_argument_bytes:
                 raise BadCall(
@@ -122,7 +123,7 @@ class MethodCalls:
                 )
             with log_context(scope=self.scope, job=_job_order_id(json_arguments)):
                 result = await self._call(method, json_arguments)
-                outputs = _outputs(method, result)
+                outputs = _outputs(method, result, self.names)
         except BadCall as bad:
             log.info("OPC UA %s on %s refused: %s", method, self.scope, bad)
             return _refusal(bad, len(arguments))
@@ -163,7 +164,9 @@ class MethodCalls:
         return result
 
 
-def _arguments(signature: Sequence[Argument], arguments: list[ua.Variant]) -> dict[str, Any]:
+def _arguments(
+    signature: Sequence[Argument], arguments: list[ua.Variant], names: int
+) -> dict[str, Any]:
     """The JSON arguments of a call, after checking count and types."""
     if len(arguments) > len(signature):
         raise BadCall(StatusCodes.BadTooManyArguments, f"takes {len(signature)} arguments")
@@ -182,7 +185,7 @@ def _arguments(signature: Sequence[Argument], arguments: list[ua.Variant]) -> di
             expected = f"{argument.kind}{'[]' if argument.array else ''}"
             raise BadCall(StatusCodes.BadTypeMismatch, f"{argument.name} must be {expected}", index)
         try:
-            values[argument.name] = to_json(value)
+            values[argument.name] = to_json(value, names)
         except (ConversionError, TypeError, ValueError, AttributeError) as error:
             raise BadCall(
                 StatusCodes.BadDecodingError, f"{argument.name} cannot be decoded: {error}", index
@@ -216,24 +219,28 @@ def _refusal(bad: BadCall, count: int) -> ua.CallMethodResult:
     return ua.CallMethodResult(StatusCode=ua.StatusCode(bad.status), InputArgumentResults=results)
 
 
-def _outputs(method: JobMethod, result: MethodResult) -> list[ua.Variant]:
+def _outputs(method: JobMethod, result: MethodResult, names: int) -> list[ua.Variant]:
     # The methods declare ReturnStatus UInt64 (OPC 40001-3).
     status = ua.Variant(result.return_status, ua.VariantType.UInt64)
     if method is JobMethod.REQUEST_JOB_RESPONSE_BY_JOB_ORDER_ID:
         response = result.output.get("JobResponse")
-        value = None if response is None else job_response(response)
+        value = None if response is None else job_response(response, names)
         return [ua.Variant(value, ua.VariantType.ExtensionObject), status]
     if method is JobMethod.REQUEST_JOB_RESPONSE_BY_JOB_ORDER_STATE:
-        responses = [job_response(item) for item in result.output.get("JobResponses", [])]
+        responses = [
+            job_response(item, names) for item in result.output.get("JobResponses", [])
+        ]
         return [ua.Variant(responses, ua.VariantType.ExtensionObject, is_array=True), status]
     assert RETURN_STATUS in result.output
     return [status]
 
 
-def job_response(document: Mapping[str, Any]) -> Any:
-    """An ``ISA95JobResponseDataType`` from its JSON."""
+def job_response(document: Mapping[str, Any], names: int) -> Any:
+    """An ``ISA95JobResponseDataType`` from its JSON (bare browse names in namespace ``names``)."""
     try:
-        return from_json(dict(document), ua_type("ISA95JobResponseDataType"), "JobResponse")
+        return from_json(
+            dict(document), ua_type("ISA95JobResponseDataType"), "JobResponse", names
+        )
     except ConversionError as error:
         log.error("a stored Job Response does not fit ISA95JobResponseDataType: %s", error)
         raise BadCall(StatusCodes.BadInternalError, str(error)) from None

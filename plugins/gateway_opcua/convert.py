@@ -4,7 +4,9 @@ The JSON form of the ISA-95 structures uses the information model's own field na
 (``JobOrderID``, ``StateText``...), so a structure converts field by field, by name, with the
 type hints of the classes asyncua generated from the NodeSets. A few OPC UA types have a
 different JSON shape: DateTime is RFC 3339 text, NodeId its string form (``i=47``),
-QualifiedName ``ns:Name`` (``Name`` in namespace 0), a free ``Value`` (BaseDataType) a JSON
+QualifiedName ``ns:Name`` (a bare ``Name`` is in the namespace of the names the caller
+gives: the ISA-95 namespace for the job structures, whose browse paths name ISA-95's state
+machines), a free ``Value`` (BaseDataType) a JSON
 value; a JSON object or mixed array in a ``Value`` becomes JSON text, as OPC UA has no such type.
 """
 
@@ -52,8 +54,9 @@ def ua_type(name: str) -> type[Any]:
 # -- OPC UA -> JSON --------------------------------------------------------------------------
 
 
-def to_json(value: Any) -> Any:
-    """The JSON form of an OPC UA value (fields left empty are omitted, as OPC JSON does)."""
+def to_json(value: Any, names: int = 0) -> Any:
+    """The JSON form of an OPC UA value (fields left empty are omitted, as OPC JSON does);
+    a QualifiedName in namespace ``names`` is written bare."""
     if value is None or isinstance(value, bool | str):
         return str(value) if isinstance(value, str) else value
     if isinstance(value, Enum):
@@ -63,16 +66,16 @@ def to_json(value: Any) -> Any:
     if isinstance(value, datetime):
         return _format_time(value)
     if isinstance(value, ua.Variant):
-        return to_json(value.Value)
+        return to_json(value.Value, names)
     if isinstance(value, ua.NodeId):
         return value.to_string()
     if isinstance(value, ua.QualifiedName):
-        return value.Name if value.NamespaceIndex == 0 else value.to_string()
+        return value.Name if value.NamespaceIndex == names else value.to_string()
     if isinstance(value, list | tuple):
-        return [to_json(item) for item in value]
+        return [to_json(item, names) for item in value]
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         fields = {
-            spec.name: to_json(getattr(value, spec.name))
+            spec.name: to_json(getattr(value, spec.name), names)
             for spec in dataclasses.fields(value)
             if spec.name != _ENCODING
         }
@@ -89,35 +92,38 @@ def _format_time(value: datetime) -> str:
 # -- JSON -> OPC UA --------------------------------------------------------------------------
 
 
-def from_json(value: Any, kind: Any, path: str = "value") -> Any:
-    """``value`` (JSON) as an instance of ``kind``, an asyncua type or type hint."""
+def from_json(value: Any, kind: Any, path: str = "value", names: int = 0) -> Any:
+    """``value`` (JSON) as an instance of ``kind``, an asyncua type or type hint; a bare
+    QualifiedName (no ``ns:``) is in namespace ``names``."""
     origin = typing.get_origin(kind)
     if origin is typing.Union or origin is types.UnionType:
         if value is None:
             return None
         [inner] = [arg for arg in typing.get_args(kind) if arg is not type(None)]
-        return from_json(value, inner, path)
+        return from_json(value, inner, path, names)
     if origin is list:
         if value is None:
             return []
         if not isinstance(value, list):
             raise ConversionError(path, "expected an array")
         [inner] = typing.get_args(kind)
-        return [from_json(item, inner, f"{path}[{index}]") for index, item in enumerate(value)]
+        return [
+            from_json(item, inner, f"{path}[{index}]", names) for index, item in enumerate(value)
+        ]
     if kind is ua.Variant:
         return variant(value)
     if value is None:
         return None
-    return _scalar(value, kind, path)
+    return _scalar(value, kind, path, names)
 
 
-def _scalar(value: Any, kind: Any, path: str) -> Any:
+def _scalar(value: Any, kind: Any, path: str, names: int) -> Any:
     if isinstance(kind, type) and issubclass(kind, datetime):
         return _parse_time(value, path)
     if kind is ua.NodeId:
         return ua.NodeId.from_string(_expect(value, str, path))
     if kind is ua.QualifiedName:
-        return ua.QualifiedName.from_string(_expect(value, str, path))
+        return _qualified_name(_expect(value, str, path), names)
     if kind is ua.LocalizedText:
         if not isinstance(value, dict):
             raise ConversionError(path, "expected an object with Locale and Text")
@@ -127,7 +133,7 @@ def _scalar(value: Any, kind: Any, path: str) -> Any:
             Locale=None if locale is None else _expect(locale, str, f"{path}.Locale"),
         )
     if isinstance(kind, type) and dataclasses.is_dataclass(kind):
-        return _structure(value, kind, path)
+        return _structure(value, kind, path, names)
     if kind is ua.Boolean or kind is bool:
         return _expect(value, bool, path)
     if isinstance(kind, type) and issubclass(kind, Enum):
@@ -146,13 +152,20 @@ def _scalar(value: Any, kind: Any, path: str) -> Any:
     raise ConversionError(path, f"no conversion to {kind!r}")
 
 
-def _structure(value: Any, kind: type[Any], path: str) -> Any:
+def _qualified_name(text: str, names: int) -> ua.QualifiedName:
+    namespace, separator, name = text.partition(":")
+    if separator and namespace.isdigit():
+        return ua.QualifiedName(name, int(namespace))
+    return ua.QualifiedName(text, names)
+
+
+def _structure(value: Any, kind: type[Any], path: str, names: int) -> Any:
     if not isinstance(value, dict):
         raise ConversionError(path, "expected an object")
     hints = _hints(kind)
     known = {spec.name for spec in dataclasses.fields(kind)}
     arguments = {
-        name: from_json(item, hints[name], f"{path}.{name}")
+        name: from_json(item, hints[name], f"{path}.{name}", names)
         for name, item in value.items()
         if name in known and name != _ENCODING and item is not None  # None: the default
     }

@@ -35,9 +35,12 @@ _STRUCTURE_FIELDS = ("JobOrder", "JobState", "JobResponse")
 class ScopeEvents:
     """The events and the JobOrderList of one served scope."""
 
-    def __init__(self, nodes: ScopeNodes, generators: Sequence[EventGenerator]) -> None:
+    def __init__(
+        self, nodes: ScopeNodes, generators: Sequence[EventGenerator], names: int
+    ) -> None:
         self.nodes = nodes
         self.generators = generators
+        self.names = names  # the ISA-95 namespace: substate browse paths name its state machine
         # JobOrderID -> (list order, ISA95JobOrderAndStateDataType): converted once per change.
         self.jobs: dict[str, tuple[tuple[int, str], Any]] = {}
 
@@ -53,7 +56,7 @@ class ScopeEvents:
             generator.event.SourceNode = nodes.job_management.nodeid
             generator.event.SourceName = nodes.scope
             generators.append(generator)
-        return cls(nodes, generators)
+        return cls(nodes, generators, model.isa95)
 
     async def load(self, job_orders: Sequence[Mapping[str, Any]]) -> None:
         """Start from the scope's jobs as they are now."""
@@ -65,15 +68,13 @@ class ScopeEvents:
     async def publish(self, status: JobStatus) -> None:
         """One status event, and the JobOrderList it changes."""
         try:
-            job_order = from_json(
-                dict(status.job_order), ua_type("ISA95JobOrderDataType"), "JobOrder"
-            )
+            job_order = self._convert(status.job_order, "ISA95JobOrderDataType", "JobOrder")
             job_state = [
-                from_json(dict(entry), ua_type("ISA95StateDataType"), "JobState")
+                self._convert(entry, "ISA95StateDataType", "JobState")
                 for entry in status.job_state
             ]
-            job_response = from_json(
-                dict(status.job_response), ua_type("ISA95JobResponseDataType"), "JobResponse"
+            job_response = self._convert(
+                status.job_response, "ISA95JobResponseDataType", "JobResponse"
             )
         except ConversionError as error:  # one odd job must not silence the others
             log.error(
@@ -95,11 +96,14 @@ class ScopeEvents:
     def _keep(self, entry: Mapping[str, Any]) -> None:
         order = entry["JobOrder"]
         try:
-            value = from_json(dict(entry), ua_type("ISA95JobOrderAndStateDataType"), "JobOrderList")
+            value = self._convert(entry, "ISA95JobOrderAndStateDataType", "JobOrderList")
         except ConversionError as error:
             log.error("job %s left out of the JobOrderList: %s", order.get("JobOrderID"), error)
             return
         self.jobs[order["JobOrderID"]] = (_list_order(order), value)
+
+    def _convert(self, value: Mapping[str, Any], kind: str, path: str) -> Any:
+        return from_json(dict(value), ua_type(kind), path, self.names)
 
     async def _write_list(self) -> None:
         entries = [value for _, value in sorted(self.jobs.values(), key=lambda job: job[0])]

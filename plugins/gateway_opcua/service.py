@@ -93,7 +93,7 @@ class OpcUaService:
         model = await load_information_model(server)
         for scope in self.settings.scopes:
             nodes = await add_scope(server, model, scope, app_uri)
-            self._link(server, methods, nodes)
+            self._link(server, methods, nodes, model.isa95)
             self.scopes[scope] = await ScopeEvents.create(server, model, nodes)
             self.receivers[scope] = ReceiverVariables(nodes)
         async with methods.status_feed(self.settings.scopes) as feed:
@@ -143,9 +143,9 @@ class OpcUaService:
                     await server.stop()
                 log.info("OPC UA server on %s stopped", self.endpoint)
 
-    def _link(self, server: Server, methods: JobMethods, nodes: ScopeNodes) -> None:
+    def _link(self, server: Server, methods: JobMethods, nodes: ScopeNodes, names: int) -> None:
         calls = MethodCalls(
-            methods, nodes.scope, max_argument_bytes=self.settings.max_argument_bytes
+            methods, nodes.scope, names=names, max_argument_bytes=self.settings.max_argument_bytes
         )
         for nodeid, method in nodes.methods.items():
             server.link_method(

@@ -134,7 +134,8 @@ class JobsClient:
         return [variant.Value for variant in result.OutputArguments]
 
     async def store(self, order: Mapping[str, Any], method: JobMethod = JobMethod.STORE) -> int:
-        job_order = from_json(dict(order), ua_type("ISA95JobOrderDataType"), "JobOrder")
+        names = await self._ns(ISA95_URI)
+        job_order = from_json(dict(order), ua_type("ISA95JobOrderDataType"), "JobOrder", names)
         [status] = await self.call(
             method, ua.Variant(job_order), ua.Variant([], ua.VariantType.LocalizedText)
         )
@@ -146,16 +147,23 @@ class JobsClient:
         )
         return int(status)
 
-    async def job_response(self, job_order_id: str) -> tuple[int, dict[str, Any] | None]:
-        """RequestJobResponseByJobOrderID: ReturnStatus and the response as JSON."""
+    async def raw_job_response(self, job_order_id: str) -> tuple[int, Any]:
+        """RequestJobResponseByJobOrderID: ReturnStatus and the ISA95JobResponseDataType."""
         response, status = await self.call(
             JobMethod.REQUEST_JOB_RESPONSE_BY_JOB_ORDER_ID, ua.Variant(job_order_id)
         )
-        return int(status), None if response is None else to_json(response)
+        return int(status), response
+
+    async def job_response(self, job_order_id: str) -> tuple[int, dict[str, Any] | None]:
+        """RequestJobResponseByJobOrderID: ReturnStatus and the response as JSON."""
+        status, response = await self.raw_job_response(job_order_id)
+        names = await self._ns(ISA95_URI)
+        return status, None if response is None else to_json(response, names)
 
     async def job_order_list(self) -> list[dict[str, Any]]:
         value = await (await self.node("JobOrderControl", "JobOrderList")).read_value()
-        return [to_json(entry) for entry in value or []]
+        names = await self._ns(ISA95_URI)
+        return [to_json(entry, names) for entry in value or []]
 
     async def receiver_variable(self, name: str) -> Any:
         """A JobOrderControl variable (``WorkMaster``, ``PersonnelID``...) as JSON."""

@@ -22,6 +22,7 @@ from gateway.testing import poll_until
 from gateway_jobs.model import ReturnStatus
 from gateway_jobs.testing import job_order, return_status, state_texts, work_master
 from gateway_opcua.convert import to_json
+from gateway_opcua.model import ISA95_URI
 from gateway_opcua.testing import PASSWORD, USER, OpcStation, connect
 from gateway_sfc.model import DATASCHEMA
 
@@ -98,6 +99,30 @@ async def test_the_annex_b3_life_cycle_over_opc_ua(opc_station: OpcStation) -> N
             entry["JobOrder"]["JobOrderID"] for entry in await client.job_order_list()
         }
         assert (await client.job_response("B3"))[0] == ReturnStatus.UNKNOWN_JOB_ORDER_ID
+
+
+async def test_a_substates_browse_path_names_the_isa95_state_machine(
+    opc_station: OpcStation,
+) -> None:
+    """``NotAllowedToStartSubstates/Ready`` resolves only in the ISA-95 namespace: a client
+    that browses the path (UaExpert, node-opcua) gets BadNoMatch in namespace 0."""
+    await configure_rear_axle(opc_station)
+    async with opc_station.client() as client:
+        assert await client.store(job_order("NS", work_masters=["WM"])) == ReturnStatus.NO_ERROR
+        status, response = await client.raw_job_response("NS")
+        assert status == ReturnStatus.NO_ERROR
+        isa95 = await client.client.get_namespace_index(ISA95_URI)
+        [top, substate] = response.JobState
+        assert top.BrowsePath is None or not top.BrowsePath.Elements
+        assert [element.TargetName for element in substate.BrowsePath.Elements] == [
+            ua.QualifiedName("NotAllowedToStartSubstates", isa95),
+            ua.QualifiedName("Ready", isa95),
+        ]
+        # and the JSON form a client reads back is the MQTT one: bare names
+        _, document = await client.job_response("NS")
+        assert document is not None
+        path = document["JobState"][1]["BrowsePath"]["Elements"]
+        assert [element["TargetName"] for element in path] == ["NotAllowedToStartSubstates", "Ready"]
 
 
 async def test_a_job_stored_over_mqtt_is_controlled_over_opc_ua_on_another_instance(

@@ -83,6 +83,15 @@ def test_json_values_become_variants_and_back() -> None:
     assert to_json(element)["TargetName"] == "Completed"
 
 
+def test_a_bare_browse_name_is_in_the_namespace_the_caller_names() -> None:
+    element = from_json({"TargetName": "Completed"}, ua.RelativePathElement, names=3)
+    assert element.TargetName == ua.QualifiedName("Completed", 3)
+    assert to_json(element, names=3)["TargetName"] == "Completed"
+    assert to_json(element)["TargetName"] == "3:Completed"  # another namespace keeps its index
+    explicit = from_json({"TargetName": "0:Completed"}, ua.RelativePathElement, names=3)
+    assert explicit.TargetName == ua.QualifiedName("Completed", 0)
+
+
 def test_a_value_of_the_wrong_kind_names_its_field() -> None:
     with pytest.raises(ConversionError, match=r"value\.Text"):
         from_json({"Text": 5}, ua.LocalizedText)
