@@ -227,9 +227,7 @@ def _outputs(method: JobMethod, result: MethodResult, names: int) -> list[ua.Var
         value = None if response is None else job_response(response, names)
         return [ua.Variant(value, ua.VariantType.ExtensionObject), status]
     if method is JobMethod.REQUEST_JOB_RESPONSE_BY_JOB_ORDER_STATE:
-        responses = [
-            job_response(item, names) for item in result.output.get("JobResponses", [])
-        ]
+        responses = [job_response(item, names) for item in result.output.get("JobResponses", [])]
         return [ua.Variant(responses, ua.VariantType.ExtensionObject, is_array=True), status]
     assert RETURN_STATUS in result.output
     return [status]
@@ -238,9 +236,7 @@ def _outputs(method: JobMethod, result: MethodResult, names: int) -> list[ua.Var
 def job_response(document: Mapping[str, Any], names: int) -> Any:
     """An ``ISA95JobResponseDataType`` from its JSON (bare browse names in namespace ``names``)."""
     try:
-        return from_json(
-            dict(document), ua_type("ISA95JobResponseDataType"), "JobResponse", names
-        )
+        return from_json(dict(document), ua_type("ISA95JobResponseDataType"), "JobResponse", names)
     except ConversionError as error:
         log.error("a stored Job Response does not fit ISA95JobResponseDataType: %s", error)
         raise BadCall(StatusCodes.BadInternalError, str(error)) from None

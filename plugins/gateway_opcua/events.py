@@ -35,9 +35,7 @@ _STRUCTURE_FIELDS = ("JobOrder", "JobState", "JobResponse")
 class ScopeEvents:
     """The events and the JobOrderList of one served scope."""
 
-    def __init__(
-        self, nodes: ScopeNodes, generators: Sequence[EventGenerator], names: int
-    ) -> None:
+    def __init__(self, nodes: ScopeNodes, generators: Sequence[EventGenerator], names: int) -> None:
         self.nodes = nodes
         self.generators = generators
         self.names = names  # the ISA-95 namespace: substate browse paths name its state machine
@@ -70,8 +68,7 @@ class ScopeEvents:
         try:
             job_order = self._convert(status.job_order, "ISA95JobOrderDataType", "JobOrder")
             job_state = [
-                self._convert(entry, "ISA95StateDataType", "JobState")
-                for entry in status.job_state
+                self._convert(entry, "ISA95StateDataType", "JobState") for entry in status.job_state
             ]
             job_response = self._convert(
                 status.job_response, "ISA95JobResponseDataType", "JobResponse"

@@ -122,7 +122,10 @@ async def test_a_substates_browse_path_names_the_isa95_state_machine(
         _, document = await client.job_response("NS")
         assert document is not None
         path = document["JobState"][1]["BrowsePath"]["Elements"]
-        assert [element["TargetName"] for element in path] == ["NotAllowedToStartSubstates", "Ready"]
+        assert [element["TargetName"] for element in path] == [
+            "NotAllowedToStartSubstates",
+            "Ready",
+        ]
 
 
 async def test_a_job_stored_over_mqtt_is_controlled_over_opc_ua_on_another_instance(
