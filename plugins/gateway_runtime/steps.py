@@ -305,8 +305,12 @@ class StepHandlers:
             await control.record_results(scope, job, outcome.results, run=run)
         # Before the state is closed: if this fails, the report is handled again, and forgets.
         await self.scopes.forget_job(job)
-        await self.executions.mutate(scope, job, mark_ended)
+        ended_here = await self.executions.mutate(scope, job, mark_ended)
         self.recipes.forget(scope, job)
+        if not ended_here:
+            # Another report of the same end (the reconciler's, or a work entry claimed from
+            # an instance thought dead) closed the state first: it counts and logs the end.
+            return
         self.context.metrics.charts.labels(execution.outcome or "unknown").inc()
         log.info("job %s/%s: recipe %s", scope, job, execution.outcome)
 
