@@ -17,6 +17,7 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 
 from gateway.core import CoreSettings
+from gateway.resilience import describe
 from gateway.settings import Settings
 
 # Fields a line about a message or a job carries, in this order.
@@ -48,6 +49,24 @@ class ContextFilter(logging.Filter):
         for name, value in _current().items():
             if not hasattr(record, name):
                 setattr(record, name, value)
+        return True
+
+
+class CauseFilter(logging.Filter):
+    """Names the causes of an exception group logged as an argument (``"%s", error``).
+
+    A task group's failure reads "unhandled errors in a TaskGroup (1 sub-exception)", which
+    tells an operator nothing; every line that logs one (a retry, a skipped entry) says what
+    is inside it instead (``ConnectionError: ...``, as ``gateway.resilience.describe``).
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and any(
+            isinstance(arg, BaseExceptionGroup) for arg in record.args
+        ):
+            record.args = tuple(
+                describe(arg) if isinstance(arg, BaseExceptionGroup) else arg for arg in record.args
+            )
         return True
 
 
@@ -90,6 +109,7 @@ def configure_logging(settings: Settings) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if core.log_format == "json" else TextFormatter())
     handler.addFilter(ContextFilter())
+    handler.addFilter(CauseFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(core.log_level)

@@ -11,7 +11,16 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from gateway.logs import ContextFilter, JsonFormatter, TextFormatter, log_context
+from gateway.core import CoreSettings
+from gateway.logs import (
+    CauseFilter,
+    ContextFilter,
+    JsonFormatter,
+    TextFormatter,
+    configure_logging,
+    log_context,
+)
+from gateway.settings import SettingsRegistry, load_settings
 
 
 @pytest.fixture
@@ -70,3 +79,33 @@ async def test_tasks_started_inside_the_context_keep_it(
 async def _log_later(logger: logging.Logger) -> None:
     await anyio.lowlevel.checkpoint()
     logger.info("from a task")
+
+
+def test_a_logged_exception_group_names_what_is_inside_it(
+    captured: tuple[logging.Logger, io.StringIO, logging.Handler],
+) -> None:
+    """A retry of a loop whose task group failed says why, not "unhandled errors in a
+    TaskGroup (1 sub-exception)"."""
+    logger, stream, handler = captured
+    handler.addFilter(CauseFilter())
+    handler.setFormatter(TextFormatter())
+    group = ExceptionGroup("unhandled errors in a TaskGroup", [ConnectionError("refused")])
+    logger.warning("reading failed: %s; retrying", group)
+    logger.warning("plain: %s, %d", ValueError("bad"), 3)
+    first, second = stream.getvalue().splitlines()
+    assert first.endswith("reading failed: ConnectionError: refused; retrying")
+    assert second.endswith("plain: bad, 3")
+
+
+def test_the_gateways_log_handler_names_the_causes_of_exception_groups() -> None:
+    registry = SettingsRegistry()
+    registry.register("gateway", CoreSettings)
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        configure_logging(load_settings(registry, environ={}))
+        [handler] = root.handlers
+        assert any(isinstance(item, CauseFilter) for item in handler.filters)
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
