@@ -35,6 +35,7 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from gateway.errors import GatewayError
+from gateway_opcua.logins import FailedLogins
 from gateway_opcua.settings import OpcUaSettings, SecurityMode
 
 if TYPE_CHECKING:
@@ -244,12 +245,20 @@ def _check_directories(trusted: Path, revocation_lists: Path | None) -> None:
 
 class PasswordUsers:
     """asyncua's user manager: one user, its password compared in constant time; with
-    ``trust``, on a secure channel opened with a trusted client certificate only."""
+    ``trust``, on a secure channel opened with a trusted client certificate only; a channel
+    whose certificate failed a login is refused for a pause (``failures``)."""
 
-    def __init__(self, username: str, password: str, trust: ClientTrust | None = None) -> None:
+    def __init__(
+        self,
+        username: str,
+        password: str,
+        trust: ClientTrust | None = None,
+        failures: FailedLogins | None = None,
+    ) -> None:
         self._username = username.encode()
         self._password = password.encode()
         self._trust = trust
+        self.failures = failures if failures is not None else FailedLogins(pause=0)
 
     def get_user(
         self,
@@ -261,10 +270,19 @@ class PasswordUsers:
         if username is None or password is None:
             log.warning("OPC UA: a client without user name and password was refused")
             return None
+        if self.failures.barred(certificate):
+            log.debug("OPC UA: login refused unchecked (this certificate failed a login lately)")
+            return None
         name_ok = hmac.compare_digest(username.encode(), self._username)
         password_ok = hmac.compare_digest(password.encode(), self._password)
         if not (name_ok and password_ok):
-            log.warning("OPC UA: login refused for user %r (wrong user name or password)", username)
+            self.failures.failed(certificate)
+            log.warning(
+                "OPC UA: login refused for user %r (wrong user name or password); its client "
+                "certificate is refused for %.1f s",
+                username,
+                self.failures.pause,
+            )
             return None
         if self._trust is not None and not self._trust.trusts_channel(certificate):
             return None  # logged by ``trusts_channel``

@@ -28,6 +28,7 @@ from gateway.peers import connection_cap
 from gateway_opcua.addressspace import ScopeNodes, add_scope
 from gateway_opcua.calls import MethodCalls
 from gateway_opcua.events import ScopeEvents
+from gateway_opcua.logins import FailedLogins
 from gateway_opcua.model import load_information_model
 from gateway_opcua.receiver import ReceiverVariables
 from gateway_opcua.security import (
@@ -76,7 +77,12 @@ class OpcUaService:
         started, rss_before = time.perf_counter(), _peak_rss_mb()
         trust = await client_trust(self.settings)
         server = Server(
-            user_manager=PasswordUsers(self.settings.username, _password(self.settings), trust)
+            user_manager=PasswordUsers(
+                self.settings.username,
+                _password(self.settings),
+                trust,
+                FailedLogins(pause=self.settings.failed_login_pause_seconds),
+            )
         )
         await server.init()
         server.limits = message_limits(self.settings.max_message_bytes)

@@ -86,6 +86,13 @@ class OpcUaSettings:
         "open-file limit with room for the gateway's own connections",
         minimum=1,
     )
+    failed_login_pause_seconds: float = setting(
+        2.0,
+        "After a refused login, logins on a channel with the same client certificate are "
+        "refused unchecked for this long (guessing then costs a new certificate per try; "
+        "never per user name, so nobody can lock the MES out); 0: no pause",
+        minimum=0,
+    )
     max_message_bytes: int = setting(
         4_194_304,
         "Largest OPC UA message a client may send or receive (negotiated at connect; a larger "

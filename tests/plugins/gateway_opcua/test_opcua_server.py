@@ -23,7 +23,7 @@ from gateway_jobs.model import ReturnStatus
 from gateway_jobs.testing import job_order, return_status, state_texts, work_master
 from gateway_opcua.convert import to_json
 from gateway_opcua.model import ISA95_URI
-from gateway_opcua.testing import PASSWORD, USER, OpcStation, connect
+from gateway_opcua.testing import PASSWORD, USER, OpcStation, client_certificate, connect
 from gateway_sfc.model import DATASCHEMA
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
@@ -227,11 +227,21 @@ async def test_bad_arguments_get_opc_ua_status_codes(opc_station: OpcStation) ->
         assert unknown_state.StatusCode.value == ua.StatusCodes.BadInvalidArgument
 
 
-async def test_a_wrong_password_or_no_login_is_refused(opc_station: OpcStation) -> None:
+async def test_a_wrong_password_or_no_login_is_refused(
+    opc_station: OpcStation, tmp_path: Path
+) -> None:
     endpoint, certificates = opc_station.endpoints[0], opc_station.certificates
+    guesser = await client_certificate(tmp_path)  # its own: it is barred for a while
     with pytest.raises(BadUserAccessDenied):
-        async with connect(endpoint, certificates, username=USER, password="wrong"):
+        async with connect(endpoint, guesser, username=USER, password="wrong"):
             pass
+    # The right password right after, on the same certificate: refused unchecked (the pause);
+    # the MES's own certificate is served meanwhile.
+    with pytest.raises(BadUserAccessDenied):
+        async with connect(endpoint, guesser, username=USER, password=PASSWORD):
+            pass
+    async with connect(endpoint, certificates, username=USER, password=PASSWORD) as client:
+        assert await client.get_namespace_index(ISA95_URI) > 0
     with pytest.raises(UaError):  # no user token at all: anonymous is not offered
         async with connect(endpoint, certificates, username=None, password=None):
             pass
