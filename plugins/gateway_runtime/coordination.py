@@ -164,18 +164,40 @@ class Coordinator:
             await self.steps.reply(scope, job, action, attempt, reply.data, reply.error)
 
     async def event(self, event: EquipmentEvent) -> None:
-        """Give an event to the job waiting for it, where it arrives (see ``reply``)."""
-        scope = event.scope
-        if scope is None and event.job_order_id:
+        """Give an event to the job waiting for it, where it arrives (see ``reply``). An event
+        that names its equipment but no job is the job's that holds the equipment (see
+        ``gateway_runtime.events``); from equipment no job holds, it is kept for no one."""
+        fields = event_fields(event)
+        scope, held = event.scope, True
+        if event.job_order_id is None and event.equipment is not None:
+            holder = await self.events.holder(event.equipment, scope)
+            if holder is not None:
+                scope, fields["job_order_id"] = holder
+                log.debug("event %s (%s) of %s: job %s holds it", event.id, event.type, *holder)
+            held = holder is not None
+        elif scope is None and event.job_order_id:
             scope = await self.scopes.job_scope(event.job_order_id)
         if scope is None:
             scope = await self.events.scope_waiting_for(event)
         if scope is None:
-            log.info("event %s (%s) arrived where no job runs; dropped", event.id, event.type)
+            self._dropped(event, "not_held" if not held else "no_job")
             return
         if scope not in self.scopes.scopes:
             await self.scopes.adopt(scope, announce=True)
-        await self.events.route(scope, event_fields(event))
+        if not await self.events.route(scope, fields, keep=held):
+            self._dropped(event, "not_held")
+
+    def _dropped(self, event: EquipmentEvent, reason: str) -> None:
+        self.context.metrics.events_dropped.labels(reason).inc()
+        if reason == "not_held":  # equipment reporting between jobs: routine, not news
+            log.debug(
+                "event %s (%s) of %s: no job holds that equipment or waits for it; dropped",
+                event.id,
+                event.type,
+                event.equipment,
+            )
+        else:
+            log.info("event %s (%s) arrived where no job runs; dropped", event.id, event.type)
 
     async def equipment_online(self, equipment_id: str) -> None:
         """``gateway.equipment.OnlineObserver``: commands it may have missed go out again."""

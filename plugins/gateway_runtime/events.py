@@ -5,6 +5,13 @@ equipment, and job when the event names one). An event nobody waits for yet is k
 in ``rt:unclaimed``: it may have overtaken the state change that starts the wait. A job takes
 a kept event in the same script that commits its effect (``gateway_runtime.scripts.COMMIT``), so a
 failure between the two can neither lose it nor leave it for a second taker.
+
+An event that names its equipment but no job (a PLC that knows no job ids) belongs to the job
+holding that equipment: jobs hold their equipment exclusively from being let start until they
+end (job management's allocation, read through ``JobControl.queue``). It is attributed to that
+job and routed as if it had named it, so it is kept for that job alone when it comes early. An
+event from equipment no job holds goes to a job waiting for it now, if any, and is never kept:
+nothing says which later job it would belong to. Events kept for a job that ends go with it.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from collections.abc import Awaitable, Mapping
 from typing import Any, TypeVar, cast
 
 from gateway.equipment import EquipmentEvent
-from gateway.formats import Effects, Execution, Executor, Phase
+from gateway.formats import Effects, Execution, Executor, Phase, Status
 from gateway.resilience import is_transient
 from gateway_runtime.context import EngineContext
 from gateway_runtime.executions import ExecutionStore, waiting
@@ -79,24 +86,69 @@ class EventRouter:
         snapshot = await self.recipes.get(scope, job, execution.run)
         return waiting_action_for(snapshot, execution, event) is not None
 
-    async def route(self, scope: str, event: dict[str, Any]) -> None:
-        """Give an equipment event to the job that has waited longest for it."""
+    async def holder(self, equipment: str, scope: str | None) -> tuple[str, str] | None:
+        """The scope and job holding ``equipment`` (``scope``: where to look; ``None``: every
+        scope, by name). Job management lets a job start only with its equipment free, so at
+        most one job of a scope holds it."""
+        control = self.context.gateway.job_control
+        if scope is not None:
+            candidates = [scope]
+        else:
+            candidates = sorted(self.scopes.scopes | await self.context.store.known_scopes())
+        for candidate in candidates:
+            for job, held in (await control.queue(candidate)).running.items():
+                if equipment in held:
+                    return candidate, job
+        return None
+
+    async def route(self, scope: str, event: dict[str, Any], *, keep: bool = True) -> bool:
+        """Give an equipment event to the job that has waited longest for it; ``keep``: keep it
+        for a later waiter when none waits now. ``False``: neither taken nor kept."""
         note = self._kept_note(scope, event)
         async with self.context.client.pipeline(transaction=False) as pipe:
             pipe.zrange(self.context.keys.waiting(scope), 0, -1)
             pipe.exists(note)
             waiting_jobs, kept_before = await pipe.execute()
+        named = event.get("job_order_id")
+        if named is not None:  # only that job may take it: the others need not be asked
+            waiting_jobs = [job for job in waiting_jobs if job == named]
         # Kept by an earlier try of this event (its handling failed later on): the kept copy is
         # the only one a job may take, or it could be taken twice.
         if not kept_before:
             for job in waiting_jobs:
                 if await _unless_broken(scope, job, self.offer(scope, job, event), False):
-                    return
+                    return True
+            if not keep:
+                return False
             await self._keep_unclaimed(scope, event, note)
+            if named is not None and await self._ended(scope, named):
+                # It ended after the event was attributed to it, and its end dropped what was
+                # kept for it before this was: nothing will take this one either.
+                await self.drop_kept_for(scope, named)
+                return True
         # A job may have started waiting after we looked and before the event was kept (its
         # own look at the kept events came too early): look once more from this side.
         for job in await self._waiting_jobs(scope):
             await _unless_broken(scope, job, self.claim_unclaimed(scope, job), None)
+        return True
+
+    async def _ended(self, scope: str, job: str) -> bool:
+        execution = await self.executions.read(scope, job)
+        return execution is not None and execution.status is Status.ENDED
+
+    async def drop_kept_for(self, scope: str, job: str) -> int:
+        """The job ended: the events kept for it can no longer be taken; they go now (counted)
+        rather than with their age. Returns how many went."""
+        client, key = self.context.client, self.context.keys.unclaimed(scope)
+        dropped = 0
+        for text in cast(list[str], await client.lrange(key, 0, -1)):
+            if json.loads(text).get("job_order_id") == job:
+                # LREM decides against a job taking it at the same moment (the commit's LREM).
+                dropped += int(await client.lrem(key, 1, text))
+        if dropped:
+            self.context.metrics.events_dropped.labels("job_ended").inc(dropped)
+            log.info("job %s/%s ended: %d event(s) kept for it dropped", scope, job, dropped)
+        return dropped
 
     async def offer(
         self, scope: str, job: str, event: dict[str, Any], kept: str | None = None

@@ -17,8 +17,9 @@ Per scope:
   stream atomically (so each fires once) — they survive every restart.
 - ``rt:waiting`` sorted set: jobs with a ``pull_event`` waiting, oldest first, where an
   incoming equipment event looks for its taker; ``rt:unclaimed``: recent events nobody waited
-  for yet (an event may overtake the state change that starts the wait), and for each event a
-  job took from there, ``rt:claimed:<digest>`` names that job for a while (``events.CLAIM``).
+  for yet (an event may overtake the state change that starts the wait; one naming no job is
+  kept as the event of the job holding its equipment, and the events kept for a job go when
+  it ends), and ``rt:kept:<digest>`` notes each event kept, so a retry keeps it once.
 - ``rt:outbox`` sorted set: commands committed and about to be published, by the time after
   which they count as lost (the instance died between commit and publish) and are sent again.
 - ``rt:active`` set: jobs not ended, for the recovery scan at start.

@@ -24,6 +24,13 @@ class EngineMetrics:
         self.charts = metrics.counter(
             "recipe_charts_ended_total", "Recipe charts that ended, by outcome", ["outcome"]
         )
+        self.events_dropped = metrics.counter(
+            "equipment_events_dropped_total",
+            "Equipment events no job took, by reason: not_held (no job holds the equipment and "
+            "none waited), job_ended (kept for a job that ended), no_job (no scope runs a job "
+            "waiting for it)",
+            ["reason"],
+        )
         self.pending = metrics.gauge(
             "work_stream_pending", "Work entries handed out but not acknowledged", ["scope"]
         )

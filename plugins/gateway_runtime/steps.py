@@ -306,6 +306,7 @@ class StepHandlers:
         # Before the state is closed: if this fails, the report is handled again, and forgets.
         await self.scopes.forget_job(job)
         ended_here = await self.executions.mutate(scope, job, mark_ended)
+        await self.events.drop_kept_for(scope, job)
         self.recipes.forget(scope, job)
         if not ended_here:
             # Another report of the same end (the reconciler's, or a work entry claimed from

@@ -133,15 +133,24 @@ def tightener(equipment: TestEquipment, torque: float = 85.2) -> dict[str, Any]:
     return {"com.example.station.tighten.v1": tighten}
 
 
+def rear_axle_station(equipment: TestEquipment) -> dict[str, Any]:
+    """The ``tightener``, and a camera that reports its QA result (naming no job) once the axle
+    is positioned: its job holds the camera by then, so the event is that job's."""
+
+    async def position(command: EquipmentCommand) -> Any:
+        qa = {"passed": True, "defects": 0}
+        await equipment.emit(QA_RESULT, qa, equipment="camera", scope=command.scope)
+        return {"ok": True}
+
+    return {**tightener(equipment), "com.example.station.position.v1": position}
+
+
 async def test_the_rear_axle_recipe_runs_to_completed_with_torque_and_qa_results(
     station: SfcStation,
 ) -> None:
-    station.equipment.behaviours = tightener(station.equipment)
+    station.equipment.behaviours = rear_axle_station(station.equipment)
     async with running(station.gateway()), station.mes() as mes:
         await run_job(mes, recipe("rear_axle.json"))
-        await station.equipment.emit(
-            QA_RESULT, {"passed": True, "defects": 0}, equipment="camera", scope="cell1"
-        )
         response = await final_response(mes, "J1")
     assert state_of(response)[:2] == ["Ended", "Completed"]
     data = data_of(response)

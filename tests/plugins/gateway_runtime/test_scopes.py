@@ -9,11 +9,10 @@ from gateway.testing.redis_ha import redis_client
 from gateway_jobs.testing import final_response
 from gateway_jobs.testing import state_texts as state_of
 from tests.plugins.gateway_runtime.test_coordination import (
-    QA_RESULT,
     SfcStation,
+    rear_axle_station,
     recipe,
     run_job,
-    tightener,
 )
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
@@ -25,13 +24,10 @@ def station(mqtt_url: str, redis_url: str, unique: str) -> SfcStation:
 
 
 async def test_a_job_started_after_the_store_lost_its_data_completes(station: SfcStation) -> None:
-    station.equipment.behaviours = tightener(station.equipment)
+    station.equipment.behaviours = rear_axle_station(station.equipment)
     async with running(station.gateway()), station.mes() as mes:
         for job in ("J1", "J2"):
             await run_job(mes, recipe("rear_axle.json"), job)
-            await station.equipment.emit(
-                QA_RESULT, {"passed": True, "defects": 0}, equipment="camera", scope="cell1"
-            )
             assert state_of(await final_response(mes, job))[:2] == ["Ended", "Completed"]
             # What Redis restarted without persistence shows: every key gone, the work
             # stream's consumer group with them (the engine still knows the scope).
