@@ -50,6 +50,8 @@ class Status(StrEnum):
     RUNNING = "running"
     PAUSED = "paused"  # MES Pause: nothing new is dispatched, nothing advances
     HELD = "held"  # an action failed and the recipe holds: MES Resume retries it
+    # The job failed (or the MES aborted it): the runtime undoes what it did (``Rollback``).
+    COMPENSATING = "compensating"
     FINISHING = "finishing"  # complete or failed: reporting to job management
     ENDED = "ended"  # reported; the state stays for inspection until it expires
 
@@ -88,6 +90,9 @@ class ActionSpec:
     timeout_seconds: float | None = None
     max_attempts: int = 1
     side_effects: bool = True  # whether sending it may change the product or equipment
+    # What undoes this action once it completed (unclamp for clamp), run by the runtime when
+    # the job fails: ``gateway.compensation``. Its ``equipment`` None: its action's.
+    compensation: ActionSpec | None = None
 
     def equipment_use(self) -> EquipmentUse:
         return EquipmentUse(
@@ -156,6 +161,26 @@ class Execution:
     failed_action: str | None = None
     recheck_at: float | None = None  # a condition waits on time: look again then
     memo: dict[str, Any] = field(default_factory=dict)  # the format's own (JSON values)
+    # Kept by the runtime for compensation (``gateway.compensation``), not by formats: the
+    # completed actions that declare one, as ``[action, step, attempt]`` in completion order;
+    # whether an action that may change things and has no compensation completed; the rollback.
+    compensable: list[list[Any]] = field(default_factory=list)
+    uncompensated: bool = False
+    rollback: Rollback | None = None
+
+
+@dataclass
+class Rollback:
+    """A failed job undoing what it did: the compensations still to run (groups run one after
+    the other, the compensations of a group at once), what ran, and the end it will report."""
+
+    outcome: str  # the end being compensated ("aborted", "aborted by the MES")
+    report: str  # the ``Report`` to make once compensated
+    error: str | None = None  # the failure's own error text
+    groups: list[list[str]] = field(default_factory=list)  # actions to undo, next group first
+    # ``{"action", "compensation", "outcome": "done" | "failed" | "not run", "error"}`` each.
+    ran: list[dict[str, Any]] = field(default_factory=list)
+    safe: bool | None = None  # set at its end: FAILED_SAFE (True) or FAILED_UNSAFE
 
 
 class TimerKind(StrEnum):

@@ -17,13 +17,22 @@ from typing import Any
 from rich import box
 from rich.table import Table
 
+from gateway.compensation import COMPENSATIONS_ID, ROLLBACK_ID
 from gateway.recipes import RECIPE_VERSION_ID
 from gateway_jobs.control import ERROR_ID, SIDE_EFFECTS_ID
 from gateway_jobs.queue import QUEUE_POSITION_ID
 from gateway_jobs.stored import WORK_MASTER_ID
 
 BOOKKEEPING = frozenset(
-    {RECIPE_VERSION_ID, WORK_MASTER_ID, QUEUE_POSITION_ID, ERROR_ID, SIDE_EFFECTS_ID}
+    {
+        RECIPE_VERSION_ID,
+        WORK_MASTER_ID,
+        QUEUE_POSITION_ID,
+        ERROR_ID,
+        SIDE_EFFECTS_ID,
+        ROLLBACK_ID,
+        COMPENSATIONS_ID,
+    }
 )
 # Top-level states too long for a column of an 80-column table, as the tables write them.
 ABBREVIATIONS = {

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.errors import GatewayError
 from gateway.formats import Executor, ExecutorOptions, Program, RecipeFormat
+from gateway_runtime.compensation import compensating
 from gateway_runtime.keys import RuntimeKeys
 from gateway_runtime.metrics import EngineMetrics
 from gateway_runtime.settings import RuntimeSettings
@@ -57,4 +58,5 @@ class EngineContext:
         return found
 
     def executor(self, program: Program, parameters: Mapping[str, Any]) -> Executor:
-        return program.executor(parameters, self.options)
+        """The program's executor, with the rollback of its compensations if it has any."""
+        return compensating(program.executor(parameters, self.options), program)

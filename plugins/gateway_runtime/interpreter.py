@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from anyio.abc import TaskStatus
 
+from gateway.compensation import compensations
 from gateway.errors import ValidationError
 from gateway.formats import RecipeError, RecipeFormat
 from gateway.recipes import JobCommand, RecipeJob, RecipeProgress
@@ -46,7 +47,14 @@ class FormatInterpreter:
             program = self.coordinator.recipes.program(self.dataschema, recipe)
         except ValidationError:
             return []
-        return [action.equipment_use() for action in program.actions.values()]
+        uses = [action.equipment_use() for action in program.actions.values()]
+        # A compensation naming no equipment goes to its action's, wherever that is routed.
+        uses.extend(
+            spec.equipment_use()
+            for _, spec in compensations(program).values()
+            if spec.equipment is not None
+        )
+        return uses
 
     async def start(self, job: RecipeJob) -> None:
         await self.coordinator.start_job(job)

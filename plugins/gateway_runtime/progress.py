@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from gateway.compensation import compensations
 from gateway.formats import ActionSpec
 from gateway.recipes import ActionProgress, RecipeProgress, StepProgress
 from gateway_runtime.state import load_action_run, load_execution
@@ -33,7 +34,9 @@ async def read_progress(coordinator: Coordinator, scope: str, job: str) -> Recip
     specs: dict[str, ActionSpec] = {}
     if snapshot is not None:
         data = json.loads(snapshot)
-        specs = dict(coordinator.recipes.program(data["dataschema"], data["recipe"]).actions)
+        program = coordinator.recipes.program(data["dataschema"], data["recipe"])
+        specs = dict(program.actions)
+        specs.update((name, spec) for name, (_, spec) in compensations(program).items())
     order = {name: index for index, name in enumerate(specs)}
     # The actions done are in the history, the others (and a new activation of one done
     # before) in the state; shown in the recipe's order.

@@ -22,7 +22,7 @@ from gateway_runtime.work import WorkQueue
 
 log = logging.getLogger(__name__)
 
-_RUNNING = (Status.RUNNING, Status.PAUSED, Status.HELD)
+_RUNNING = (Status.RUNNING, Status.PAUSED, Status.HELD, Status.COMPENSATING)
 
 
 class Resender:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
+from gateway.compensation import compensations
 from gateway.formats import ActionSpec, Executor, Program
 from gateway_runtime.context import EngineContext
 from gateway_runtime.memory import JobMemory, Lru
@@ -25,8 +27,22 @@ class Snapshot:
     equipment: Mapping[str, str] = field(default_factory=dict)  # routed by type at start
 
     def action(self, name: str) -> ActionSpec:
-        """The program's action of that name (``KeyError``: none)."""
-        return self.program.actions[name]
+        """The program's action or compensation of that name (``KeyError``: none)."""
+        spec = self.spec(name)
+        if spec is None:
+            raise KeyError(name)
+        return spec
+
+    def spec(self, name: str) -> ActionSpec | None:
+        """The program's action or compensation of that name, if it has one."""
+        spec = self.program.actions.get(name)
+        if spec is None and name in self._compensations:
+            spec = self._compensations[name][1]
+        return spec
+
+    @cached_property
+    def _compensations(self) -> dict[str, tuple[str, ActionSpec]]:
+        return compensations(self.program)
 
     def document(self) -> str:
         """The snapshot as stored, written with the job's first state."""

@@ -8,6 +8,13 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gateway.compensation import (
+    COMPENSATIONS_ID,
+    FAILED_SAFE,
+    FAILED_UNSAFE,
+    ROLLBACK_ID,
+    SIDE_EFFECTS_ID,
+)
 from gateway.equipment import CorrelationId, EquipmentCommand
 from gateway.errors import GatewayError, ValidationError
 from gateway.formats import Effects, Execution, Phase, Status, Timer, TimerKind
@@ -189,7 +196,7 @@ class StepHandlers:
         if timer.kind not in (TimerKind.TIMEOUT, TimerKind.LIVENESS):
             return None
         snapshot = await self.recipes.get(scope, job)
-        action = snapshot.program.actions.get(timer.action)
+        action = snapshot.spec(timer.action)
         if action is None or not action.equipment:
             return None
         return await self.context.gateway.equipment.offline_reason(action.equipment)
@@ -284,7 +291,8 @@ class StepHandlers:
             return
         outcome = JobOutcome(
             results=[
-                ProcessValue(id=name, value=value) for name, value in execution.results.items()
+                *(ProcessValue(id=name, value=value) for name, value in execution.results.items()),
+                *rollback_results(execution),
             ],
             error=execution.error,
             side_effects=execution.side_effects,
@@ -314,6 +322,19 @@ class StepHandlers:
             return
         self.context.metrics.charts.labels(execution.outcome or "unknown").inc()
         log.info("job %s/%s: recipe %s", scope, job, execution.outcome)
+
+
+def rollback_results(execution: Execution) -> list[ProcessValue]:
+    """The Job Response entries of a rollback that ended: how, and each compensation. The
+    side-effects flag too: a job the MES aborted gets it only from here."""
+    rollback = execution.rollback
+    if rollback is None or rollback.safe is None:
+        return []
+    return [
+        ProcessValue(ROLLBACK_ID, FAILED_SAFE if rollback.safe else FAILED_UNSAFE),
+        ProcessValue(COMPENSATIONS_ID, rollback.ran),
+        ProcessValue(SIDE_EFFECTS_ID, not rollback.safe),
+    ]
 
 
 def _same_run(run: str, execution: Execution) -> bool:

@@ -30,6 +30,7 @@ class SequenceProgram:
                 timeout_seconds=command.timeout_seconds,
                 max_attempts=command.max_attempts,
                 side_effects=command.side_effects,
+                compensation=command.compensation,
             )
             for command in self.recipe.commands()
         }

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from gateway.formats import RecipeError
+from gateway.compensation import load_compensation
+from gateway.formats import ActionSpec, RecipeError
 
 DATASCHEMA = "https://station-gateway.github.io/schemas/sequence-recipe/v1/"
 """The Work Master ``DataSchema`` of sequence recipes (the schema file's ``$id``)."""
@@ -54,6 +55,7 @@ class Command:
     max_attempts: int = 1  # tries before the step fails (a new correlation id each)
     on_error: OnError = OnError.ABORT
     side_effects: bool = True  # whether sending it may change the product or equipment
+    compensation: ActionSpec | None = None  # what undoes it when the job fails
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,7 @@ COMMAND_FIELDS = {
     "max_attempts",
     "on_error",
     "side_effects",
+    "compensation",
 }
 PAR_FIELDS = {"name", "par"}
 
@@ -188,6 +191,16 @@ def _command(
         step.get("max_attempts", defaults["max_attempts"]), f"{where}.max_attempts", problems
     )
     on_error = _on_error(step.get("on_error", defaults["on_error"]), f"{where}.on_error", problems)
+    compensation = None
+    if "compensation" in step:
+        if side_effects is False:
+            problems.append(
+                f"{where}.compensation: the step has side_effects false: it changes nothing "
+                "that could be undone"
+            )
+        compensation = load_compensation(
+            step["compensation"], f"{where}.compensation", str(name), problems, timeout=timeout
+        )
     if (
         len(problems) > before
         or name is None
@@ -206,6 +219,7 @@ def _command(
         max_attempts=attempts,
         on_error=on_error,
         side_effects=side_effects,
+        compensation=compensation,
     )
 
 
@@ -258,6 +272,9 @@ def _unique_names(blocks: list[Block], problems: list[str]) -> None:
         names = [command.name for command in block.commands]
         if block.parallel:
             names.insert(0, block.name)
+        names.extend(
+            command.compensation.name for command in block.commands if command.compensation
+        )
         for name in names:
             if name in seen:
                 problems.append(f"recipe.steps: the name {name!r} is used twice")

@@ -9,6 +9,7 @@ from typing import Any
 
 from gateway.formats import ActionSpec, ExecutorOptions, Program
 from gateway_sfc.chart import Chart, compile_chart
+from gateway_sfc.compensation import compensation_of
 from gateway_sfc.engine import Executor
 from gateway_sfc.model import DATASCHEMA, Action, Qualifier
 from gateway_sfc.render import render_mermaid
@@ -48,6 +49,7 @@ class SfcProgram:
 
 
 def _spec(action: Action, max_attempts: int) -> ActionSpec:
+    """The action as the runtime sees it (the recipe was checked: its compensation loads)."""
     return ActionSpec(
         name=action.name,
         type_id=action.type_id,
@@ -57,6 +59,7 @@ def _spec(action: Action, max_attempts: int) -> ActionSpec:
         timeout_seconds=action.timeout_seconds,
         max_attempts=max_attempts,
         side_effects=action.has_side_effects,
+        compensation=compensation_of(action, "", []),
     )
 
 

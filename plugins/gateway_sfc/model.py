@@ -99,6 +99,8 @@ class Action:
     on_error: OnError | None = None  # default: the recipe's
     # Whether sending this command may change the product or equipment (reported on failure).
     side_effects: bool | None = None  # default: True for push_command, False for pull_event
+    # What undoes it when the job fails (``gateway_sfc.compensation``), as the recipe says it.
+    compensation: dict[str, Any] | None = None
 
     @property
     def has_side_effects(self) -> bool:

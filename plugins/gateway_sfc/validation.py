@@ -9,8 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.errors import ValidationError
+from gateway.formats import ActionSpec
 from gateway.routing import EquipmentUse
 from gateway_sfc.chart import Chart, RecipeError, compile_chart
+from gateway_sfc.compensation import compensation_check, compensation_of
 from gateway_sfc.model import Interaction, Qualifier, Recipe, load_recipe
 
 
@@ -21,7 +23,23 @@ def load_chart(data: Any) -> Chart:
     except ValidationError as error:
         # Shape and type errors stop before the chart can be looked at.
         raise RecipeError(_load_problems(error)) from None
-    return compile_chart(recipe)
+    try:
+        chart = compile_chart(recipe)
+    except RecipeError as error:
+        raise RecipeError([*error.problems, *_compensation_problems(recipe)]) from None
+    problems = _compensation_problems(recipe)
+    if problems:
+        raise RecipeError(problems)
+    return chart
+
+
+def _compensation_problems(recipe: Recipe) -> list[str]:
+    uses = {action.name: action for action in recipe.actions if action.qualifier is not Qualifier.R}
+    specs = {
+        name: ActionSpec(name, action.type_id, compensation=compensation_of(action, "", []))
+        for name, action in uses.items()
+    }
+    return compensation_check(recipe, specs)
 
 
 def _load_problems(error: ValidationError) -> list[str]:

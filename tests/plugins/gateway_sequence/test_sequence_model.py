@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from gateway.compensation import COMPENSATION_FIELDS
 from gateway.formats import RecipeError
 from gateway.testing.jsonschema import schema_errors, unknown_keywords
 from gateway_sequence import model
@@ -58,6 +59,7 @@ def test_the_schema_and_the_loader_know_the_same_fields() -> None:
     assert set(definitions["Recipe"]["properties"]) == model.RECIPE_FIELDS
     assert set(definitions["Command"]["properties"]) == model.COMMAND_FIELDS
     assert set(definitions["Par"]["properties"]) == model.PAR_FIELDS
+    assert set(definitions["Compensation"]["properties"]) == COMPENSATION_FIELDS
     assert definitions["OnError"]["enum"] == [member.value for member in OnError]
     assert definitions["Recipe"]["properties"]["timeout_seconds"]["default"] == (
         model.DEFAULT_TIMEOUT_SECONDS
@@ -103,13 +105,34 @@ def test_the_schema_and_the_loader_know_the_same_fields() -> None:
         ),
         ({"steps": [step("a")], "timeout_seconds": -1}, "recipe.timeout_seconds: must be > 0"),
         ({"steps": ["a"]}, "recipe.steps[0]: must be a JSON object"),
+        (
+            {"steps": [step("a", compensation={"name": "undo"})]},
+            "recipe.steps[0].compensation.type_id: must be a non-empty string",
+        ),
+        (
+            {"steps": [step("a", compensation={"type_id": "t", "timeout_seconds": 0})]},
+            "recipe.steps[0].compensation.timeout_seconds: must be a number of seconds > 0",
+        ),
+        (
+            {"steps": [step("a", compensation={"type_id": "t", "colour": 1})]},
+            "recipe.steps[0].compensation: unknown field 'colour'",
+        ),
+        (
+            {"steps": [step("a", side_effects=False, compensation={"type_id": "t"})]},
+            "recipe.steps[0].compensation: the step has side_effects false",
+        ),
+        (
+            {"steps": [step("a"), step("b", compensation={"name": "a", "type_id": "t"})]},
+            "recipe.steps: the name 'a' is used twice",
+        ),
     ],
 )
 def test_a_problem_is_named_at_its_element(recipe: Any, problem: str) -> None:
     problems = validate_sequence(recipe)
     assert any(p.startswith(problem) for p in problems), problems
     if isinstance(recipe, dict):  # the schema refuses what the loader refuses
-        assert schema_errors(recipe, SCHEMA) or "used twice" in problem
+        # (the schema cannot see a step that changes nothing having something to undo)
+        assert schema_errors(recipe, SCHEMA) or "used twice" in problem or "side_effects" in problem
 
 
 def test_every_problem_is_named_at_once() -> None:

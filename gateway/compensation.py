@@ -1,0 +1,144 @@
+"""Compensation: what undoes an action, declared by a recipe, run by the runtime on failure.
+
+An action that changes the product or the equipment may declare its **compensation**, a command
+that undoes it (unclamp for clamp, retract for extend). When a job fails, or the MES aborts it,
+the recipe runtime runs the compensations of the actions that completed, the last completed
+first (the actions of one step or ``par`` block are undone at once), then ends the job:
+
+- ``FAILED_SAFE``: every compensation succeeded, and no action that may change things and has
+  no compensation completed. The Job Response's ``SideEffects`` is false.
+- ``FAILED_UNSAFE``: a compensation failed (the ones before it in the order are not run: what
+  they would undo may not be safe to move any more), or something was done that nothing undoes.
+  ``SideEffects`` is true.
+
+The job ends in OPC 40001-3's Aborted as before; the Job Response adds the entries ``Rollback``
+(``FAILED_SAFE`` / ``FAILED_UNSAFE``) and ``Compensations`` (each compensation: the action it
+undoes, its name, ``done`` / ``failed`` / ``not run``, its error). The failed action itself is
+not undone: its equipment said it failed, or did not answer.
+
+A format declares a compensation as ``ActionSpec.compensation``; ``load_compensation`` reads the
+recipe's ``compensation`` object the same way in every format.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from gateway.formats import ActionSpec, Program
+
+ROLLBACK_ID = "Rollback"
+"""``ID`` of the Job Response entry saying how the rollback of a failed job ended."""
+COMPENSATIONS_ID = "Compensations"
+"""``ID`` of the Job Response entry listing the compensations, what ran and what failed."""
+SIDE_EFFECTS_ID = "SideEffects"
+"""``ID`` of the Job Response entry job management writes when a job fails (and the runtime
+after a rollback of a job the MES aborted)."""
+FAILED_SAFE = "FAILED_SAFE"
+FAILED_UNSAFE = "FAILED_UNSAFE"
+
+COMPENSATION_FIELDS = {
+    "name",
+    "type_id",
+    "equipment",
+    "parameters",
+    "timeout_seconds",
+    "max_attempts",
+}
+DEFAULT_TIMEOUT_SECONDS = 60.0
+# A compensation's name is part of its command's correlation id ``{job}:{name}:{attempt}``.
+_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+
+
+def load_compensation(
+    value: Any, where: str, action: str, problems: list[str], *, timeout: float | None = None
+) -> ActionSpec | None:
+    """The compensation of ``action`` from its recipe JSON ``value`` (at ``where``); problems
+    are added to ``problems``, each named at its field. ``timeout``: the default wait for its
+    reply (the action's own), else 60 s: a rollback never waits forever."""
+    if not isinstance(value, Mapping):
+        problems.append(f"{where}: must be a JSON object with at least 'type_id'")
+        return None
+    before = len(problems)
+    for key in value:
+        if key not in COMPENSATION_FIELDS:
+            known = ", ".join(sorted(COMPENSATION_FIELDS))
+            problems.append(f"{where}: unknown field {key!r} (fields: {known})")
+    name = value.get("name", f"{action}.undo")
+    if not isinstance(name, str) or not _NAME.match(name):
+        problems.append(
+            f"{where}.name: must be 1-64 letters, digits or _.- characters, got {name!r}"
+        )
+    type_id = value.get("type_id")
+    if not isinstance(type_id, str) or not type_id:
+        problems.append(f"{where}.type_id: must be a non-empty string, got {type_id!r}")
+    equipment = value.get("equipment")
+    if equipment is not None and (not isinstance(equipment, str) or not equipment):
+        problems.append(f"{where}.equipment: must be a non-empty string, got {equipment!r}")
+    parameters = value.get("parameters", {})
+    if not isinstance(parameters, Mapping):
+        problems.append(f"{where}.parameters: must be a JSON object")
+    seconds = value.get("timeout_seconds", timeout or DEFAULT_TIMEOUT_SECONDS)
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not math.isfinite(seconds)
+        or seconds <= 0
+    ):
+        problems.append(
+            f"{where}.timeout_seconds: must be a number of seconds > 0, got {seconds!r}"
+        )
+    attempts = value.get("max_attempts", 1)
+    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+        problems.append(f"{where}.max_attempts: must be a whole number >= 1, got {attempts!r}")
+    if len(problems) > before:
+        return None
+    return ActionSpec(
+        name=name,
+        type_id=str(type_id),
+        equipment=equipment,
+        parameters=dict(parameters),
+        timeout_seconds=float(seconds),
+        max_attempts=attempts,
+    )
+
+
+def compensation_problems(program_actions: Mapping[str, ActionSpec]) -> list[str]:
+    """Names that clash: a compensation named as an action, or two compensations alike."""
+    problems = []
+    seen: dict[str, str] = {}
+    for spec in program_actions.values():
+        if spec.compensation is None:
+            continue
+        name = spec.compensation.name
+        if name in program_actions:
+            problems.append(f"action {spec.name}: its compensation's name {name!r} names an action")
+        elif name in seen:
+            problems.append(
+                f"action {spec.name}: its compensation's name {name!r} is the compensation of "
+                f"{seen[name]} too"
+            )
+        seen.setdefault(name, spec.name)
+    return problems
+
+
+def compensations(program: Program) -> dict[str, tuple[str, ActionSpec]]:
+    """Every compensation of ``program`` by name: the action it undoes and its spec, sent to its
+    action's equipment when it names none (the action's as routed when the job started)."""
+    found = {}
+    for spec in program.actions.values():
+        compensation = spec.compensation
+        if compensation is None:
+            continue
+        if compensation.equipment is None and spec.equipment is not None:
+            compensation = replace(compensation, equipment=spec.equipment)
+        found[compensation.name] = (spec.name, compensation)
+    return found
+
+
+def compensates(program: Program) -> bool:
+    """Whether any action of ``program`` declares a compensation."""
+    return any(spec.compensation is not None for spec in program.actions.values())

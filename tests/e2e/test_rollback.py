@@ -1,0 +1,144 @@
+"""Rollback end to end: a failed job undoes what it did before it ends, in both formats.
+
+Real mosquitto and Redis; the MES over MQTT; the equipment is ``TestEquipment`` (a real driver
+whose failures each test scripts). The same clamp-then-tighten recipe is written as a sequence
+and as an SFC chart: the tightening fails, the runtime unclamps, and the Job Response says
+whether that made the station safe.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from gateway.app import Gateway
+from gateway.equipment import EquipmentCommand
+from gateway.testing import running
+from gateway.testing.equipment import EquipmentFailure, TestEquipment
+from gateway_jobs.testing import JobsMes, connect_mes, final_response, store_and_start
+from gateway_jobs.testing import response_data as results
+from gateway_jobs.testing import state_texts as states
+from gateway_sequence import DATASCHEMA as SEQUENCE
+from gateway_sfc.model import DATASCHEMA as SFC
+from gateway_simulator.testing import station_environ
+
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+
+CLAMP = "com.example.clamp.v1"
+UNCLAMP = "com.example.unclamp.v1"
+TIGHTEN = "com.example.tighten.v1"
+UNDO = {"name": "unclamp", "type_id": UNCLAMP, "timeout_seconds": 2}
+
+SEQUENCE_RECIPE = {
+    "timeout_seconds": 5,
+    "steps": [
+        {"name": "clamp", "type_id": CLAMP, "equipment": "clamp1", "compensation": UNDO},
+        {"name": "tighten", "type_id": TIGHTEN, "equipment": "nutrunner1"},
+    ],
+}
+SFC_RECIPE = {
+    "steps": [{"name": "Clamp", "initial": True}, {"name": "Tighten"}, {"name": "Done"}],
+    "transitions": [
+        {"source": "Clamp", "target": "Tighten", "condition": "always"},
+        {"source": "Tighten", "target": "Done", "condition": "always"},
+    ],
+    "actions": [
+        {
+            "name": "clamp",
+            "step": "Clamp",
+            "interaction": "push_command",
+            "type_id": CLAMP,
+            "equipment": "clamp1",
+            "timeout_seconds": 5,
+            "compensation": UNDO,
+        },
+        {
+            "name": "tighten",
+            "step": "Tighten",
+            "interaction": "push_command",
+            "type_id": TIGHTEN,
+            "equipment": "nutrunner1",
+            "timeout_seconds": 5,
+        },
+    ],
+}
+FORMATS = pytest.mark.parametrize(
+    ("dataschema", "recipe"), [(SEQUENCE, SEQUENCE_RECIPE), (SFC, SFC_RECIPE)], ids=["seq", "sfc"]
+)
+
+
+@dataclass
+class Station:
+    mqtt_url: str
+    redis_url: str
+    name: str
+    equipment: TestEquipment = field(default_factory=TestEquipment)
+
+    def gateway(self) -> Gateway:
+        environ = station_environ(
+            mqtt_url=self.mqtt_url,
+            redis_url=self.redis_url,
+            name=self.name,
+            simulator={},  # off: the equipment is the test's
+            extra={"GATEWAY_RUNTIME_TIMER_POLL_SECONDS": "0.01"},
+        )
+        return Gateway.from_environment(None, environ, extra_plugins={"eq": self.equipment})
+
+    def mes(self) -> AbstractAsyncContextManager[JobsMes]:
+        return connect_mes(self.mqtt_url, self.name)
+
+    def sent(self) -> list[tuple[str, str | None]]:
+        return [(command.type, command.equipment) for command in self.equipment.received]
+
+
+@pytest.fixture
+def station(mqtt_url: str, redis_url: str, unique: str) -> Station:
+    return Station(mqtt_url, redis_url, unique)
+
+
+def fails(message: str) -> Any:
+    def behaviour(command: EquipmentCommand) -> Any:
+        raise EquipmentFailure(message)
+
+    return behaviour
+
+
+@FORMATS
+async def test_a_failed_tightening_is_compensated_by_an_unclamp_and_ends_safe(
+    station: Station, dataschema: str, recipe: dict[str, Any]
+) -> None:
+    station.equipment.behaviours = {TIGHTEN: fails("torque not reached")}
+    async with running(station.gateway()), station.mes() as mes:
+        await store_and_start(mes, recipe, dataschema=dataschema)
+        response = await final_response(mes)
+    assert states(response)[0] == "Aborted"
+    data = results(response)
+    assert data["SideEffects"] is False
+    assert data["Rollback"] == "FAILED_SAFE"
+    assert data["Compensations"] == [
+        {"action": "clamp", "compensation": "unclamp", "outcome": "done"}
+    ]
+    assert "torque not reached" in data["Error"]
+    # Undone after the failure, on the clamp's own equipment.
+    assert station.sent() == [(CLAMP, "clamp1"), (TIGHTEN, "nutrunner1"), (UNCLAMP, "clamp1")]
+
+
+@FORMATS
+async def test_a_failing_unclamp_ends_the_job_unsafe(
+    station: Station, dataschema: str, recipe: dict[str, Any]
+) -> None:
+    station.equipment.behaviours = {TIGHTEN: fails("torque not reached"), UNCLAMP: fails("jammed")}
+    async with running(station.gateway()), station.mes() as mes:
+        await store_and_start(mes, recipe, dataschema=dataschema)
+        response = await final_response(mes)
+    assert states(response)[0] == "Aborted"
+    data = results(response)
+    assert data["SideEffects"] is True
+    assert data["Rollback"] == "FAILED_UNSAFE"
+    assert data["Compensations"] == [
+        {"action": "clamp", "compensation": "unclamp", "outcome": "failed", "error": "jammed"}
+    ]
+    assert data["Error"].endswith("rollback failed: unclamp: jammed")
