@@ -7,14 +7,18 @@ file's name, as grep does. ``gateway recipe render FILE`` prints the recipe as M
 whose ``Data`` holds the recipe and whose ``DataSchema`` names its format, as JSON or YAML
 (``.yaml``/``.yml``); ``-`` reads standard input. A bare recipe's format is the one ``--type``
 names, else the one that recognises its shape. So a recipe author sees every problem before the
-MES sends it.
+MES sends it. ``--json`` prints one JSON document instead (validate: a list with each file's
+``ok``, ``format``, ``summary`` and ``problems``; render: ``format``, ``as`` and ``drawing``), with
+the same exit status.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.cli import Command
@@ -26,6 +30,29 @@ from gateway_runtime.formats import installed_formats
 
 class _InputError(Exception):
     """The file could not be turned into recipe data of a known format."""
+
+
+@dataclass
+class _Checked:
+    """One file, compiled: its format and program, or why not."""
+
+    file: str
+    recipe_format: RecipeFormat | None = None
+    program: Program | None = None
+    problems: list[str] = field(default_factory=list)  # the format's, one per bad element
+    error: str | None = None  # the file could not be read as a recipe of a known format
+
+    def as_json(self) -> dict[str, Any]:
+        ok = self.program is not None
+        return {
+            "file": self.file,
+            "ok": ok,
+            "format": None if self.recipe_format is None else self.recipe_format.name,
+            "summary": self.recipe_format.summary(self.program)
+            if self.recipe_format is not None and self.program is not None
+            else None,
+            "problems": self.problems if self.error is None else [self.error],
+        }
 
 
 def _configure(parser: argparse.ArgumentParser) -> None:
@@ -49,6 +76,7 @@ def _configure(parser: argparse.ArgumentParser) -> None:
         metavar="FORMAT",
         help="the recipe format of bare recipes (default: the one that recognises the file)",
     )
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
 
 
 def _run(args: argparse.Namespace, plugins: GatewayPluginManager) -> int:
@@ -67,41 +95,58 @@ def _run(args: argparse.Namespace, plugins: GatewayPluginManager) -> int:
         if len(files) != 1:
             print("gateway recipe render: give exactly one FILE", file=sys.stderr)
             return 2
-        loaded = _load(files[0], "", formats, args.type)
-        if loaded is None:
-            return 1
-        recipe_format, program = loaded
-        drawing = (
-            recipe_format.render_svg(program)
-            if args.format == "svg"
-            else recipe_format.render_mermaid(program)
-        )
-        sys.stdout.write(drawing)
-        return 0
-    status = 0
-    for file in files:
-        prefix = f"{file}: " if len(files) > 1 else ""
-        loaded = _load(file, prefix, formats, args.type)
-        if loaded is None:
-            status = 1
+        return _render(_check(files[0], formats, args.type), args.format, args.json)
+    checked = [_check(file, formats, args.type) for file in files]
+    if args.json:
+        print(json.dumps([entry.as_json() for entry in checked], indent=2))
+    else:
+        for entry in checked:
+            _print_check(entry, prefix=f"{entry.file}: " if len(files) > 1 else "")
+    return 0 if all(entry.program is not None for entry in checked) else 1
+
+
+def _render(checked: _Checked, drawing_format: str, as_json: bool) -> int:
+    if checked.recipe_format is None or checked.program is None:
+        if as_json:
+            print(json.dumps(checked.as_json(), indent=2))
         else:
-            print(f"{prefix}{loaded[0].summary(loaded[1])}")
-    return status
+            _print_check(checked, prefix="")
+        return 1
+    recipe_format, program = checked.recipe_format, checked.program
+    drawing = (
+        recipe_format.render_svg(program)
+        if drawing_format == "svg"
+        else recipe_format.render_mermaid(program)
+    )
+    if as_json:
+        document = {"format": recipe_format.name, "as": drawing_format, "drawing": drawing}
+        print(json.dumps(document, indent=2))
+    else:
+        sys.stdout.write(drawing)
+    return 0
 
 
-def _load(
-    file: str, prefix: str, formats: list[RecipeFormat], chosen: str | None
-) -> tuple[RecipeFormat, Program] | None:
-    """The format and program in ``file``; ``None`` after printing why there is none."""
+def _print_check(checked: _Checked, prefix: str) -> None:
+    """A file's summary on stdout, or each of its problems on stderr."""
+    if checked.error is not None:
+        print(f"{checked.file}: {checked.error}", file=sys.stderr)
+    for problem in checked.problems:
+        print(f"{prefix}{problem}", file=sys.stderr)
+    if checked.recipe_format is not None and checked.program is not None:
+        print(f"{prefix}{checked.recipe_format.summary(checked.program)}")
+
+
+def _check(file: str, formats: list[RecipeFormat], chosen: str | None) -> _Checked:
+    """``file`` read and compiled by its format."""
+    checked = _Checked(file)
     try:
-        recipe_format, recipe = _recipe_data(read_document(file), formats, chosen)
-        return recipe_format, recipe_format.compile(recipe)
+        checked.recipe_format, recipe = _recipe_data(read_document(file), formats, chosen)
+        checked.program = checked.recipe_format.compile(recipe)
     except (DocumentError, _InputError) as error:
-        print(f"{file}: {error}", file=sys.stderr)
+        checked.error = str(error)
     except RecipeError as error:
-        for problem in error.problems:
-            print(f"{prefix}{problem}", file=sys.stderr)
-    return None
+        checked.problems = list(error.problems)
+    return checked
 
 
 def _recipe_data(

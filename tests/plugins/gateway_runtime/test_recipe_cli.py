@@ -201,3 +201,35 @@ def test_a_shell_glob_validates_every_example() -> None:
     lines = done.stdout.splitlines()
     assert len(lines) == len(list(EXAMPLES.glob("*.json"))) >= 3
     assert all(": OK: " in line for line in lines)
+
+
+def test_validate_as_json_lists_each_file_with_its_problems(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    broken = json.loads(REAR_AXLE.read_text())
+    broken["steps"] = []
+    status, out, err = run(
+        capsys, "validate", "--json", str(REAR_AXLE), write(tmp_path, broken), "missing.json"
+    )
+    assert (status, err) == (1, "")
+    good, bad, missing = json.loads(out)
+    assert good == {
+        "file": str(REAR_AXLE),
+        "ok": True,
+        "format": "sfc",
+        "summary": "OK: 7 steps, 4 transitions, 4 actions",
+        "problems": [],
+    }
+    assert (bad["ok"], bad["format"], bad["summary"]) == (False, "sfc", None)
+    assert bad["problems"]
+    assert all(isinstance(problem, str) for problem in bad["problems"])
+    assert (missing["ok"], missing["format"]) == (False, None)
+    assert "No such file" in missing["problems"][0]
+
+
+def test_render_as_json_carries_the_drawing(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run(capsys, "render", "--json", "--format", "svg", str(REAR_AXLE))
+    assert status == 0
+    document = json.loads(out)
+    assert (document["format"], document["as"]) == ("sfc", "svg")
+    assert document["drawing"].startswith("<svg")
