@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
@@ -47,6 +48,11 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--port", type=int, default=0, help="the UI's port with --ui; 0: a free one"
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print the summary as one JSON document (progress goes to stderr)",
     )
 
 
@@ -93,7 +99,9 @@ def _run(args: argparse.Namespace, plugins: GatewayPluginManager) -> int:
     plugins.register(progress, name="demo-progress")
     gateway = Gateway(settings, plugins)
     # Wrapped to the width on a terminal; in a pipe or a log, one line per line.
-    out = Console(highlight=False, soft_wrap=not sys.stdout.isatty())
+    # With --json, stdout carries only the JSON document: the rest goes to stderr.
+    stream = sys.stderr if args.json else sys.stdout
+    out = Console(file=stream, highlight=False, soft_wrap=not stream.isatty())
     out.print(
         f"Station gateway demo: {args.jobs} rear-axle jobs on a simulated station "
         f"({'broker ' + args.mqtt if args.mqtt else 'in-process broker'}, "
@@ -162,7 +170,7 @@ async def _demo(
         async with running(gateway):
             mes = DemoMes(client, progress, args.jobs, args.interval, out, keep_jobs=args.ui)
             with demo:  # cancelled by the deadline or a signal; the gateway then stops
-                status = await run_demo(gateway, mes, started)
+                status = await run_demo(gateway, mes, started, as_json=args.json)
             if args.ui and status is not None and not interrupted.is_set():
                 out.print(
                     f"The web UI stays at {ui_url(environ)} (Ctrl-C ends).",
@@ -175,9 +183,23 @@ async def _demo(
             logging.getLogger().setLevel(logging.ERROR)
         tasks.cancel_scope.cancel()
     if status is None:
-        out.print(partial_summary(progress, args.jobs, time.monotonic() - started, ended_by[0]))
+        elapsed = time.monotonic() - started
+        out.print(partial_summary(progress, args.jobs, elapsed, ended_by[0]))
+        if args.json:
+            print(json.dumps(partial_document(progress, args.jobs, elapsed, ended_by[0])))
         return 130 if ended_by[0] == "interrupted" else 1
     return status
+
+
+def partial_document(progress: Progress, total: int, elapsed: float, why: str) -> dict[str, object]:
+    """``--json`` when the demo did not finish: what had happened by then."""
+    return {
+        "jobs": total,
+        "ended_by": why,
+        "seconds": round(elapsed, 3),
+        "states": dict(progress.counts()),
+        "recipe_steps": progress.steps_done,
+    }
 
 
 def ui_url(environ: dict[str, str]) -> str:

@@ -259,6 +259,37 @@ def summary(
     return Group(Text(head, style="bold"), table, Text(tail))
 
 
+def summary_document(
+    results: dict[str, Any], progress: Progress, elapsed: float, total: int
+) -> dict[str, Any]:
+    """The end of the demo for ``--json``: totals and each job's state and results."""
+    jobs = {
+        job: {
+            "state": [state["StateText"]["Text"] for state in response.get("JobState", [])],
+            "results": {
+                entry["ID"]: entry.get("Value") for entry in response.get("JobResponseData", [])
+            },
+        }
+        for job, response in sorted(results.items())
+    }
+    outcomes = Counter(states[0] if states else "?" for states in _top_states(results))
+    return {
+        "jobs": total,
+        "completed": outcomes[TopState.ENDED],
+        "aborted": outcomes[TopState.ABORTED],
+        "seconds": round(elapsed, 3),
+        "recipe_steps": progress.steps_done,
+        "results": jobs,
+    }
+
+
+def _top_states(results: dict[str, Any]) -> list[list[str]]:
+    return [
+        [state["StateText"]["Text"] for state in response.get("JobState", [])]
+        for response in results.values()
+    ]
+
+
 def partial_summary(progress: Progress, total: int, elapsed: float, why: str) -> Text:
     """What had happened when the demo was interrupted or gave up."""
     counts = progress.counts()
@@ -286,8 +317,9 @@ def _describe(data: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-async def run_demo(gateway: Gateway, mes: DemoMes, started: float) -> int:
-    """Everything after start-up; the exit status (0: every job completed)."""
+async def run_demo(gateway: Gateway, mes: DemoMes, started: float, *, as_json: bool = False) -> int:
+    """Everything after start-up; the exit status (0: every job completed). With ``as_json``
+    the summary is one JSON document on standard output (the progress goes to ``mes.out``)."""
     await mes.configure()
     async with anyio.create_task_group() as watching:
         watching.start_soon(mes.watch_queue)
@@ -297,7 +329,11 @@ async def run_demo(gateway: Gateway, mes: DemoMes, started: float) -> int:
         watching.cancel_scope.cancel()
     results = await mes.collect()
     elapsed = time.monotonic() - started
-    mes.out.print(summary(results, mes.progress, elapsed, keep=mes.keep_jobs))
+    if as_json:
+        document = summary_document(results, mes.progress, elapsed, mes.jobs)
+        print(json.dumps(document, indent=2, default=str), flush=True)
+    else:
+        mes.out.print(summary(results, mes.progress, elapsed, keep=mes.keep_jobs))
     completed = all(
         result.get("JobState", [{}])[0].get("StateText", {}).get("Text") == TopState.ENDED
         for result in results.values()

@@ -46,11 +46,16 @@ def test_the_demo_runs_the_station_to_completion_with_nothing_installed() -> Non
 
 
 @pytest.mark.integration
-def test_the_demo_runs_over_a_real_broker(mqtt_url: str) -> None:
-    result = demo("--jobs", "2", "--interval", "0.1", "--mqtt", mqtt_url)
+def test_the_demo_runs_over_a_real_broker_and_says_so_in_json(mqtt_url: str) -> None:
+    result = demo("--jobs", "2", "--interval", "0.1", "--mqtt", mqtt_url, "--json")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert f"broker {mqtt_url}" in result.stdout
-    assert "2 jobs, 2 completed, 0 aborted" in result.stdout
+    assert f"broker {mqtt_url}" in result.stderr  # stdout holds only the JSON document
+    document = json.loads(result.stdout)
+    assert (document["jobs"], document["completed"], document["aborted"]) == (2, 2, 0)
+    assert document["recipe_steps"] > 0
+    for job in document["results"].values():
+        assert job["state"] == ["Ended", "Completed"]
+        assert job["results"]["tighten"]["torque"] > 0
 
 
 def test_the_demo_recipe_is_the_documented_example() -> None:
