@@ -93,8 +93,8 @@ class RecipeJob:
     job_order: Mapping[str, Any]
     work_master: Mapping[str, Any]
     # When the job order was stored (RFC 3339): a job id cleared and stored again is another
-    # job, with another time; ``None`` for a job an earlier version stored.
-    stored_at: str | None = None
+    # job, with another time.
+    stored_at: str
 
     @property
     def recipe(self) -> Any:
@@ -148,7 +148,7 @@ class JobSummary:
     job_order_id: str
     state: JobState  # e.g. ``Running`` or ``Ended.Completed``
     priority: int
-    stored_at: str | None  # when the job entered the station
+    stored_at: str  # when the job entered the station
     start_time: str | None  # first time Running
     end_time: str | None  # reached Ended or Aborted
     work_master_id: str | None
@@ -293,7 +293,7 @@ async def report_completed(
         if await control.complete(scope, job_order_id, outcome, run=run):
             return True
         job = await control.summary(scope, job_order_id)
-        if job is None or (run and job.stored_at and job.stored_at != run):
+        if job is None or (run and job.stored_at != run):
             return True
         state = job.state
         if state.top is TopState.INTERRUPTED:

@@ -18,7 +18,7 @@ always queued or admitted, and a job that ended, aborted, was cancelled, cleared
 nothing, whichever instance changed it and whenever an instance dies. Admitting is one script
 (``DISPATCH``), so two instances never let the same slot or equipment go twice. It also drops
 any entry whose job is no longer in a state that may hold one (reconciling against the state
-indexes), so nothing an older version or a hand edit left behind can block a scope for good.
+indexes), so nothing a hand edit left behind can block a scope for good.
 
 Order (DESIGN section 15, OPC 40001-3 "higher numbers have higher priority"): highest Priority,
 then earliest StartTime (a job without one counts as earliest), then arrival. A job is never let

@@ -240,7 +240,7 @@ class JobRepository:
             if document is None:
                 raise _Refused(Refusal("unknown"))
             before = StoredJob.from_documents(document, response)
-            if run and before.stored_at and before.stored_at != run:
+            if run and before.stored_at != run:
                 raise _Refused(Refusal("unknown"))  # the id names a job order stored since
             destination = next_state(before.state, trigger)
             if destination is None:

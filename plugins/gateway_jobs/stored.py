@@ -41,7 +41,7 @@ class StoredJob:
     state: JobState
     work_master_document: dict[str, Any]  # ``to_json`` of the WorkMaster
     response: JobResponse
-    stored_at: str | None = None  # when the job entered the station (RFC 3339)
+    stored_at: str  # when the job entered the station (RFC 3339)
     # The MES stopped or aborted the job while its recipe ran: the results the recipe collected
     # are due by this Unix time; until they are recorded (or the time passes) the Job Response
     # is not final yet (``has_result``).
@@ -84,9 +84,8 @@ class StoredJob:
             "JobOrder": to_json(self.job_order),
             "State": to_json(state_list(self.state)),
             "WorkMaster": self.work_master_document,
+            "StoredAt": self.stored_at,
         }
-        if self.stored_at is not None:
-            document["StoredAt"] = self.stored_at
         if self.results_due is not None:
             document["ResultsDue"] = self.results_due
         return document
@@ -99,7 +98,7 @@ class StoredJob:
         if not isinstance(work_master, dict) or not isinstance(work_master.get("ID"), str):
             # Written by this class, so never seen; checked in full if it is.
             work_master = to_json(from_json(work_master, WorkMaster, element="WorkMaster"))
-        stored_at = job.get("StoredAt") if isinstance(job.get("StoredAt"), str) else None
+        stored_at = str(job["StoredAt"])
         due = job.get("ResultsDue")
         results_due = float(due) if isinstance(due, int | float) else None
         if response is None:  # both are always written together; if one was lost, start anew

@@ -313,24 +313,16 @@ class MqttBinding:
 
     async def _subscribe(self, client: MqttClient, gateway: Gateway, lane: Lane) -> None:
         """(Re)subscribe the lane's processor topics (the main lane: and this instance's reply
-        topic). A resumed session drops the topics of other lanes first: a session kept from
-        an earlier version, which had one lane, would otherwise still take a share of them."""
+        topic)."""
         filters = {self.reply_topic: 1} if lane.main else {}
-        others: set[str] = set()
         for processor in gateway.dispatcher.processors_for(self.name):
             for subscription in processor.subscriptions:
+                if subscription.lane != lane.name:
+                    continue
                 topic = subscription.topic
                 if subscription.shared:
-                    # Before share groups carried the store's identity: leave the bare group.
-                    others.add(f"$share/{self.settings.share_group}/{topic}")
                     topic = f"$share/{self.share_name}/{topic}"
-                if subscription.lane != lane.name:
-                    others.add(topic)
-                    continue
                 filters[topic] = max(filters.get(topic, 0), subscription.qos)
-        stale = sorted(others - filters.keys())
-        if client.session_present and stale:
-            await client.unsubscribe(stale)
         if filters:
             await client.subscribe(filters)
         lane.subscribed = list(filters)

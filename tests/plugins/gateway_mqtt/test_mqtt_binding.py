@@ -298,7 +298,7 @@ async def test_mes_calls_are_answered_while_every_handler_of_the_main_lane_is_bu
 ) -> None:
     lanes = Lanes(unique)
     one = {"GATEWAY_MQTT_MAX_CONCURRENT_HANDLERS": "1"}
-    if sessions == "resumed":  # an earlier run's sessions: each lane drops the others' topics
+    if sessions == "resumed":  # the sessions of an earlier run of this instance, resumed
         async with running(make_gateway(broker_url, unique, Lanes(unique), overrides=one)):
             pass
     gateway = make_gateway(broker_url, unique, lanes, overrides=one)
@@ -318,42 +318,3 @@ async def test_mes_calls_are_answered_while_every_handler_of_the_main_lane_is_bu
             assert reply.data == "answered"
             assert not lanes.release.is_set()
             lanes.release.set()
-
-
-class OneProcessor:
-    """The MES commands processor, on the lane given."""
-
-    def __init__(self, topic_root: str, lane: str) -> None:
-        self.topic_root, self.lane = topic_root, lane
-
-    @hookimpl
-    def gateway_register_processors(
-        self, register: Callable[[Processor], None], settings: Settings
-    ) -> None:
-        async def answer(event: CloudEvent) -> Sequence[CloudEvent]:
-            return [event.reply(source="urn:gw", data="answered")]
-
-        subscription = Subscription(f"{self.topic_root}/+/commands", lane=self.lane)
-        register(Processor("mes", [subscription], answer))
-
-
-async def test_a_session_kept_from_before_the_lanes_gives_up_the_mes_commands(
-    unique: str,
-) -> None:
-    """An instance upgraded under its old session: the main session no longer takes a share of
-    the MES commands; the MES lane's session takes them all."""
-    url = f"memory://{unique}"
-    try:
-        for lane in ("", MES_LANE):  # the earlier version, then this one
-            async with running(make_gateway(url, unique, OneProcessor(unique, lane))):
-                pass
-        # Both sessions are kept by the broker while the instance is down.
-        async with connect_test_client(url) as mes:
-            for number in range(4):
-                command = CloudEvent(type="com.example.call.v1", source="urn:mes", subject="s1")
-                await mes.publish(to_mqtt(command, f"{unique}/s{number}/commands"))
-        broker = memory.get_broker(unique)
-        assert broker.pending(f"gw-{unique}") == 0
-        assert broker.pending(f"gw-{unique}-{MES_LANE}") == 4
-    finally:
-        memory.drop_broker(unique)
