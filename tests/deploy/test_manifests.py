@@ -574,6 +574,10 @@ def test_the_images_build_from_their_base_image_alone(dockerfile: Dockerfile) ->
     assert "GATEWAY_HTTP_PORT" in healthcheck
     assert "COPY deploy/constraints.txt ./" in text
     assert "ENV PIP_CONSTRAINT=/src/constraints.txt" in text
+    # EXTRAS reaches both stages: the wheels built and the ones installed
+    assert text.count("ARG EXTRAS") == 3
+    assert '".${EXTRAS:+[$EXTRAS]}"' in text
+    assert '"station-gateway${EXTRAS:+[$EXTRAS]}"' in text
 
 
 def test_the_constraints_pin_every_dependency() -> None:
@@ -590,7 +594,9 @@ def test_the_constraints_pin_every_dependency() -> None:
         pins[canonicalize_name(requirement.name)] = Version(specifier.version)
     assert "station-gateway" not in pins
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    for dependency in project["dependencies"]:
+    extras = project["optional-dependencies"]
+    # The image's EXTRAS (opcua, sparkplug) are pinned too; the test extra is not in images.
+    for dependency in [*project["dependencies"], *extras["opcua"], *extras["sparkplug"]]:
         requirement = Requirement(dependency)
         name = canonicalize_name(requirement.name)
         assert name in pins, f"{name} is not pinned in deploy/constraints.txt"
