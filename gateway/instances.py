@@ -86,18 +86,19 @@ class InstanceRegistry:
         outage = resilience.outage("instances", logger=log) if resilience is not None else None
         try:
             while not stopping.is_set():
-                wait = HEARTBEAT_SECONDS
                 try:
                     await self.beat()
                 except Exception as error:  # the store may be away: try again soon
                     if outage is None:
                         log.warning("instance heartbeat not stored: %s", error)
                     else:
-                        wait = min(wait, outage.failed(error))
+                        wait = min(HEARTBEAT_SECONDS, outage.failed(error))
+                        await outage.pause(wait, stopping)
+                        continue
                 else:
                     if outage is not None:
                         outage.succeeded()
-                with anyio.move_on_after(wait):
+                with anyio.move_on_after(HEARTBEAT_SECONDS):
                     await stopping.wait()
         finally:
             if outage is not None:

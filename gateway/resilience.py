@@ -39,6 +39,12 @@ Use ``gateway.resilience`` (a ``Resilience``):
     # ``stop`` is set, which re-raises it); a permanent failure raises at once
     value = await gateway.resilience.retry("my-plugin.ack", store_it, stop=gateway.stopping)
 
+    # a loop of its own shape: an outage per loop, its pause woken when another loop recovers
+    outage = gateway.resilience.outage("my-plugin.read")
+    ...
+    except Exception as error:
+        await outage.pause(outage.failed(error), gateway.stopping)
+
 Both name a readiness check; choose a name per loop (``<plugin>.<loop>``).
 """
 
@@ -223,6 +229,7 @@ class Outage:
         logger: logging.Logger = log,
         shared: OutageLog | None = None,
         on_recovery: Callable[[], None] | None = None,
+        waiter: Callable[[float, anyio.Event | None], Awaitable[None]] | None = None,
     ) -> None:
         self.check = check
         self.readiness = readiness
@@ -230,6 +237,7 @@ class Outage:
         self.logger = logger
         self.shared = shared or OutageLog()
         self.on_recovery = on_recovery  # told when this outage ends (``Resilience`` wakes others)
+        self._waiter = waiter  # ``Resilience``'s: a pause that ends when another loop recovers
         self.since: float | None = None  # time.monotonic() of the outage's first failure
         self.failures = 0
 
@@ -254,6 +262,17 @@ class Outage:
         if self.readiness is not None:
             self.readiness.fail(self.check, reason, self)
         return self.backoff.next()
+
+    async def pause(self, seconds: float, stop: anyio.Event | None = None) -> None:
+        """Wait ``seconds`` (the delay ``failed`` returned) before the next try, or less: until
+        ``stop`` is set, or (an outage made by ``Resilience``) until another loop of the gateway
+        recovers from its outage, the dependency being back for this one too. A loop that
+        sleeps out its whole backoff instead keeps ``/readyz`` failing that long after the
+        dependency came back."""
+        if self._waiter is not None:
+            await self._waiter(seconds, stop)
+        else:
+            await _pause(seconds, stop)
 
     def succeeded(self) -> None:
         """Record a success; ends the outage (logged once, by the last of the check's outages
@@ -305,7 +324,13 @@ class Resilience:
         shared = self._logs.setdefault(check, OutageLog())
         readiness = self.readiness if ready else None
         return Outage(
-            check, readiness, backoff, logger=logger, shared=shared, on_recovery=self._recovered
+            check,
+            readiness,
+            backoff,
+            logger=logger,
+            shared=shared,
+            on_recovery=self._recovered,
+            waiter=self._wait_to_retry,
         )
 
     def _recovered(self) -> None:

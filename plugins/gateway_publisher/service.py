@@ -279,7 +279,7 @@ class Term:
             except Exception as error:
                 if self._ends_term(error):
                     return
-                await _pause(stopping, outage.failed(error))  # logged once per outage
+                await outage.pause(outage.failed(error), stopping)  # logged once per outage
             else:
                 outage.succeeded()
         if not stopping.is_set() and not lease.valid:

@@ -91,15 +91,16 @@ class ScopeSpeaker:
         outage = self.gateway.resilience.outage(f"sparkplug.{self.scope}", logger=log)
         try:
             while not stopping.is_set():
-                wait = self.lease.renew_interval
                 try:
                     if await self.lease.acquire():
                         await self._term()
                         continue  # try again at once: a host offline, a lost lease's end
                     outage.succeeded()
                 except Exception as error:
-                    wait = min(wait, outage.failed(error))
-                with anyio.move_on_after(wait):
+                    wait = min(self.lease.renew_interval, outage.failed(error))
+                    await outage.pause(wait, stopping)
+                    continue
+                with anyio.move_on_after(self.lease.renew_interval):
                     await stopping.wait()
         finally:
             outage.close()

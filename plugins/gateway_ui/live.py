@@ -100,9 +100,8 @@ class LiveFeed:
                         dict(self._heads), count=BATCH, block_ms=self.block_ms
                     )
                 except Exception as error:
-                    delay = outage.failed(error)  # a permanent one too: pages keep waiting
-                    with anyio.move_on_after(delay):
-                        await self.stopping.wait()
+                    # A permanent one too: pages keep waiting.
+                    await outage.pause(outage.failed(error), self.stopping)
                     continue
                 outage.succeeded()
                 self._hand_out(cast(Batch, reply or []))
@@ -209,9 +208,7 @@ class LiveFeed:
                         await self.store.client.xrange(key, min=f"({after}", max=upto, count=BATCH),
                     )
                 except Exception as error:
-                    delay = outage.failed(error)
-                    with anyio.move_on_after(delay):
-                        await self.stopping.wait()
+                    await outage.pause(outage.failed(error), self.stopping)
                     continue
                 outage.succeeded()
                 if not entries:

@@ -313,3 +313,43 @@ async def test_when_one_loop_recovers_every_failing_loop_tries_again_at_once() -
             await wait_until(lambda: readiness.ready)
             tasks.cancel_scope.cancel()
     assert tries == {"engine": 2, "publisher": 2}
+
+
+@pytest.mark.anyio
+async def test_a_loop_of_its_own_shape_pauses_until_another_loop_recovers() -> None:
+    """A loop that paces its own retries (``outage.pause``) with a minute's backoff tries
+    again as soon as another loop found the dependency back, and ``/readyz`` turns ready."""
+    readiness = Readiness()
+    resilience = Resilience(readiness, minimum_seconds=60, maximum_seconds=120)
+    up = False
+    tries = 0
+
+    async def own_loop() -> None:
+        nonlocal tries
+        outage = resilience.outage("own")
+        while True:
+            tries += 1
+            if up:
+                outage.succeeded()
+                return
+            await outage.pause(outage.failed(ConnectionError("down")))
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(own_loop)
+            await wait_until(lambda: "own" in readiness.failing)
+            up = True
+            probe = resilience.outage("probe")
+            probe.failed(ConnectionError("down"))
+            probe.succeeded()
+            await wait_until(lambda: readiness.ready)
+    assert tries == 2
+
+
+@pytest.mark.anyio
+async def test_an_outage_pause_ends_when_the_instance_stops() -> None:
+    outage = Resilience(Readiness()).outage("own")
+    stopping = anyio.Event()
+    stopping.set()
+    with anyio.fail_after(5):
+        await outage.pause(3600, stopping)
