@@ -15,7 +15,8 @@ Response Topic, e.g. the responder of ``step_path.py``)::
     python benchmarks/stack_floor.py --mqtt-port 1883 --redis-port 6379 --in-flight 10 \
         --seconds 8 --topic bench-raw/commands
 
-It prints one JSON object: ``{"steps_per_s": ..., "cpu_ms_per_step": ...}``.
+It prints one JSON object: ``{"steps_per_s": ..., "cpu_ms_per_step": ..., "step_p50_ms": ...,
+"step_p99_ms": ...}`` (the step period: from one command of a job to its next).
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ async def _floor(args: argparse.Namespace) -> dict[str, float]:
     commit = redis.register_script(COMMIT)
     reply_topic = f"bench-floor/replies/{uuid.uuid4().hex[:8]}"
     steps = [0] * args.in_flight
+    sent_at = [0.0] * args.in_flight
+    periods: list[float] = []
     counted = {"steps": 0, "measuring": False}
     async with aiomqtt.Client(
         "127.0.0.1",
@@ -78,6 +81,10 @@ async def _floor(args: argparse.Namespace) -> dict[str, float]:
         await client.subscribe(reply_topic, qos=1)
 
         async def send(job: int) -> None:
+            now = time.perf_counter()
+            if counted["measuring"] and sent_at[job]:
+                periods.append(now - sent_at[job])
+            sent_at[job] = now
             await client.publish(
                 args.topic,
                 b'{"command":"push"}',
@@ -115,7 +122,13 @@ async def _floor(args: argparse.Namespace) -> dict[str, float]:
             task_group.cancel_scope.cancel()
     await redis.aclose()
     done = max(1, counted["steps"])
-    return {"steps_per_s": counted["steps"] / elapsed, "cpu_ms_per_step": 1000 * cpu / done}
+    periods.sort()
+    return {
+        "steps_per_s": counted["steps"] / elapsed,
+        "cpu_ms_per_step": 1000 * cpu / done,
+        "step_p50_ms": 1000 * periods[len(periods) // 2] if periods else float("nan"),
+        "step_p99_ms": 1000 * periods[int(0.99 * len(periods))] if periods else float("nan"),
+    }
 
 
 def _cpu_seconds() -> float:

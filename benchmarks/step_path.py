@@ -16,12 +16,17 @@ Printed per level: steps/s and the ratio to raw MQTT, step time p50/p99 (from on
 a job to its next, as the equipment sees it) and what the gateway adds to a raw round trip,
 Redis commands per step (INFO commandstats) and MQTT PUBLISH packets per step (mosquitto's
 $SYS counters, every client included), the StoreAndStart reply latency (of the calls sent in
-the window), the gateway's CPU per step, and the jobs that aborted.
+the window), the gateway's CPU per step, and the jobs that aborted; then the gateway against
+the floor (issue 37's targets): CPU per step at most 2x the floor's, steps/s at least 0.5x,
+and the step period's p50 and p99 above the floor's.
 
     python benchmarks/step_path.py [--levels 1,10,40,200] [--seconds 10] [--steps 10] [--repeat 3]
-        [--roles all | jobs,engine,publisher]
+        [--roles all | jobs,engine,publisher] [--gateways 2] [--action-seconds 1]
 
-``--roles`` runs the gateway as one process per role (its CPU is then the sum of theirs).
+``--roles`` runs the gateway as one process per role (its CPU is then the sum of theirs);
+``--gateways N`` runs N of them (each an instance of its own, sharing the work).
+``--action-seconds`` makes the equipment take that long per action (a station's pace: at 200
+jobs, about 200 steps/s offered), for the StoreAndStart latency and the aborts under load.
 
 The figures of one run move by a fifth from run to run on a shared 2-core machine: ``--repeat``
 runs the levels several times over and ends with a table of each figure's median.
@@ -30,6 +35,8 @@ runs the levels several times over and ends with a table of each figure's median
 from __future__ import annotations
 
 import argparse
+import cProfile
+import heapq
 import json
 import multiprocessing
 import multiprocessing.connection
@@ -96,10 +103,44 @@ def _paho_client(name: str) -> paho.Client:
     return client
 
 
+class DelayedReplies:
+    """Replies sent ``delay`` seconds after their command (a station's pace), by one thread."""
+
+    def __init__(self, client: paho.Client, delay: float) -> None:
+        self.client = client
+        self.delay = delay
+        self.due: list[tuple[float, int, str, bytes, Properties]] = []
+        self.counter = iter(range(1 << 62))
+        self.changed = threading.Condition()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def send(self, topic: str, payload: bytes, properties: Properties) -> None:
+        if self.delay <= 0:
+            self.client.publish(topic, payload, qos=1, properties=properties)
+            return
+        with self.changed:
+            due = time.monotonic() + self.delay
+            heapq.heappush(self.due, (due, next(self.counter), topic, payload, properties))
+            self.changed.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self.changed:
+                while not self.due or self.due[0][0] > time.monotonic():
+                    self.changed.wait(self.due[0][0] - time.monotonic() if self.due else None)
+                _, _, topic, payload, properties = heapq.heappop(self.due)
+            self.client.publish(topic, payload, qos=1, properties=properties)
+
+
 def responder(
-    port: int, answered: Any, ready: Any, pipe: multiprocessing.connection.Connection
+    port: int,
+    answered: Any,
+    ready: Any,
+    pipe: multiprocessing.connection.Connection,
+    action_seconds: float = 0.0,
 ) -> None:
-    """Answer every command at once; note, per job, when each command arrived.
+    """Answer every command (at once, or ``action_seconds`` later); note, per job, when each
+    command arrived.
 
     ``pipe``: the parent sends ``"take"`` and receives the step times (seconds between two
     commands of one job) noted since the last take.
@@ -108,6 +149,7 @@ def responder(
     step_times: list[float] = []
     lock = threading.Lock()
     client = _paho_client(f"bench-responder-{os.getpid()}")
+    replies = DelayedReplies(client, action_seconds)
 
     def on_connect(client: paho.Client, userdata: Any, flags: Any, reason: Any, props: Any) -> None:
         _nodelay(client)
@@ -137,7 +179,7 @@ def responder(
             ("type", attributes.get("type", "bench.reply")),
             ("subject", attributes.get("subject", "")),
         ]
-        client.publish(response_topic, b'{"ok":true}', qos=1, properties=reply)
+        replies.send(response_topic, b'{"ok":true}', reply)
         answered.value += 1
         job = CorrelationId.parse(correlation.decode()).job
         with lock:
@@ -356,6 +398,7 @@ def gateway_processes(
     roles: list[str],
     block: str = "",
     settings: list[str] | None = None,
+    profile: Path | None = None,
 ) -> Iterator[Gateways]:
     """``gateway run --role ROLE`` for each of ``roles``."""
     if not any(role in MES_ROLES for role in roles):
@@ -364,10 +407,17 @@ def gateway_processes(
         started = [
             stack.enter_context(
                 gateway_process(
-                    mqtt, redis, log.with_name(f"gateway-{role}.log"), role, block, settings
+                    mqtt,
+                    redis,
+                    log.with_name(f"gateway-{role}-{index}.log"),
+                    role,
+                    block,
+                    settings,
+                    instance=f"bench-{role}-{index}",
+                    profile=profile,
                 )
             )
-            for role in roles
+            for index, role in enumerate(roles)
         ]
         ports = [port for _, port in started]
         http_port = next(port for role, port in zip(roles, ports, strict=True) if role in MES_ROLES)
@@ -382,6 +432,8 @@ def gateway_process(
     role: str = "all",
     block: str = "",
     settings: list[str] | None = None,
+    instance: str = "bench",
+    profile: Path | None = None,
 ) -> Iterator[tuple[int, int]]:
     """The pid and HTTP port (``/metrics``) of ``gateway run --role ROLE``."""
     http_port = free_port()
@@ -400,11 +452,17 @@ def gateway_process(
         "GATEWAY_JOBS_MAX_RUNNING_JOB_ORDERS": "0",
         "GATEWAY_HTTP_PORT": str(http_port),
         "GATEWAY_GATEWAY_ROLE": role,
-        "GATEWAY_GATEWAY_INSTANCE_ID": f"bench-{role}",
+        "GATEWAY_GATEWAY_INSTANCE_ID": instance,
         **dict(setting.split("=", 1) for setting in settings or []),
     }
     # At log level WARNING it writes no "started" line: ``configure`` waits until it serves.
-    gateway = GatewayProcess(None, environ, log, ready_line="", arguments=("run",))
+    script: Path | None = None
+    arguments: tuple[str, ...] = ("run",)
+    if profile is not None:  # cProfile writes it when the gateway stops (SIGTERM: a clean exit)
+        script = Path(cProfile.__file__)
+        output = profile.with_name(f"{profile.stem}-{instance}{profile.suffix}")
+        arguments = ("-o", str(output), "-m", "gateway.cli", "run")
+    gateway = GatewayProcess(script, environ, log, ready_line="", arguments=arguments)
     gateway.start()
     try:
         assert gateway.process is not None
@@ -562,6 +620,9 @@ class Level:
     handled_p99: float  # the gateway's own view: an upper bound of a histogram bucket
     cpu_per_step: float
     gateway_cpu: float
+    process_cpu: list[float]  # each gateway process's share of a core
+    redis_cpu_per_step: float  # redis-server's CPU over the window, per step
+    broker_cpu_per_step: float  # mosquitto's (the MES's and the equipment's messages included)
     aborted: int
     ended: int
     errors: int
@@ -569,6 +630,18 @@ class Level:
     floor_rate: float  # steps/s of benchmarks/stack_floor.py: the least work per step
     floor_cpu_per_step: float
     floor_ratio: float  # floor_rate to raw MQTT requests/s: the most this stack could reach
+    floor_step_p50: float  # the floor's step period (one command of a job to its next)
+    floor_step_p99: float
+
+    @property
+    def cpu_to_floor(self) -> float:
+        """The gateway's CPU per step over the floor's (issue 37's target: at most 2)."""
+        return self.cpu_per_step / self.floor_cpu_per_step
+
+    @property
+    def rate_to_floor(self) -> float:
+        """The gateway's steps/s over the floor's (issue 37's target: at least 0.5)."""
+        return self.steps_per_second / self.floor_rate
 
 
 def median_level(runs: list[Level]) -> Level:
@@ -600,9 +673,15 @@ def measure_level(
     answered: Any,
     pipe: multiprocessing.connection.Connection,
     broker: BrokerCounters,
+    servers: dict[str, int],
 ) -> Level:
-    raw_rate, raw_times = raw_round_trips(mqtt.port, jobs, args.seconds)
-    floor = stack_floor(mqtt.port, redis_port, jobs, args.seconds)
+    if args.action_seconds > 0:  # the equipment's pace, not the stack's, sets the rate
+        raw_rate, raw_times = float("nan"), list[float]()
+        figures = ("steps_per_s", "cpu_ms_per_step", "step_p50_ms", "step_p99_ms")
+        floor = {name: float("nan") for name in figures}
+    else:
+        raw_rate, raw_times = raw_round_trips(mqtt.port, jobs, args.seconds)
+        floor = stack_floor(mqtt.port, redis_port, jobs, args.seconds)
     profiled, http_port = gateways.pids[0], gateways.http_port
     marks: dict[str, Any] = {}
     window: dict[str, Any] = {}
@@ -622,7 +701,6 @@ def measure_level(
                     "raw",
                     "--output",
                     str(output),
-                    "--nonblocking",
                     "--rate",
                     "250",
                 ],
@@ -634,6 +712,8 @@ def measure_level(
         window["broker"] = broker.fresh()
         window["redis"] = redis_calls(redis)
         window["cpu"] = sum(map(cpu_seconds, gateways.pids))
+        window["process_cpu"] = [cpu_seconds(pid) for pid in gateways.pids]
+        window["server_cpu"] = {name: cpu_seconds(pid) for name, pid in servers.items()}
         window["mes_calls"] = mes_call_buckets(http_port)
         window["answered"] = answered.value
         window["t"] = time.perf_counter()
@@ -642,6 +722,13 @@ def measure_level(
         window["elapsed"] = time.perf_counter() - window["t"]
         window["answered"] = answered.value - window["answered"]
         window["cpu"] = sum(map(cpu_seconds, gateways.pids)) - window["cpu"]
+        window["process_cpu"] = [
+            (cpu_seconds(pid) - before) / window["elapsed"]
+            for pid, before in zip(gateways.pids, window["process_cpu"], strict=True)
+        ]
+        window["server_cpu"] = {
+            name: cpu_seconds(pid) - window["server_cpu"][name] for name, pid in servers.items()
+        }
         window["handled_p99"] = bucket_percentile(
             window["mes_calls"], mes_call_buckets(http_port), 0.99
         )
@@ -682,6 +769,9 @@ def measure_level(
         handled_p99=window["handled_p99"],
         cpu_per_step=window["cpu"] / steps,
         gateway_cpu=window["cpu"] / window["elapsed"],
+        process_cpu=window["process_cpu"],
+        redis_cpu_per_step=window["server_cpu"]["redis"] / steps,
+        broker_cpu_per_step=window["server_cpu"]["broker"] / steps,
         aborted=run.outcomes["Aborted"],
         ended=run.outcomes["Ended"],
         errors=len(run.errors),
@@ -689,6 +779,8 @@ def measure_level(
         floor_rate=floor["steps_per_s"],
         floor_cpu_per_step=floor["cpu_ms_per_step"] / 1000,
         floor_ratio=floor["steps_per_s"] / raw_rate,
+        floor_step_p50=floor["step_p50_ms"] / 1000,
+        floor_step_p99=floor["step_p99_ms"] / 1000,
     )
 
 
@@ -705,7 +797,8 @@ def report(level: Level) -> None:
         "(receive, 1 Redis script, publish: benchmarks/stack_floor.py)\n"
         f"  step time                    : p50 {level.step_p50 * ms:.2f} ms, p99 "
         f"{level.step_p99 * ms:.2f} ms (adds {(level.step_p50 - level.raw_p50) * ms:.2f} / "
-        f"{(level.step_p99 - level.raw_p99) * ms:.2f} ms to a raw round trip)\n"
+        f"{(level.step_p99 - level.raw_p99) * ms:.2f} ms to a raw round trip; the floor's "
+        f"p50 {level.floor_step_p50 * ms:.2f} ms, p99 {level.floor_step_p99 * ms:.2f} ms)\n"
         f"  Redis commands per step      : {level.client_per_step:.1f} sent by clients ("
         + ", ".join(f"{name} {calls:.2f}" for name, calls in level.client_top)
         + f"); {level.redis_per_step:.1f} run, scripts' calls included ("
@@ -716,7 +809,18 @@ def report(level: Level) -> None:
         f"{level.store_p99 * ms:.1f} ms (the gateway's own histogram of MES calls handled: "
         f"p99 <= {level.handled_p99 * ms:g} ms)\n"
         f"  gateway CPU                  : {level.cpu_per_step * ms:.2f} ms per step "
-        f"({level.gateway_cpu * 100:.0f}% of a core)\n"
+        f"({level.gateway_cpu * 100:.0f}% of a core"
+        + (
+            ": " + ", ".join(f"{share * 100:.0f}%" for share in level.process_cpu)
+            if len(level.process_cpu) > 1
+            else ""
+        )
+        + f"); Redis {level.redis_cpu_per_step * ms:.2f} ms, broker "
+        f"{level.broker_cpu_per_step * ms:.2f} ms per step\n"
+        f"  against the floor            : CPU per step x{level.cpu_to_floor:.2f} (target <= 2), "
+        f"steps/s x{level.rate_to_floor:.2f} (target >= 0.5), step p50 "
+        f"{(level.step_p50 - level.floor_step_p50) * ms:+.2f} ms, p99 "
+        f"{(level.step_p99 - level.floor_step_p99) * ms:+.2f} ms\n"
         f"  jobs in the window           : {level.ended} ended, {level.aborted} aborted, "
         f"{level.errors} refused"
     )
@@ -727,9 +831,9 @@ def table(levels: list[Level]) -> None:
         "\n| jobs | raw MQTT/s | steps/s | ratio | floor ratio | step p50/p99 ms | "
         "adds p50/p99 ms | "
         "Redis cmd/step (run) | MQTT msg/step | StoreAndStart p99 ms (handled in gateway) | "
-        "CPU ms/step | aborted |"
+        "CPU ms/step | CPU/floor's | steps/s/floor's | Redis, broker CPU ms/step | aborted |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for level in levels:
         print(
             f"| {level.jobs} | {level.raw_rate:.0f} | {level.steps_per_second:.0f} | "
@@ -740,7 +844,9 @@ def table(levels: list[Level]) -> None:
             f"{level.client_per_step:.1f} ({level.redis_per_step:.0f}) | "
             f"{level.mqtt_per_step:.1f} | "
             f"{level.store_p99 * 1000:.1f} (<= {level.handled_p99 * 1000:g}) | "
-            f"{level.cpu_per_step * 1000:.2f} | {level.aborted} |"
+            f"{level.cpu_per_step * 1000:.2f} | {level.cpu_to_floor:.2f} | "
+            f"{level.rate_to_floor:.2f} | {level.redis_cpu_per_step * 1000:.2f}, "
+            f"{level.broker_cpu_per_step * 1000:.2f} | {level.aborted} |"
         )
 
 
@@ -751,6 +857,16 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds before each window")
     parser.add_argument("--steps", type=int, default=10, help="push_command steps per recipe")
     parser.add_argument("--timeout", type=float, default=3.0, help="action timeout, seconds")
+    parser.add_argument(
+        "--action-seconds",
+        type=float,
+        default=0.0,
+        help="the equipment answers this long after each command (0: at once); the raw "
+        "baseline and the floor are then left out",
+    )
+    parser.add_argument(
+        "--gateways", type=int, default=1, help="run the --roles this many times over"
+    )
     parser.add_argument(
         "--repeat",
         type=int,
@@ -775,6 +891,12 @@ def main() -> None:
         help="profile the gateway (the first of --roles) in each window (py-spy raw output)",
     )
     parser.add_argument(
+        "--cprofile",
+        type=Path,
+        help="run each gateway process under cProfile, its whole life (pstats output, one file "
+        "per process, named after it)",
+    )
+    parser.add_argument(
         "--roles",
         default="all",
         help="one gateway process per role, comma separated (e.g. jobs,engine,publisher)",
@@ -793,7 +915,9 @@ def main() -> None:
     ready = context.Event()
     parent_pipe, child_pipe = context.Pipe()
     equipment = context.Process(
-        target=responder, args=(mqtt.port, answered, ready, child_pipe), daemon=True
+        target=responder,
+        args=(mqtt.port, answered, ready, child_pipe, args.action_seconds),
+        daemon=True,
     )
     equipment.start()
     broker = BrokerCounters(mqtt.port)
@@ -802,9 +926,10 @@ def main() -> None:
     try:
         if not ready.wait(20):
             raise RuntimeError("the equipment process did not subscribe")
-        roles = args.roles.split(",")
+        roles = args.roles.split(",") * args.gateways
+        log = work / "gateway.log"
         with gateway_processes(
-            mqtt, redis_process, work / "gateway.log", roles, args.block, args.setting
+            mqtt, redis_process, log, roles, args.block, args.setting, args.cprofile
         ) as gateways:
             url = f"mqtt://127.0.0.1:{mqtt.port}"
             anyio.run(configure, url, args.steps, args.timeout, max(levels))
@@ -814,6 +939,9 @@ def main() -> None:
                 f"(logs {work}); {args.steps} push_command steps per job, "
                 f"{args.timeout:g} s action timeouts, {args.seconds:g} s per level"
             )
+            assert redis_process.process is not None
+            assert mqtt.process is not None
+            servers = {"redis": redis_process.process.pid, "broker": mqtt.process.pid}
             rounds = [jobs for _ in range(args.repeat) for jobs in levels]  # 1,10,..,1,10,..
             for jobs in rounds:
                 level = measure_level(
@@ -826,6 +954,7 @@ def main() -> None:
                     answered,
                     parent_pipe,
                     broker,
+                    servers,
                 )
                 report(level)
                 results.append(level)
