@@ -190,6 +190,7 @@ class StepHandlers:
     async def _never_runs(self, scope: str, job: str, error: str) -> None:
         await self.context.gateway.job_control.abort(scope, job, JobOutcome(error=error))
         await self.scopes.forget_job(job)
+        await self.events.drop_kept_for(scope, job)  # it held its equipment until now
 
     async def _offline_reason(self, scope: str, job: str, timer: Timer) -> str | None:
         """Why the equipment of a timed-out action is offline (``None``: online or unknown)."""
