@@ -167,6 +167,10 @@ class Execution:
     compensable: list[list[Any]] = field(default_factory=list)
     uncompensated: bool = False
     rollback: Rollback | None = None
+    # The runtime's, not the format's: the steps (nodes or actions) the job pauses before
+    # (breakpoints), and the one it is paused before now, which it enters on Resume.
+    breakpoints: list[str] = field(default_factory=list)
+    paused_before: str | None = None
 
 
 @dataclass

@@ -272,6 +272,20 @@ class JobControl(Protocol):
         """
         ...
 
+    async def set_breakpoint(
+        self,
+        scope: str,
+        step: str,
+        *,
+        job_order_id: str | None = None,
+        work_master_id: str | None = None,
+        enabled: bool = True,
+        requested_by: str,
+    ) -> RequestOutcome:
+        """Set or clear a breakpoint (``BreakpointControl``) on a step of a job that has not
+        ended, or of a configured Work Master, for ``requested_by`` (the MES, an operator)."""
+        ...
+
 
 async def report_completed(
     control: JobControl,
@@ -341,6 +355,8 @@ class RecipeProgress:
     results: Mapping[str, Any]
     error: str | None = None
     outcome: str | None = None  # when it ended: completed, aborted, stopped...
+    paused_before: str | None = None  # paused at a breakpoint: the step it stopped before
+    breakpoints: Sequence[str] = ()  # the steps it pauses before
 
 
 @runtime_checkable
@@ -354,6 +370,39 @@ class RecipeViewer(Protocol):
 
     async def progress(self, scope: str, job_order_id: str) -> RecipeProgress | None:
         """The job's progress, or ``None`` when this interpreter has (no longer) any state."""
+        ...
+
+
+BREAKPOINT_REQUESTER = "breakpoint"
+"""``requested_by`` of the Pause an interpreter asks for when a job reaches a breakpoint (the
+trace says ``breakpoint before <step>``)."""
+
+
+@runtime_checkable
+class BreakpointControl(Protocol):
+    """Optional for an interpreter: breakpoints, steps a job pauses before.
+
+    A breakpoint is set on a step of one job (stored, queued or running), or on a step of a
+    Work Master for every job of it (the jobs stored before included, running ones too). When
+    the job is about to enter that step, it does not: it asks job management for the MES's
+    Pause on its own behalf (``requested_by`` ``breakpoint before <step>``), so the job goes to
+    Interrupted.Suspended; the MES's (or an operator's) Resume then enters the step.
+    """
+
+    def breakpoint_steps(self, recipe: Any) -> Sequence[str]:
+        """The names a breakpoint of ``recipe`` may name (``ValidationError``: it cannot run)."""
+        ...
+
+    async def set_breakpoint(
+        self,
+        scope: str,
+        step: str,
+        *,
+        job_order_id: str | None = None,
+        work_master_id: str | None = None,
+        enabled: bool = True,
+    ) -> None:
+        """Set (``enabled``) or clear the breakpoint on ``step`` of one job or Work Master."""
         ...
 
 

@@ -28,6 +28,7 @@ from gateway.errors import GatewayError
 from gateway.mqttclient import BrokerUnreachable, CloudEventClient, connect_client
 from gateway.plugins import GatewayPluginManager
 from gateway.topics import ANY, CLI_REPLY_PREFIX, JOBS_PREFIX, MesTopics, check_topic_prefix
+from gateway_jobs.breakpoints import BREAKPOINT_METHOD, BREAKPOINT_TYPE
 from gateway_jobs.client import LISTED_STATES, JobsClient, config_kinds, job_order_payload
 from gateway_jobs.config import CONFIG_KINDS, ONLINE
 from gateway_jobs.tables import (
@@ -120,6 +121,16 @@ def _configure_jobs(parser: argparse.ArgumentParser) -> None:
         act.add_argument("job", metavar="JOB", help="JobOrderID")
         act.add_argument("--comment", default=None, help="a comment for the MES method call")
         act.set_defaults(run=_act, method=method)
+    breakpoint = action(
+        "breakpoint",
+        "pause a job (or every job of a Work Master) before a step; Resume goes on",
+    )
+    breakpoint.add_argument("step", metavar="STEP", help="the step (action) to pause before")
+    target = breakpoint.add_mutually_exclusive_group(required=True)
+    target.add_argument("--job", default=None, help="JobOrderID of a job that has not ended")
+    target.add_argument("--work-master", default=None, help="WorkMasterID: every job of it")
+    breakpoint.add_argument("--clear", action="store_true", help="clear it instead of setting it")
+    breakpoint.set_defaults(run=_breakpoint)
     watch = action("watch", "print the scope's status events as they arrive (Ctrl-C ends)")
     watch.add_argument("--count", type=int, default=None, help="end after this many events")
     watch.set_defaults(run=_watch)
@@ -285,6 +296,21 @@ async def _store(args: argparse.Namespace, jobs: JobsClient, out: Console) -> No
 async def _act(args: argparse.Namespace, jobs: JobsClient, out: Console) -> None:
     await jobs.act(args.method, args.job, args.comment)
     _done(args, out, args.method, args.job)
+
+
+async def _breakpoint(args: argparse.Namespace, jobs: JobsClient, out: Console) -> None:
+    data: dict[str, Any] = {"Step": args.step, "Enabled": not args.clear}
+    if args.job is not None:
+        data["JobOrderID"] = args.job
+    else:
+        data["WorkMasterID"] = args.work_master
+    await jobs.request(BREAKPOINT_TYPE, data)
+    target = f"job {args.job}" if args.job is not None else f"Work Master {args.work_master}"
+    if args.json:
+        _print_json(out, {"method": BREAKPOINT_METHOD, **data, "ReturnStatus": 1})
+    else:
+        done = "cleared" if args.clear else "set"
+        out.print(f"breakpoint before {args.step} of {target}: {done}")
 
 
 def _done(args: argparse.Namespace, out: Console, method: str, job: str) -> None:

@@ -29,6 +29,7 @@ from gateway.recipes import (
     RequestOutcome,
     ScopeQueue,
 )
+from gateway_jobs.breakpoints import BREAKPOINT_METHOD, set_breakpoint
 from gateway_jobs.events import Cause
 from gateway_jobs.jobs import JobManager, results_received
 from gateway_jobs.model import EUInformation, JobOrderIDCall, LocalizedText, Parameter, to_json
@@ -87,6 +88,29 @@ class JobsControl:
         outcome = await self.manager.act(scope, command.value, call, cause)
         self.manager.method_called(
             scope, job_order_id, command.value, outcome, requested_by=requested_by
+        )
+        return RequestOutcome(outcome.ok, outcome.status.name, outcome.message)
+
+    async def set_breakpoint(
+        self,
+        scope: str,
+        step: str,
+        *,
+        job_order_id: str | None = None,
+        work_master_id: str | None = None,
+        enabled: bool = True,
+        requested_by: str,
+    ) -> RequestOutcome:
+        outcome = await set_breakpoint(
+            self.manager,
+            scope,
+            step,
+            job_order_id=job_order_id,
+            work_master_id=work_master_id,
+            enabled=enabled,
+        )
+        self.manager.method_called(
+            scope, job_order_id, BREAKPOINT_METHOD, outcome, requested_by=requested_by
         )
         return RequestOutcome(outcome.ok, outcome.status.name, outcome.message)
 

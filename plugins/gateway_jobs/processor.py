@@ -20,6 +20,12 @@ from gateway.logs import log_context
 from gateway.store import check_scope
 from gateway.topics import ANY, MesTopics
 from gateway.transport import MES_LANE, MQTT_BINDING, Processor, Subscription
+from gateway_jobs.breakpoints import (
+    BREAKPOINT_METHOD,
+    BREAKPOINT_TYPE,
+    breakpoint_arguments,
+    set_breakpoint,
+)
 from gateway_jobs.config import CONFIG_KINDS, PUT, config_type
 from gateway_jobs.events import method_type
 from gateway_jobs.jobs import JobManager
@@ -61,7 +67,7 @@ class JobsProcessor:
                 )
             ],
             handle=self.handle,
-            event_types=frozenset({*_CALL_TYPES, *CONFIG_TYPES}),
+            event_types=frozenset({*_CALL_TYPES, *CONFIG_TYPES, BREAKPOINT_TYPE}),
             binding=MQTT_BINDING,
             roles=MES_ROLES,
             # A query read again is answered afresh: no marker (with the whole Job Response
@@ -87,10 +93,22 @@ class JobsProcessor:
                 requested_by=f"MES {event.source}",
             )
             return [self._reply(event, result.output, result.message)]
+        if event.type == BREAKPOINT_TYPE:
+            return [await self._breakpoint(scope, event)]
         kind = CONFIG_TYPES[event.type]
         outcome = await self.manager.configure(scope, kind, event.method or PUT, event.data)
         self.count(f"config.{kind}", outcome.status.name)
         return [self._reply(event, MethodReply(outcome.status), outcome.message)]
+
+    async def _breakpoint(self, scope: str, event: CloudEvent) -> CloudEvent:
+        step, job, work_master, enabled = breakpoint_arguments(event.data)
+        outcome = await set_breakpoint(
+            self.manager, scope, step, job_order_id=job, work_master_id=work_master, enabled=enabled
+        )
+        self.manager.method_called(
+            scope, job, BREAKPOINT_METHOD, outcome, requested_by=f"MES {event.source}"
+        )
+        return self._reply(event, MethodReply(outcome.status), outcome.message)
 
     def _reply(self, event: CloudEvent, output: Any, message: str | None = None) -> CloudEvent:
         reply = event.reply(source=self.source, data=to_json(output))

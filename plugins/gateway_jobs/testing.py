@@ -34,6 +34,7 @@ from gateway.settings import Settings
 from gateway.store import Store
 from gateway.testing.mqtt import MqttTestClient, connect_test_client
 from gateway.topics import MesTopics
+from gateway_jobs.breakpoints import BREAKPOINT_TYPE
 from gateway_jobs.config import config_type
 from gateway_jobs.control import JobsControl
 from gateway_jobs.events import method_type
@@ -186,6 +187,20 @@ class JobsMes:
 
     async def act(self, method: str, job_order_id: str) -> CloudEvent:
         return await self.call(method, {"JobOrderID": job_order_id})
+
+    async def set_breakpoint(
+        self,
+        step: str,
+        *,
+        job: str | None = None,
+        work_master: str | None = None,
+        enabled: bool = True,
+    ) -> CloudEvent:
+        """SetBreakpoint (the project's extension) on ``step`` of a job or a Work Master."""
+        data: dict[str, Any] = {"Step": step, "Enabled": enabled}
+        data.update({"JobOrderID": job} if job is not None else {"WorkMasterID": work_master})
+        event = self.event(BREAKPOINT_TYPE, data)
+        return await self.client.request(self.commands_topic, event)
 
     async def configure(self, kind: str, data: Any, *, method: str = "PUT") -> CloudEvent:
         event = self.event(config_type(kind), data, method=method)

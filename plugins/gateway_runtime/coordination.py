@@ -28,6 +28,7 @@ from gateway.errors import NotPermitted
 from gateway.formats import RecipeFormat
 from gateway.logs import log_context
 from gateway.recipes import JobCommand, RecipeJob
+from gateway_runtime.breakpoints import Breakpoints
 from gateway_runtime.consumer import WorkConsumer
 from gateway_runtime.context import EngineContext
 from gateway_runtime.events import EventRouter, event_fields
@@ -65,7 +66,10 @@ class Coordinator:
         self.executions = ExecutionStore(context, self.recipes, self.memory)
         self.events = EventRouter(context, self.executions, self.recipes, self.scopes)
         self.executions.wait_started = self.events.claim_unclaimed
-        self.steps = StepHandlers(context, self.scopes, self.executions, self.recipes, self.events)
+        self.breakpoints = Breakpoints(context, self.executions)
+        self.steps = StepHandlers(
+            context, self.scopes, self.executions, self.recipes, self.events, self.breakpoints
+        )
         self.executions.committed = self.steps.publish
         self.work = WorkQueue(context, self.scopes)
         self.consumer = WorkConsumer(context, self.scopes, self.steps.handle)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from gateway.errors import GatewayError
 from gateway.formats import Effects, Execution, Executor, Phase, Status, Timer, TimerKind
+from gateway_runtime.breakpoints import reached, stop_before, watched
 from gateway_runtime.context import EngineContext
 from gateway_runtime.memory import JobMemory, Lru
 from gateway_runtime.scripts import COMMIT
@@ -104,7 +105,11 @@ class ExecutionStore:
             was_waiting, was_outstanding = in_flight(execution)
             was_active = {name: node.entered_at for name, node in execution.nodes.items()}
             now = time.time()
+            before = watched(execution)
             effects = apply(executor, execution, now)
+            stop = None if before is None else reached(execution, was_active)
+            if before is not None and stop is not None:
+                execution, effects = stop_before(executor, before, apply, stop, now)
             if not (effects.changed or effects.sends or effects.timers or effects.report):
                 if fresh:
                     self._remember(execution)
@@ -119,6 +124,7 @@ class ExecutionStore:
                 ended,
                 take,
                 waits_for_event=bool(now_waiting),
+                breakpoint=stop is not None,
             )
             if commit is Commit.TAKEN_FIRST:
                 return False  # the remembered state was not changed: it is read again
@@ -177,17 +183,21 @@ class ExecutionStore:
         *,
         waits_for_event: bool,
         snapshot: str = "",
+        breakpoint: bool = False,
     ) -> Commit:
         """Compare-and-swap; ``ended``: the tries that were outstanding and are no longer (their
         timers are cancelled and their outbox entries removed in the same step); ``take``: the
         kept event the change applies, removed from the kept events with it;
         ``waits_for_event``: whether the job now waits for an equipment event; ``snapshot``
-        (``expected`` -1, a new job): its recipe snapshot, written with it."""
+        (``expected`` -1, a new job): its recipe snapshot, written with it; ``breakpoint``:
+        the change stopped the job at a breakpoint (job management is asked for the Pause)."""
         scope, job = execution.scope, execution.job
         keys = self.context.keys
         work: list[list[str]] = []
         if effects.report is not None:
             work.append(["kind", "report", "job", job])
+        if breakpoint:
+            work.append(["kind", "breakpoint", "job", job])
         now = time.time()
         resend_at = now + self.context.settings.outbox_grace_seconds
         done = execution.status is Status.ENDED

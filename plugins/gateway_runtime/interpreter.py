@@ -69,6 +69,29 @@ class FormatInterpreter:
     async def progress(self, scope: str, job_order_id: str) -> RecipeProgress | None:
         return await read_progress(self.coordinator, scope, job_order_id)
 
+    # ``gateway.recipes.BreakpointControl``: a breakpoint names an action; the job pauses
+    # before the step (node) that would send it, or before a node of that name.
+
+    def breakpoint_steps(self, recipe: Any) -> Sequence[str]:
+        try:
+            program = self.coordinator.recipes.program(self.dataschema, recipe)
+        except RecipeError as error:
+            raise ValidationError("recipe", "; ".join(error.problems)) from error
+        return list(program.actions)
+
+    async def set_breakpoint(
+        self,
+        scope: str,
+        step: str,
+        *,
+        job_order_id: str | None = None,
+        work_master_id: str | None = None,
+        enabled: bool = True,
+    ) -> None:
+        await self.coordinator.breakpoints.set(
+            scope, step, job=job_order_id, work_master=work_master_id, enabled=enabled
+        )
+
 
 class RuntimeService:
     """Takes work entries, fires timers and recovers orphaned work, on every gateway instance."""

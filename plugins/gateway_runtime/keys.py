@@ -23,6 +23,10 @@ Per scope:
 - ``rt:outbox`` sorted set: commands committed and about to be published, by the time after
   which they count as lost (the instance died between commit and publish) and are sent again.
 - ``rt:active`` set: jobs not ended, for the recovery scan at start.
+- ``rt:bp:<job>`` and ``rt:bp-wm:<work master>`` sets: the steps a job, or every job of a Work
+  Master, pauses before (breakpoints; copied into the execution state, where the steps read
+  them, when the job starts and whenever they change); ``rt:parked:<job>``: a job paused
+  before its first step, which has no execution state yet (``breakpoints``).
 
 Globally: ``rt:scopes`` (every scope that ran a job, for discovery) and ``rt:job-scope:<job>``
 (its scope, for replies that do not say it; it expires with the job's ended state, so a late
@@ -56,6 +60,15 @@ class RuntimeKeys:
 
     def history(self, scope: str, job: str) -> str:
         return self.scoped(scope, "history", job)
+
+    def breakpoints(self, scope: str, job: str) -> str:
+        return self.scoped(scope, "bp", job)
+
+    def work_master_breakpoints(self, scope: str, work_master: str) -> str:
+        return self.scoped(scope, "bp-wm", work_master)
+
+    def parked(self, scope: str, job: str) -> str:
+        return self.scoped(scope, "parked", job)
 
     def timers(self, scope: str) -> str:
         return self.scoped(scope, "timers")

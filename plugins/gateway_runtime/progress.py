@@ -29,7 +29,11 @@ async def read_progress(coordinator: Coordinator, scope: str, job: str) -> Recip
         pipe.hgetall(keys.history(scope, job))
         state, snapshot, history = await pipe.execute()
     if state is None:
-        return None
+        # Paused at a breakpoint on its first step, its state not created yet?
+        parked = await coordinator.breakpoints.parked_at(scope, job)
+        if parked is None:
+            return None
+        return RecipeProgress("paused", (), (), {}, paused_before=parked)
     execution = load_execution(state)
     specs: dict[str, ActionSpec] = {}
     if snapshot is not None:
@@ -67,4 +71,6 @@ async def read_progress(coordinator: Coordinator, scope: str, job: str) -> Recip
         results=dict(execution.results),
         error=execution.error,
         outcome=execution.outcome,
+        paused_before=execution.paused_before,
+        breakpoints=tuple(execution.breakpoints),
     )

@@ -28,6 +28,7 @@ class Reconciler:
         self.executions = executions
         self.work = work
         self.finishing = Lingering()
+        self.at_breakpoint = Lingering()
 
     async def recovery_scan(self) -> None:
         """Re-examine every unfinished job once: re-send what waits, advance what can."""
@@ -72,10 +73,20 @@ class Reconciler:
                     log.info("job %s/%s: reporting the end of its execution again", scope, job)
                     await self.work.report(scope, job)
                 command = lost_command(state, execution.status)
+                if (
+                    command is JobCommand.RESUME
+                    and execution.paused_before is not None
+                    and not self.at_breakpoint.again((scope, job), execution.version)
+                ):
+                    # Stopped at a breakpoint, its Pause not asked for yet (a work entry
+                    # written with the stop does): only a Running job that stays so from one
+                    # pass to the next was resumed, its Resume lost.
+                    continue
                 if command is not None:
                     log.info("job %s/%s: the execution missed %s; applying it", scope, job, command)
                     await self.work.command(scope, job, command, execution.run)
         self.finishing.next_pass()
+        self.at_breakpoint.next_pass()
 
 
 class Lingering:

@@ -28,6 +28,7 @@ from gateway.recipes import (
 )
 from gateway.resilience import TransientError, is_transient
 from gateway_runtime.binding import bind_equipment
+from gateway_runtime.breakpoints import Breakpoints, first_stop
 from gateway_runtime.context import EngineContext
 from gateway_runtime.events import EventRouter
 from gateway_runtime.executions import ExecutionStore, mark_ended, outbox_member, timer_from_json
@@ -47,8 +48,10 @@ class StepHandlers:
         executions: ExecutionStore,
         recipes: RecipeCache,
         events: EventRouter,
+        breakpoints: Breakpoints,
     ) -> None:
         self.context = context
+        self.breakpoints = breakpoints
         self.scopes = scopes
         self.executions = executions
         self.recipes = recipes
@@ -68,6 +71,8 @@ class StepHandlers:
             await self.send(scope, job, fields["action"], int(fields["attempt"]))
         elif kind == "report":
             await self.report(scope, job)
+        elif kind == "breakpoint":
+            await self.breakpoints.request_pause(scope, job)
         elif kind == "timer":
             timer = timer_from_json(fields["timer"], fields.get("due"))
             offline = await self._offline_reason(scope, job, timer)
@@ -75,20 +80,31 @@ class StepHandlers:
                 scope, job, lambda ex, execution, now: ex.on_timer(execution, timer, now, offline)
             )
         elif kind == "command":
-            command, run = JobCommand(fields["command"]), fields["run"]
-            await mutate(
-                scope,
-                job,
-                lambda ex, execution, now: (
-                    ex.on_command(execution, command, now)
-                    if _same_run(run, execution)
-                    else _ignored_command(execution, command)
-                ),
-            )
+            await self.command(scope, job, JobCommand(fields["command"]), fields["run"])
         elif kind == "resume":
             await mutate(scope, job, lambda ex, execution, now: ex.on_resume(execution, now))
         else:
             raise ValueError(f"unknown work entry kind {kind!r}")
+
+    async def command(self, scope: str, job: str, command: JobCommand, run: str) -> None:
+        """The MES's command; one for a job parked before its first step (no state yet) starts
+        it (Resume) or lets it go (Stop, Abort)."""
+        applied = await self.executions.mutate(
+            scope,
+            job,
+            lambda ex, execution, now: (
+                ex.on_command(execution, command, now)
+                if _same_run(run, execution)
+                else _ignored_command(execution, command)
+            ),
+        )
+        if applied or await self.executions.exists(scope, job):
+            return
+        if command is JobCommand.RESUME and await self.breakpoints.unpark(scope, job, run):
+            log.info("job %s/%s resumed before its first step: starting it", scope, job)
+            await self.start(scope, job)
+        elif command in (JobCommand.STOP, JobCommand.ABORT):
+            await self.breakpoints.forget(scope, job)
 
     async def reply(
         self, scope: str, job: str, action: str, attempt: int, data: Any, error: str | None
@@ -138,7 +154,13 @@ class StepHandlers:
         snapshot = self.recipes.snapshot(
             dataschema, recipe_job.recipe, recipe_job.parameters(), run, bound
         )
-        if await self._create(scope, job, snapshot):
+        work_master = recipe_job.work_master.get("ID")
+        marks = await self.breakpoints.of_job(
+            scope, job, work_master if isinstance(work_master, str) else None
+        )
+        if await self._parked(scope, job, snapshot, marks):
+            return
+        if await self._create(scope, job, snapshot, marks):
             log.info("job %s/%s: recipe started", scope, job)
         # An MES command that came while the execution was being created found none, and was
         # dropped; one that came between a first handling of this start and a crash, likewise.
@@ -163,7 +185,19 @@ class StepHandlers:
             return JobCommand.ABORT  # the id names a job order stored since
         return missed_command(None if summary is None else summary.state, paused=False)
 
-    async def _create(self, scope: str, job: str, snapshot: Snapshot) -> bool:
+    async def _parked(self, scope: str, job: str, snapshot: Snapshot, marks: list[str]) -> bool:
+        """Whether the job waits before its first step (a breakpoint there): it is paused
+        without a state, which its Resume creates."""
+        executor = self.context.executor(snapshot.program, snapshot.parameters)
+        step = first_stop(executor, scope, job, marks)
+        if step is None or await self.executions.exists(scope, job):
+            return False
+        if not await self.breakpoints.park(scope, job, snapshot.run, step):
+            return False  # resumed: it starts now
+        await self.breakpoints.request_pause(scope, job)
+        return True
+
+    async def _create(self, scope: str, job: str, snapshot: Snapshot, marks: list[str]) -> bool:
         """Create the run's first state, with its snapshot (``False``: this run was started
         already, e.g. by another instance). Its tries are numbered on from the job id's earlier
         run, if its state is kept. An earlier run that has not ended yet (MES Abort, Clear and
@@ -176,6 +210,7 @@ class StepHandlers:
         attempts = earlier.attempts if earlier is not None else None
         execution, effects = executor.start(scope, job, time.time(), attempts)
         execution.run = snapshot.run
+        execution.breakpoints = marks
         # Kept before the commit: the commands it dispatches are sent from the snapshot.
         self.recipes.keep(scope, job, snapshot)
         try:
@@ -314,6 +349,7 @@ class StepHandlers:
             await control.record_results(scope, job, outcome.results, run=run)
         # Before the state is closed: if this fails, the report is handled again, and forgets.
         await self.scopes.forget_job(job)
+        await self.breakpoints.forget(scope, job)
         ended_here = await self.executions.mutate(scope, job, mark_ended)
         await self.events.drop_kept_for(scope, job)
         self.recipes.forget(scope, job)

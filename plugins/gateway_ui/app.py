@@ -31,6 +31,7 @@ from gateway.errors import ValidationError
 from gateway.recipes import JobCommand
 from gateway_ui.activity import Activity, action_stats, scope_activity
 from gateway_ui.assets import JS
+from gateway_ui.breakpoints import BREAKPOINT, breakpoint_arguments
 from gateway_ui.dashboard import Dashboard, DashboardStream
 from gateway_ui.live import LiveFeed
 from gateway_ui.pages import OPERATOR_ACTIONS, job_page, job_url, scope_page
@@ -265,8 +266,10 @@ class UiApplications:
         if not self.operators:
             return _error(403, "operator actions are off (no ui.operators configured)", request)
         action = request.path_params["action"]
-        if action not in OPERATOR_ACTIONS:
-            return _error(404, f"no operator action {action!r} (hold, resume, abort)", request)
+        if action not in (*OPERATOR_ACTIONS, BREAKPOINT):
+            return _error(
+                404, f"no operator action {action!r} (hold, resume, abort, breakpoint)", request
+            )
         operator = self._operator(request)
         if operator is None:
             return Response(
@@ -276,9 +279,17 @@ class UiApplications:
             )
         scope, job = request.path_params["scope"], request.path_params["job"]
         await self.data.job(scope, job)
-        outcome = await self.gateway.job_control.request(
-            scope, job, COMMANDS[action], f"operator {operator}"
-        )
+        control = self.gateway.job_control
+        if action == BREAKPOINT:
+            try:
+                step, enabled = await breakpoint_arguments(request)
+            except ValidationError as error:
+                return _error(400, str(error), request)
+            outcome = await control.set_breakpoint(
+                scope, step, job_order_id=job, enabled=enabled, requested_by=f"operator {operator}"
+            )
+        else:
+            outcome = await control.request(scope, job, COMMANDS[action], f"operator {operator}")
         log.info("operator %s: %s of %s/%s: %s", operator, action, scope, job, outcome.status)
         return {"accepted": outcome.accepted, "status": outcome.status, "message": outcome.message}
 

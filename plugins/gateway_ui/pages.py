@@ -161,6 +161,12 @@ def queue_section(scope: str, queue: Mapping[str, Any]) -> str:
     )
 
 
+def _paused_before(progress: Mapping[str, Any] | None) -> str:
+    """The rest of the breakpoint notice's element: shown when the job is paused at one."""
+    step = None if progress is None else progress.get("paused_before")
+    return f">Paused at a breakpoint before step {_e(step)}" if step else " hidden>"
+
+
 def job_page(
     view: Mapping[str, Any],
     chart: str | None,
@@ -200,6 +206,12 @@ def job_page(
             f'<button type="submit" name="action" value="{action}">{action.title()}</button></form>'
             for action in OPERATOR_ACTIONS
         )
+        forms += (
+            f'<form method="post" action="{_e(job_url(scope, job))}/actions/breakpoint">'
+            '<input name="step" placeholder="step" required aria-label="step"> '
+            '<label><input type="checkbox" name="clear" value="1"> clear</label> '
+            '<button type="submit">Breakpoint</button></form>'
+        )
         buttons = f'<section class="operator" id="operator"><h2>Operator</h2>{forms}</section>'
     drawing = chart or '<p class="muted">This recipe cannot be drawn.</p>'
     body = f"""<h1>Job {_e(job)}</h1>
@@ -208,6 +220,7 @@ def job_page(
 </div><div>
 <dl class="facts">{fact_list}</dl>
 <div id="error" class="error" hidden></div>
+<div id="breakpoint" class="notice"{_paused_before(view["progress"])}</div>
 {buttons}
 <h2>Active steps</h2>
 <table id="active"><thead><tr><th>Step</th><th>Time in step</th></tr></thead><tbody></tbody></table>

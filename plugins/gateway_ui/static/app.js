@@ -105,6 +105,13 @@
     }
   }
 
+  function showBreakpoint(progress) {
+    const box = document.getElementById("breakpoint");
+    const step = progress && progress.paused_before;
+    box.textContent = step ? "Paused at a breakpoint before step " + step : "";
+    box.hidden = !step;
+  }
+
   function showResults(response) {
     const body = document.querySelector("#results tbody");
     body.replaceChildren();
@@ -146,6 +153,7 @@
     showChart(update.progress);
     showActive(update.progress);
     showActions(update.progress);
+    showBreakpoint(update.progress);
     showResults(update.response);
     tick();
   }

@@ -1,0 +1,85 @@
+"""An operator's breakpoint from the web UI on an SFC job (the simulated station, real Redis and
+mosquitto): the job pauses before the step, the page and the trace say why, Resume goes on."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import pytest
+
+from gateway.testing import poll_until, running
+from gateway_jobs.model import ReturnStatus
+from gateway_jobs.testing import job_order, return_status, work_master
+from gateway_sfc.model import DATASCHEMA
+
+if TYPE_CHECKING:
+    from tests.plugins.gateway_ui.conftest import Station
+
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+
+JOB_API = "/api/scopes/cell1/jobs"
+OK = ReturnStatus.NO_ERROR
+
+
+async def methods(station: Station, count: int) -> list[tuple[str, str, str]]:
+    """The job's method calls in its trace, once there are ``count`` of them."""
+    with anyio.fail_after(10):
+        while True:
+            entries: list[dict[str, Any]] = (await station.get_json(f"{JOB_API}/J1/trace"))[
+                "entries"
+            ]
+            found = [
+                (e["method"], e["status"], e["requested_by"])
+                for e in entries
+                if e["kind"] == "method"
+            ]
+            if len(found) >= count:
+                return found
+            await anyio.sleep(0.05)
+
+
+async def test_an_operator_sets_a_breakpoint_and_the_job_pauses_before_that_step(
+    station: Station,
+) -> None:
+    settings = {"GATEWAY_UI_OPERATORS": "alice:secret"}
+    alice = station.basic("alice", "secret")
+    action = f"{JOB_API}/J1/actions/breakpoint"
+    async with running(station.gateway(**settings)), station.mes() as mes:
+        wm = work_master("WM", station.rear_axle, dataschema=DATASCHEMA)
+        assert return_status(await mes.configure("workmaster", wm)) == OK
+        assert return_status(await mes.store(job_order("J1", work_masters=["WM"]))) == OK
+        unknown = await station.request(f"{action}?step=nowhere", "POST", alice)
+        no_step = await station.request(action, "POST", alice)
+        done = await station.request(f"{action}?step=verify", "POST", alice)
+        assert return_status(await mes.act("Start", "J1")) == OK
+
+        async def suspended() -> bool:
+            job = await station.get_json(f"{JOB_API}/J1")
+            return bool(job["state"] == "Interrupted.Suspended" and job["progress"])
+
+        await poll_until(suspended)
+        job = await station.get_json(f"{JOB_API}/J1")
+        page = (await station.request("/ui/scopes/cell1/jobs/J1")).body.decode()
+        resumed = await station.request(f"{JOB_API}/J1/actions/resume", "POST", alice)
+        traced = await methods(station, 6)
+    assert (unknown.status, unknown.json()["status"]) == (409, "INVALID_REQUEST")
+    assert unknown.json()["message"].startswith("unknown-step: 'nowhere'")
+    assert no_step.status == 400
+    assert done.json() == {"accepted": True, "status": "NO_ERROR", "message": None}
+    assert job["progress"]["paused_before"] == "verify"
+    assert job["progress"]["breakpoints"] == ["verify"]
+    assert {action["name"] for action in job["progress"]["actions"]} >= {"tighten", "camera_qa"}
+    assert "verify" not in {action["name"] for action in job["progress"]["actions"]}
+    assert "Paused at a breakpoint before step verify" in page
+    assert resumed.json()["accepted"] is True
+    assert traced[:4] == [
+        ("Store", "NO_ERROR", "MES urn:test:mes"),
+        ("SetBreakpoint", "INVALID_REQUEST", "operator alice"),
+        ("SetBreakpoint", "NO_ERROR", "operator alice"),
+        ("Start", "NO_ERROR", "MES urn:test:mes"),
+    ]
+    assert traced[4:] == [
+        ("Pause", "NO_ERROR", "breakpoint before verify"),
+        ("Resume", "NO_ERROR", "operator alice"),
+    ]
