@@ -45,7 +45,7 @@ async def test_an_operator_sets_a_breakpoint_and_the_job_pauses_before_that_step
     settings = {"GATEWAY_UI_OPERATORS": "alice:secret"}
     alice = station.basic("alice", "secret")
     action = f"{JOB_API}/J1/actions/breakpoint"
-    async with running(station.gateway(**settings)), station.mes() as mes:
+    async with running(station.gateway(seconds=0.05, **settings)), station.mes() as mes:
         wm = work_master("WM", station.rear_axle, dataschema=DATASCHEMA)
         assert return_status(await mes.configure("workmaster", wm)) == OK
         assert return_status(await mes.store(job_order("J1", work_masters=["WM"]))) == OK
