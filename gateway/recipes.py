@@ -173,6 +173,8 @@ class QueuedJob:
     priority: int
     start_time: str | None  # RFC 3339; it does not start before
     equipment: Sequence[str]  # what it will hold while it runs
+    # Of its equipment, what an unsafe failure left blocked: it waits for an acknowledgement.
+    blocked: Sequence[str] = ()
 
 
 @dataclass(frozen=True)
@@ -184,6 +186,17 @@ class ScopeQueue:
     capacity: int  # jobs it runs at once; 0: no limit
     running: Mapping[str, Sequence[str]]  # jobs let start and not ended -> equipment they hold
     waiting: Sequence[QueuedJob]
+    # Equipment an unsafe failure left blocked until acknowledged -> why (``JobControl.block``).
+    blocked: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Acknowledgement:
+    """Blocked equipment released by someone (``JobControl.acknowledge``)."""
+
+    equipment: str
+    job_order_id: str  # the job whose unsafe failure blocked it
+    reason: str
 
 
 class JobControl(Protocol):
@@ -248,6 +261,22 @@ class JobControl(Protocol):
         run: str | None = None,
     ) -> bool:
         """Update the Job Response with results so far, without changing the job's state."""
+        ...
+
+    async def block(
+        self, scope: str, job_order_id: str, equipment: Sequence[str], reason: str
+    ) -> bool:
+        """The job failed unsafe (its rollback did not make the station safe): ``equipment``
+        is blocked for new jobs until someone acknowledges it (``acknowledge``); queued jobs
+        that need it wait, with that reason. ``False``: the station does not block (a setting).
+        Called before the job's end is reported, so no job starts on it in between."""
+        ...
+
+    async def acknowledge(
+        self, scope: str, equipment: Sequence[str] | None, acknowledged_by: str
+    ) -> Sequence[Acknowledgement]:
+        """Release blocked ``equipment`` (``None``: all of the scope's) on behalf of
+        ``acknowledged_by``; returns what was released (traced with who did it)."""
         ...
 
     async def jobs(self, scope: str) -> Sequence[JobSummary]:

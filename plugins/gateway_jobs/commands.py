@@ -30,7 +30,7 @@ from gateway.plugins import GatewayPluginManager
 from gateway.topics import ANY, CLI_REPLY_PREFIX, JOBS_PREFIX, MesTopics, check_topic_prefix
 from gateway_jobs.breakpoints import BREAKPOINT_METHOD, BREAKPOINT_TYPE
 from gateway_jobs.client import LISTED_STATES, JobsClient, config_kinds, job_order_payload
-from gateway_jobs.config import CONFIG_KINDS, ONLINE
+from gateway_jobs.config import ACKNOWLEDGEMENT, CONFIG_KINDS, ONLINE
 from gateway_jobs.tables import (
     error,
     job_table,
@@ -147,7 +147,17 @@ def _configure_scope(parser: argparse.ArgumentParser) -> None:
     online.set_defaults(run=_online)
     queue = actions.add_parser("queue", help="the jobs running and waiting, in order")
     queue.set_defaults(run=_queue)
-    for sub in (offline, online, queue):
+    acknowledge = actions.add_parser(
+        "acknowledge",
+        help="release equipment an unsafe failure blocked, so queued jobs may use it again "
+        "(config.acknowledgement)",
+    )
+    acknowledge.add_argument(
+        "equipment", nargs="*", metavar="EQUIPMENT", help="the equipment (default: all blocked)"
+    )
+    acknowledge.add_argument("--by", required=True, help="who acknowledges (traced)")
+    acknowledge.set_defaults(run=_acknowledge)
+    for sub in (offline, online, queue, acknowledge):
         _add_connection_options(sub)
 
 
@@ -375,6 +385,15 @@ async def _offline(args: argparse.Namespace, jobs: JobsClient, out: Console) -> 
 async def _online(args: argparse.Namespace, jobs: JobsClient, out: Console) -> None:
     await jobs.configure(ONLINE, None, delete=True)
     _said(args, out, f"scope {jobs.scope} is online", {"Online": True})
+
+
+async def _acknowledge(args: argparse.Namespace, jobs: JobsClient, out: Console) -> None:
+    document: dict[str, Any] = {"AcknowledgedBy": args.by}
+    if args.equipment:
+        document["EquipmentIDs"] = list(args.equipment)
+    await jobs.configure(ACKNOWLEDGEMENT, document)
+    what = ", ".join(args.equipment) or "all blocked equipment"
+    _said(args, out, f"scope {jobs.scope}: {what} acknowledged by {args.by}", document)
 
 
 def _said(args: argparse.Namespace, out: Console, text: str, document: dict[str, Any]) -> None:

@@ -16,6 +16,8 @@ DELETE (remove). The payload is one resource or a list of them:
                          DefaultWorkMasterID,
                          MaxRunningJobOrders}
     online              {Online, Reason}             (the scope)            document
+    acknowledgement     {EquipmentIDs,               (the scope)            releases blocked
+                         AcknowledgedBy}                                    equipment (``queue``)
 
 Keys: ``{p}:{scope}:config:<kind>`` (sets and the two documents) and
 ``{p}:{scope}:workmaster:<id>``. A Work Master whose ``DataSchema`` no recipe interpreter here
@@ -99,7 +101,10 @@ RESOURCE_KINDS: Mapping[str, ResourceKind] = {
 WORK_MASTER = "workmaster"
 JOB_ACCEPTANCE = "jobacceptance"
 ONLINE = "online"
-CONFIG_KINDS = (*RESOURCE_KINDS, WORK_MASTER, JOB_ACCEPTANCE, ONLINE)
+# Not configuration kept, an operator's word: equipment an unsafe failure blocked (``queue``) may
+# take jobs again. Handled by the processor (job control releases it and traces who did).
+ACKNOWLEDGEMENT = "acknowledgement"
+CONFIG_KINDS = (*RESOURCE_KINDS, WORK_MASTER, JOB_ACCEPTANCE, ONLINE, ACKNOWLEDGEMENT)
 _ACCEPTANCE_NAMES = {
     "max_downloadable_job_orders": "MaxDownloadableJobOrders",
     "max_running_job_orders": "MaxRunningJobOrders",
@@ -343,6 +348,34 @@ class StationConfig:
         else:
             await self.store.set_json(key, to_json(from_json(data, Online)))
         return Outcome(ReturnStatus.NO_ERROR)
+
+
+@dataclass(frozen=True)
+class AcknowledgementRequest:
+    equipment: list[str] | None  # None: everything blocked in the scope
+    acknowledged_by: str | None
+
+
+def acknowledgement_request(data: Any) -> AcknowledgementRequest:
+    """``{"EquipmentIDs": [...], "AcknowledgedBy": "..."}``, both optional; ``ValidationError``
+    names a bad field."""
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise ValidationError("data", "must be a JSON object {EquipmentIDs, AcknowledgedBy}")
+    unknown = set(data) - {"EquipmentIDs", "AcknowledgedBy"}
+    if unknown:
+        raise ValidationError("data", f"unknown field {sorted(unknown)[0]!r}")
+    equipment = data.get("EquipmentIDs")
+    if equipment is not None and (
+        not isinstance(equipment, list)
+        or not all(isinstance(item, str) and item for item in equipment)
+    ):
+        raise ValidationError("data.EquipmentIDs", "must be a list of equipment IDs")
+    by = data.get("AcknowledgedBy")
+    if by is not None and (not isinstance(by, str) or not by):
+        raise ValidationError("data.AcknowledgedBy", "must be a non-empty string")
+    return AcknowledgementRequest(equipment, by)
 
 
 def _items(data: Any, model: type[Any]) -> list[Any]:

@@ -17,10 +17,12 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gateway.cloudevents import format_time, utc_now
 from gateway.jobstates import JobState
 from gateway.logs import log_context
 from gateway.recipes import (
     RECIPE_VERSION_ID,
+    Acknowledgement,
     JobCommand,
     JobOutcome,
     JobSummary,
@@ -40,6 +42,8 @@ log = logging.getLogger(__name__)
 
 ERROR_ID = "Error"
 SIDE_EFFECTS_ID = "SideEffects"
+# Job Response entry of a job that failed unsafe: who acknowledged it, when, what was released.
+ACKNOWLEDGED_ID = "Acknowledged"
 
 
 class JobsControl:
@@ -145,6 +149,47 @@ class JobsControl:
         edit = _response_edit([], description=f"Held: {reason}")
         return await self.manager.drive(scope, job_order_id, "Hold", edit, run=run)
 
+    async def block(
+        self, scope: str, job_order_id: str, equipment: Sequence[str], reason: str
+    ) -> bool:
+        if not self.manager.settings.block_unsafe_failures:
+            return False
+        await self.manager.dispatcher.block(scope, job_order_id, equipment, reason)
+        with log_context(scope=scope, job=job_order_id):
+            log.warning(
+                "job %s/%s failed unsafe: %s blocked until acknowledged (%s)",
+                scope,
+                job_order_id,
+                ", ".join(sorted(set(equipment))),
+                reason,
+            )
+        return True
+
+    async def acknowledge(
+        self, scope: str, equipment: Sequence[str] | None, acknowledged_by: str
+    ) -> Sequence[Acknowledgement]:
+        released = await self.manager.dispatcher.acknowledge(scope, equipment)
+        by_job: dict[str, list[str]] = {}
+        for name, blocked in sorted(released.items()):
+            by_job.setdefault(blocked.job_order_id, []).append(name)
+        for job_order_id, names in by_job.items():
+            # Traced where the failure is: in the failed job's Job Response (if it is still
+            # there), and in the log, with who acknowledged.
+            with log_context(scope=scope, job=job_order_id):
+                log.warning(
+                    "%s acknowledged the unsafe failure of job %s/%s: %s released",
+                    acknowledged_by,
+                    scope,
+                    job_order_id,
+                    ", ".join(names),
+                )
+            entry = {"By": acknowledged_by, "At": utc_text(), "Equipment": names}
+            await self.record_results(scope, job_order_id, [ProcessValue(ACKNOWLEDGED_ID, entry)])
+        return [
+            Acknowledgement(name, blocked.job_order_id, blocked.reason)
+            for name, blocked in sorted(released.items())
+        ]
+
     async def record_results(
         self,
         scope: str,
@@ -161,6 +206,10 @@ class JobsControl:
             return results_received(edit(job))
 
         return await self.manager.drive(scope, job_order_id, "ResultUpdate", recorded, run=run)
+
+
+def utc_text() -> str:
+    return format_time(utc_now())
 
 
 def summary(job: StoredJob) -> JobSummary:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 import anyio
@@ -29,6 +29,7 @@ from gateway_jobs.coalesce import Coalescer
 from gateway_jobs.queue import (
     DISPATCH,
     ENQUEUE,
+    Blocked,
     QueueKeys,
     QueueView,
     entry_equipment,
@@ -90,6 +91,7 @@ class Dispatcher:
                 keys.state(scope, TopState.INTERRUPTED),
                 keys.state(scope, TopState.ALLOWED_TO_START),
                 keys.acceptance(scope),
+                keys.blocked(scope),
             ],
             args=[repr(self.clock()), self.capacity, "1" if verify else "0"],
         )
@@ -119,6 +121,33 @@ class Dispatcher:
 
     async def queue(self, scope: str) -> QueueView:
         return await read_queue(self.keys, scope, self.capacity)
+
+    async def block(
+        self, scope: str, job_order_id: str, equipment: Sequence[str], reason: str
+    ) -> None:
+        """Block ``equipment`` for new jobs until acknowledged (what blocked it first stays
+        the reason; a report handled twice blocks nothing more)."""
+        if not equipment:
+            return
+        entry = Blocked(job_order_id, reason, self.clock()).json()
+        pipeline = self.store.client.pipeline(transaction=True)
+        for item in sorted(set(equipment)):
+            pipeline.hsetnx(self.keys.blocked(scope), item, entry)
+        await pipeline.execute()
+
+    async def acknowledge(self, scope: str, equipment: Sequence[str] | None) -> dict[str, Blocked]:
+        """Release blocked ``equipment`` (``None``: all); what was released. A pass follows:
+        the jobs waiting for it may start."""
+        key = self.keys.blocked(scope)
+        released: dict[str, Blocked] = {}
+        for name, text in (await self.store.client.hgetall(key)).items():
+            # HDEL answers whether this call removed it: two acknowledgements at once release
+            # it once.
+            if (equipment is None or name in equipment) and await self.store.client.hdel(key, name):
+                released[str(name)] = Blocked.of(text)
+        if released:
+            await self.request(scope)
+        return released
 
     async def admitted_waiting(self, scope: str) -> list[str]:
         """Jobs let start that have not started running yet (``JobControl.startable``)."""

@@ -26,11 +26,18 @@ from gateway_jobs.breakpoints import (
     breakpoint_arguments,
     set_breakpoint,
 )
-from gateway_jobs.config import CONFIG_KINDS, PUT, config_type
+from gateway_jobs.config import (
+    ACKNOWLEDGEMENT,
+    CONFIG_KINDS,
+    PUT,
+    acknowledgement_request,
+    config_type,
+)
+from gateway_jobs.control import JobsControl
 from gateway_jobs.events import method_type
 from gateway_jobs.jobs import JobManager
 from gateway_jobs.methods import JobsMethods
-from gateway_jobs.model import MethodReply, to_json
+from gateway_jobs.model import MethodReply, Outcome, ReturnStatus, to_json
 from gateway_jobs.roles import MES_ROLES
 
 METHOD_TYPES = {method_type(method): method for method in JobMethod if not method.is_query}
@@ -96,7 +103,10 @@ class JobsProcessor:
         if event.type == BREAKPOINT_TYPE:
             return [await self._breakpoint(scope, event)]
         kind = CONFIG_TYPES[event.type]
-        outcome = await self.manager.configure(scope, kind, event.method or PUT, event.data)
+        if kind == ACKNOWLEDGEMENT:
+            outcome = await self._acknowledge(scope, event)
+        else:
+            outcome = await self.manager.configure(scope, kind, event.method or PUT, event.data)
         self.count(f"config.{kind}", outcome.status.name)
         return [self._reply(event, MethodReply(outcome.status), outcome.message)]
 
@@ -109,6 +119,12 @@ class JobsProcessor:
             scope, job, BREAKPOINT_METHOD, outcome, requested_by=f"MES {event.source}"
         )
         return self._reply(event, MethodReply(outcome.status), outcome.message)
+    async def _acknowledge(self, scope: str, event: CloudEvent) -> Outcome:
+        """``config.acknowledgement``: release equipment an unsafe failure blocked."""
+        request = acknowledgement_request(event.data)
+        by = request.acknowledged_by or f"MES {event.source}"
+        await JobsControl(self.manager).acknowledge(scope, request.equipment, by)
+        return Outcome(ReturnStatus.NO_ERROR)
 
     def _reply(self, event: CloudEvent, output: Any, message: str | None = None) -> CloudEvent:
         reply = event.reply(source=self.source, data=to_json(output))

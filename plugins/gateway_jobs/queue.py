@@ -10,6 +10,8 @@ slot and runs unchanged on Redis Cluster::
     {p}:{scope}:queue:seq        STRING  the last arrival number handed out
     {p}:{scope}:queue:admitted   HASH    job -> its entry: the jobs let start, holding a slot of
                                          the capacity and their equipment until they end
+    {p}:{scope}:queue:blocked    HASH    equipment -> {"job": ..., "reason": ..., "since": Unix s}:
+                                         left unsafe by a failed job, until acknowledged
     {p}:{scope}:config:online    JSON    {"Online": false, "Reason": ...} while offline
 
 Entering and leaving the queue and releasing an allocation are written in the transaction that
@@ -59,11 +61,11 @@ end
 return 1
 """
 
-# KEYS: waiting, arrival, admitted, online, state:Running, state:Interrupted,
-# state:AllowedToStart, config:jobacceptance. ARGV: now (Unix s), capacity (0: unlimited) unless
-# jobacceptance sets MaxRunningJobOrders, verify ('1': check every admitted job's state; the
-# periodic pass does, a dispatch after a change need not, since the change released what it had
-# to in its own transaction).
+# KEYS: waiting, arrival, admitted, online, state:Running, state:Interrupted, state:AllowedToStart,
+# config:jobacceptance, blocked. ARGV: now (Unix s), capacity (0: unlimited) unless jobacceptance
+# sets MaxRunningJobOrders, verify ('1': check every admitted job's state; the periodic pass does, a
+# dispatch after a change need not, since the change released what it had to in its own
+# transaction).
 # Returns {admitted jobs, next StartTime not reached yet ('' when none)}.
 DISPATCH = """
 local now, capacity, verify = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1'
@@ -81,6 +83,8 @@ local function in_state(job, first, last)
   return false
 end
 local held, running = {}, 0
+-- Equipment an unsafe failure left blocked is held by nobody and let go to nobody.
+for _, id in ipairs(redis.call('HKEYS', KEYS[9])) do held[id] = true end
 local admitted = redis.call('HGETALL', KEYS[3])
 for i = 1, #admitted, 2 do
   local job = admitted[i]
@@ -153,6 +157,23 @@ class QueueEntry:
 
 
 @dataclass(frozen=True)
+class Blocked:
+    """Equipment an unsafe failure left blocked until someone acknowledges it."""
+
+    job_order_id: str
+    reason: str
+    since: float  # Unix time
+
+    def json(self) -> str:
+        return json.dumps({"job": self.job_order_id, "reason": self.reason, "since": self.since})
+
+    @staticmethod
+    def of(text: str | bytes) -> Blocked:
+        data = json.loads(text)
+        return Blocked(str(data["job"]), str(data["reason"]), float(data["since"]))
+
+
+@dataclass(frozen=True)
 class QueueView:
     """A scope's queue as it is now (for the MES, the UI, the demo, metrics)."""
 
@@ -161,6 +182,7 @@ class QueueView:
     capacity: int  # 0: unlimited
     admitted: Mapping[str, tuple[str, ...]]  # job -> equipment it holds
     waiting: Sequence[QueueEntry]  # in order, position 1 first
+    blocked: Mapping[str, Blocked] = dataclasses.field(default_factory=dict)  # by equipment
 
     def position(self, job_order_id: str) -> int | None:
         return next((e.position for e in self.waiting if e.job_order_id == job_order_id), None)
@@ -179,9 +201,11 @@ class QueueView:
                     priority=entry.priority,
                     start_time=None if entry.start_time is None else rfc3339(entry.start_time),
                     equipment=entry.equipment,
+                    blocked=[item for item in entry.equipment if item in self.blocked],
                 )
                 for entry in self.waiting
             ],
+            blocked={equipment: item.reason for equipment, item in self.blocked.items()},
         )
 
 
@@ -203,6 +227,9 @@ class QueueKeys:
 
     def seq(self, scope: str) -> str:
         return self.key(scope, "seq")
+
+    def blocked(self, scope: str) -> str:
+        return self.key(scope, "blocked")
 
     def online(self, scope: str) -> str:
         return self.store.keys.scoped(scope, "config", "online")
@@ -288,7 +315,8 @@ async def read_queue(keys: QueueKeys, scope: str, capacity: int) -> QueueView:
     pipeline.hgetall(keys.admitted(scope))
     pipeline.get(keys.online(scope))
     pipeline.get(keys.acceptance(scope))
-    waiting, arrivals, admitted, online, acceptance = await pipeline.execute()
+    pipeline.hgetall(keys.blocked(scope))
+    waiting, arrivals, admitted, online, acceptance, blocked = await pipeline.execute()
     if acceptance is not None:
         override = from_json(json.loads(acceptance), JobAcceptance).max_running_job_orders
         capacity = capacity if override is None else override
@@ -318,6 +346,7 @@ async def read_queue(keys: QueueKeys, scope: str, capacity: int) -> QueueView:
         capacity=capacity,
         admitted={str(job): entry_equipment(text) for job, text in admitted.items()},
         waiting=ordered,
+        blocked={str(equipment): Blocked.of(text) for equipment, text in blocked.items()},
     )
 
 

@@ -8,15 +8,19 @@ shows changed::
      "RunningCount": 1, "WaitingCount": 1,
      "Running": [{"JobOrderID": "J7", "Equipment": ["positioner", "tightener"]}],
      "Waiting": [{"JobOrderID": "J9", "Position": 1, "Priority": 5,
-                  "StartTime": "2026-11-26T10:00:00Z", "Equipment": ["positioner"]}],
+                  "StartTime": "2026-11-26T10:00:00Z", "Equipment": ["positioner"],
+                  "BlockedBy": []}],
+     "Blocked": [{"EquipmentID": "clamp", "JobOrderID": "J5", "Reason": "...",
+                  "Since": "2026-11-26T09:40:00Z"}],
      "UpdatedAt": "2026-11-26T09:59:58.125Z"}
 
-``Running`` lists the jobs let start and not ended yet (running, paused or held, or just handed
-to their interpreter), by JobOrderID; ``Waiting`` the queued ones in the order they will start.
-Each lists at most ``[jobs] queue_feed_jobs`` jobs (the first ones), and ``RunningCount`` /
-``WaitingCount`` say how many there are: the bytes of one update stay bounded however many jobs
-a scope holds (the rest of the queue: RequestJobResponseByJobOrderState, AllowedToStart, gives
-every queued job's QueuePosition).
+``Blocked`` lists the equipment an unsafe failure left blocked until acknowledged (``queue``), and
+each waiting job's ``BlockedBy`` the blocked equipment it needs. ``Running`` lists the jobs let
+start and not ended yet (running, paused or held, or just handed to their interpreter), by
+JobOrderID; ``Waiting`` the queued ones in the order they will start. Each lists at most ``[jobs]
+queue_feed_jobs`` jobs (the first ones), and ``RunningCount`` / ``WaitingCount`` say how many there
+are: the bytes of one update stay bounded however many jobs a scope holds (the rest of the queue:
+RequestJobResponseByJobOrderState, AllowedToStart, gives every queued job's QueuePosition).
 
 Publishing follows the dispatch passes without delaying them (``coalesce``): at most one read
 and publish per scope is in flight, and they start at least ``[jobs] queue_feed_ms`` apart, so
@@ -79,8 +83,19 @@ def queue_document(scope: str, view: QueueView, limit: int) -> dict[str, Any]:
                 "Priority": entry.priority,
                 "StartTime": None if entry.start_time is None else rfc3339(entry.start_time),
                 "Equipment": list(entry.equipment),
+                # What it waits for besides its turn: equipment an unsafe failure blocked.
+                "BlockedBy": [item for item in entry.equipment if item in view.blocked],
             }
             for entry in view.waiting[:limit]
+        ],
+        "Blocked": [
+            {
+                "EquipmentID": equipment,
+                "JobOrderID": blocked.job_order_id,
+                "Reason": blocked.reason,
+                "Since": rfc3339(blocked.since),
+            }
+            for equipment, blocked in sorted(view.blocked.items())
         ],
     }
 

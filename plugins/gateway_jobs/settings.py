@@ -45,6 +45,12 @@ class JobsSettings:
         "(jobs needing the same equipment never run together); false: only the capacity bounds "
         "running jobs (load tests, equipment that serves several jobs at once)",
     )
+    block_unsafe_failures: bool = setting(
+        True,
+        "Equipment a job touched that failed unsafe (its rollback failed: Rollback FAILED_UNSAFE) "
+        "takes no new job until acknowledged (gateway scope acknowledge, config.acknowledgement, "
+        "the web UI); false: never blocked",
+    )
     dispatch_poll_seconds: float = setting(
         1.0,
         "How often every instance looks for queued jobs that may start (a job ending or "

@@ -309,6 +309,14 @@ class StepHandlers:
             ),
         )
 
+    async def _block_touched(self, scope: str, job: str, execution: Execution) -> None:
+        """Block the equipment the job sent commands to: a rollback left it unsafe."""
+        snapshot = await self.recipes.get(scope, job, execution.run)
+        specs = (snapshot.spec(name) for name in execution.attempts)
+        touched = sorted({spec.equipment for spec in specs if spec and spec.equipment})
+        reason = f"job {job} failed unsafe: {execution.error}"
+        await self.context.gateway.job_control.block(scope, job, touched, reason)
+
     async def report(self, scope: str, job: str) -> None:
         """Tell job control how the execution ended (or that it holds), then close the state."""
         execution = await self.executions.read(scope, job)
@@ -325,6 +333,9 @@ class StepHandlers:
             return
         if execution.status is not Status.FINISHING:
             return
+        if execution.rollback is not None and execution.rollback.safe is False:
+            # Before the end frees the equipment: no job starts on it in between.
+            await self._block_touched(scope, job, execution)
         outcome = JobOutcome(
             results=[
                 *(ProcessValue(id=name, value=value) for name, value in execution.results.items()),

@@ -8,17 +8,28 @@ whether that made the station safe.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
+import anyio
 import pytest
 
 from gateway.app import Gateway
 from gateway.equipment import EquipmentCommand
-from gateway.testing import running
+from gateway.testing import poll_until, running
+from gateway.testing.cli import run_gateway
 from gateway.testing.equipment import EquipmentFailure, TestEquipment
-from gateway_jobs.testing import JobsMes, connect_mes, final_response, store_and_start
+from gateway_jobs.model import ReturnStatus
+from gateway_jobs.testing import (
+    JobsMes,
+    connect_mes,
+    final_response,
+    return_status,
+    store_and_start,
+)
 from gateway_jobs.testing import response_data as results
 from gateway_jobs.testing import state_texts as states
 from gateway_sequence import DATASCHEMA as SEQUENCE
@@ -77,13 +88,13 @@ class Station:
     name: str
     equipment: TestEquipment = field(default_factory=TestEquipment)
 
-    def gateway(self) -> Gateway:
+    def gateway(self, **extra: str) -> Gateway:
         environ = station_environ(
             mqtt_url=self.mqtt_url,
             redis_url=self.redis_url,
             name=self.name,
             simulator={},  # off: the equipment is the test's
-            extra={"GATEWAY_RUNTIME_TIMER_POLL_SECONDS": "0.01"},
+            extra={"GATEWAY_RUNTIME_TIMER_POLL_SECONDS": "0.01", **extra},
         )
         return Gateway.from_environment(None, environ, extra_plugins={"eq": self.equipment})
 
@@ -142,3 +153,75 @@ async def test_a_failing_unclamp_ends_the_job_unsafe(
         {"action": "clamp", "compensation": "unclamp", "outcome": "failed", "error": "jammed"}
     ]
     assert data["Error"].endswith("rollback failed: unclamp: jammed")
+
+
+def fails_for(job: str, message: str) -> Any:
+    """Fails the commands of ``job``; the other jobs' succeed."""
+
+    def behaviour(command: EquipmentCommand) -> Any:
+        if command.job_order_id == job:
+            raise EquipmentFailure(message)
+        return {"ok": True}
+
+    return behaviour
+
+
+async def waiting_for(gateway: Gateway, job: str) -> Sequence[str]:
+    """The blocked equipment ``job`` waits for in the queue, once it is queued."""
+    found: list[Sequence[str]] = []
+
+    async def queued() -> bool:
+        queue = await gateway.job_control.queue("cell1")
+        found[:] = [entry.blocked for entry in queue.waiting if entry.job_order_id == job]
+        return bool(found)
+
+    await poll_until(queued)
+    return found[0]
+
+
+async def test_an_unsafe_failure_blocks_its_equipment_until_acknowledged(
+    station: Station,
+) -> None:
+    station.equipment.behaviours = {
+        TIGHTEN: fails_for("J1", "torque not reached"),
+        UNCLAMP: fails_for("J1", "jammed"),
+    }
+    at = ["-s", "cell1", "--mqtt", station.mqtt_url, "--prefix", station.name]
+    async with running(station.gateway()) as gateway, station.mes() as mes:
+        await store_and_start(mes, SEQUENCE_RECIPE, "J1", dataschema=SEQUENCE)
+        assert results(await final_response(mes, "J1"))["Rollback"] == "FAILED_UNSAFE"
+        await store_and_start(mes, SEQUENCE_RECIPE, "J2", dataschema=SEQUENCE)
+        assert await waiting_for(gateway, "J2") == ["clamp1", "nutrunner1"]
+        queue = await gateway.job_control.queue("cell1")
+        assert queue.blocked["clamp1"].startswith("job J1 failed unsafe: step tighten: ")
+        retained = await mes.queue(until=lambda document: bool(document.get("Blocked")))
+        assert [item["EquipmentID"] for item in retained["Blocked"]] == ["clamp1", "nutrunner1"]
+        assert retained["Blocked"][0]["JobOrderID"] == "J1"
+
+        # An operator at the station acknowledges the clamp; the nutrunner stays blocked.
+        done = await anyio.to_thread.run_sync(
+            partial(run_gateway, "scope", "acknowledge", "clamp1", "--by", "Ana", *at)
+        )
+        assert (done.returncode, done.stdout) == (0, "scope cell1: clamp1 acknowledged by Ana\n")
+        assert await waiting_for(gateway, "J2") == ["nutrunner1"]
+        # The MES acknowledges the rest (config.acknowledgement, every blocked equipment).
+        reply = await mes.configure("acknowledgement", {"AcknowledgedBy": "MES shift lead"})
+        assert return_status(reply) == ReturnStatus.NO_ERROR
+        assert states(await final_response(mes, "J2"))[:2] == ["Ended", "Completed"]
+        acknowledged = results(await final_response(mes, "J1"))["Acknowledged"]
+    # The last acknowledgement is traced in the failed job's Job Response, with who gave it.
+    assert acknowledged["By"] == "MES shift lead"
+    assert acknowledged["Equipment"] == ["nutrunner1"]
+
+
+async def test_a_station_may_choose_not_to_block(station: Station) -> None:
+    station.equipment.behaviours = {
+        TIGHTEN: fails_for("J1", "torque not reached"),
+        UNCLAMP: fails_for("J1", "jammed"),
+    }
+    off = station.gateway(GATEWAY_JOBS_BLOCK_UNSAFE_FAILURES="false")
+    async with running(off), station.mes() as mes:
+        await store_and_start(mes, SEQUENCE_RECIPE, "J1", dataschema=SEQUENCE)
+        assert results(await final_response(mes, "J1"))["Rollback"] == "FAILED_UNSAFE"
+        await store_and_start(mes, SEQUENCE_RECIPE, "J2", dataschema=SEQUENCE)
+        assert states(await final_response(mes, "J2"))[:2] == ["Ended", "Completed"]
