@@ -119,6 +119,7 @@ class JobsProcessor:
             scope, job, BREAKPOINT_METHOD, outcome, requested_by=f"MES {event.source}"
         )
         return self._reply(event, MethodReply(outcome.status), outcome.message)
+
     async def _acknowledge(self, scope: str, event: CloudEvent) -> Outcome:
         """``config.acknowledgement``: release equipment an unsafe failure blocked."""
         request = acknowledgement_request(event.data)
