@@ -173,8 +173,12 @@ class Device:
             )
 
     async def report(self, type: str, data: Any, command: DeviceCommand) -> None:
-        """Emit an event about the part/job of ``command``."""
-        await self.emit(DeviceEvent(type, data, command.scope, command.job_order_id))
+        """Emit an event about the part/job of ``command``, naming that job unless the station
+        plays equipment that knows no jobs (``simulator.events_name_job``)."""
+        if self.settings.events_name_job:
+            await self.emit(DeviceEvent(type, data, command.scope, command.job_order_id))
+        else:
+            await self.emit(DeviceEvent(type, data))
 
     @property
     def settings(self) -> SimulatorSettings:

@@ -50,6 +50,11 @@ class SimulatorSettings:
         0.0, "Share of tightening commands the controller fails (0..1)", minimum=0
     )
     qa_fail_rate: float = setting(0.0, "Share of parts the camera rejects (0..1)", minimum=0)
+    events_name_job: bool = setting(
+        True,
+        "Events carry the job's scope and id (subject, joborderid); false: they name only the "
+        "equipment, as a PLC that knows no jobs (the gateway gives each to the job holding it)",
+    )
     seed: int | None = setting(
         None, "Random seed (same seed, same results); empty: different each run"
     )

@@ -28,11 +28,13 @@ from gateway.testing import poll_until, running, wait_until
 from gateway.testing.equipment import NoAnswer, TestEquipment, station_with
 from gateway.testing.mqtt import connect_test_client
 from gateway.testing.redis_ha import redis_client
+from gateway.testing.services import free_port
 from gateway_jobs.model import ReturnStatus
 from gateway_jobs.testing import JobsMes, final_response, job_order, return_status, work_master
 from gateway_jobs.testing import response_data as data_of
 from gateway_jobs.testing import state_texts as state_of
 from gateway_sfc.model import DATASCHEMA
+from gateway_simulator.testing import fast_devices, station_environ
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
@@ -209,3 +211,27 @@ async def test_an_early_event_received_by_one_instance_is_taken_by_a_job_the_oth
     # kept torque result in the commit that left it; the receiver moved none of those steps.
     assert "VerifyTorque" in runner.steps.entered & runner.steps.left
     assert "VerifyTorque" not in receiver.steps.entered | receiver.steps.left
+
+
+async def test_the_simulated_station_knowing_no_jobs_completes_every_rear_axle_job(
+    mqtt_url: str, redis_url: str, unique: str
+) -> None:
+    # The station: the tightener reports its torque result before it answers, so
+    # always before VerifyTorque is active, naming no job; so does the camera its QA result.
+    # Positioner and camera speak MQTT, the tightener MessagePack-RPC.
+    simulator = fast_devices(f"{unique}-sim", events_name_job="false", rpc_devices="tightener")
+    environ = station_environ(
+        mqtt_url=mqtt_url,
+        redis_url=redis_url,
+        name=unique,
+        simulator=simulator,
+        extra={"GATEWAY_MSGPACK_RPC_PORT": str(free_port())},
+    )
+    station = Station(mqtt_url, redis_url, unique)
+    async with running(Gateway.from_environment(None, environ)):
+        for job in ("J1", "J2", "J3"):
+            response = await station.run_axle(job)
+            assert state_of(response)[:2] == ["Ended", "Completed"], response
+            data = data_of(response)
+            assert data["verify"] == data["tighten"]  # the tightener's own result
+            assert data["camera_qa"]["image"] == "sim://camera/" + job + ".png"

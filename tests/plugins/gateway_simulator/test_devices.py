@@ -75,6 +75,15 @@ async def test_the_tightener_answers_around_the_set_point_and_reports_the_torque
 
 
 @pytest.mark.anyio
+async def test_a_station_knowing_no_jobs_reports_events_naming_neither_job_nor_scope() -> None:
+    simulated, emitted = station(events_name_job=False)
+    answer = await simulated.devices["tightener"].answer(tighten())
+    [(device, event)] = emitted
+    assert (device, event.data) == ("tightener", answer.data)
+    assert (event.scope, event.job_order_id) == (None, None)
+
+
+@pytest.mark.anyio
 async def test_the_set_point_comes_from_the_job_when_the_action_has_none() -> None:
     simulated, _ = station(torque_noise=0)
     command = DeviceCommand(
