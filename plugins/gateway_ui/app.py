@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import hmac
 import logging
 import time
@@ -29,12 +30,13 @@ from starlette.routing import Route
 
 from gateway.errors import ValidationError
 from gateway.recipes import JobCommand
+from gateway_ui.acknowledge import blocked_section
 from gateway_ui.activity import Activity, action_stats, scope_activity
 from gateway_ui.assets import JS
 from gateway_ui.breakpoints import BREAKPOINT, breakpoint_arguments
 from gateway_ui.dashboard import Dashboard, DashboardStream
 from gateway_ui.live import LiveFeed
-from gateway_ui.pages import OPERATOR_ACTIONS, job_page, job_url, scope_page
+from gateway_ui.pages import OPERATOR_ACTIONS, job_page, job_url, scope_page, scope_url
 from gateway_ui.settings import UiSettings
 from gateway_ui.sse import JobStream, ScopeStream, parse_cursor
 from gateway_ui.station import dashboard_page, sections
@@ -93,6 +95,11 @@ class UiApplications:
                     _guarded(self.page_action),
                     methods=["POST"],
                 ),
+                Route(
+                    "/scopes/{scope:path}/equipment/{equipment}/acknowledge",
+                    _guarded(self.page_acknowledge),
+                    methods=["POST"],
+                ),
                 Route("/scopes/{scope:path}/jobs/{job}", _guarded(self.job_page)),
                 Route("/scopes/{scope:path}/timeline", _guarded(self.timeline_page)),
                 Route("/scopes/{scope:path}", _guarded(self.scope_page)),
@@ -108,6 +115,11 @@ class UiApplications:
                 Route(
                     "/{scope:path}/jobs/{job}/actions/{action}",
                     _guarded(self.api_action),
+                    methods=["POST"],
+                ),
+                Route(
+                    "/{scope:path}/equipment/{equipment}/acknowledge",
+                    _guarded(self.api_acknowledge),
                     methods=["POST"],
                 ),
                 Route("/{scope:path}/jobs/{job}", _guarded(self.api_job)),
@@ -161,7 +173,9 @@ class UiApplications:
         stream = ScopeStream(self.data.store, scope, self.feed)
         cursor = await stream.cursor_now()  # before the read: nothing falls between the two
         jobs = await self.data.jobs(scope)
-        return HTMLResponse(scope_page(scope, jobs, cursor, await self.data.queue(scope)))
+        queue = await self.data.queue(scope)
+        blocked = blocked_section(scope, queue, operators=bool(self.operators))
+        return HTMLResponse(scope_page(scope, jobs, cursor, queue, blocked=blocked))
 
     async def job_page(self, request: Request) -> Response:
         scope, job = request.path_params["scope"], request.path_params["job"]
@@ -292,6 +306,38 @@ class UiApplications:
             outcome = await control.request(scope, job, COMMANDS[action], f"operator {operator}")
         log.info("operator %s: %s of %s/%s: %s", operator, action, scope, job, outcome.status)
         return {"accepted": outcome.accepted, "status": outcome.status, "message": outcome.message}
+
+    async def page_acknowledge(self, request: Request) -> Response:
+        origin = request.headers.get("origin")
+        if origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}":
+            return _error(403, "operator actions come from this gateway's own pages", request)
+        outcome = await self._acknowledge(request)
+        if isinstance(outcome, Response):
+            return outcome
+        return RedirectResponse(scope_url(request.path_params["scope"]), status_code=303)
+
+    async def api_acknowledge(self, request: Request) -> Response:
+        outcome = await self._acknowledge(request)
+        return outcome if isinstance(outcome, Response) else JSONResponse(outcome)
+
+    async def _acknowledge(self, request: Request) -> Response | dict[str, Any]:
+        """Release one blocked equipment for the operator whose credentials came along."""
+        if not self.operators:
+            return _error(403, "operator actions are off (no ui.operators configured)", request)
+        operator = self._operator(request)
+        if operator is None:
+            return Response(
+                "operator credentials needed\n",
+                status_code=401,
+                headers={"WWW-Authenticate": 'Basic realm="gateway operators", charset="UTF-8"'},
+            )
+        scope = await self.data.known_scope(request.path_params["scope"])
+        equipment = request.path_params["equipment"]
+        released = await self.gateway.job_control.acknowledge(
+            scope, [equipment], f"operator {operator}"
+        )
+        log.info("operator %s acknowledged %s of %s: %s", operator, equipment, scope, released)
+        return {"released": [dataclasses.asdict(item) for item in released]}
 
     def _operator(self, request: Request) -> str | None:
         """The operator whose Basic credentials the request carries, if they are right."""

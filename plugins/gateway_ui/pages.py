@@ -97,8 +97,14 @@ def page_order(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def scope_page(
-    scope: str, jobs: list[dict[str, Any]], cursor: str, queue: Mapping[str, Any]
+    scope: str,
+    jobs: list[dict[str, Any]],
+    cursor: str,
+    queue: Mapping[str, Any],
+    *,
+    blocked: str = "",
 ) -> str:
+    """``blocked``: the section of equipment an unsafe failure blocked (``acknowledge``)."""
     jobs = page_order(jobs)
     rows = "".join(
         f'<tr data-job="{_e(job["job_order_id"])}">'
@@ -123,7 +129,7 @@ def scope_page(
         '<p class="muted">Running first, then waiting (highest priority first), then ended '
         "(the newest first).</p>"
     )
-    return page(f"Scope {scope}", [(scope, None)], queue_section(scope, queue) + body)
+    return page(f"Scope {scope}", [(scope, None)], blocked + queue_section(scope, queue) + body)
 
 
 def queue_section(scope: str, queue: Mapping[str, Any]) -> str:

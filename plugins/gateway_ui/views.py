@@ -74,6 +74,10 @@ class UiData:
                 for job, equipment in sorted(queue.running.items())
             ],
             "waiting": [dataclasses.asdict(entry) for entry in queue.waiting],
+            "blocked": [
+                {"equipment": equipment, "reason": reason}
+                for equipment, reason in sorted(queue.blocked.items())
+            ],
         }
 
     async def jobs(self, scope: str) -> list[dict[str, Any]]:

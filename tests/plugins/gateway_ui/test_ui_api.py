@@ -268,3 +268,31 @@ async def test_the_scope_page_shows_the_queue_and_the_online_state(station: Stat
     assert "offline: maintenance" in page
     assert page.index("J1") < page.index("J2")
     assert '<span class="offline">offline: maintenance</span>' in index
+
+
+async def test_an_operator_acknowledges_equipment_an_unsafe_failure_blocked(
+    station: Station,
+) -> None:
+    settings = {"GATEWAY_UI_OPERATORS": "alice:secret"}
+    async with running(station.gateway(seconds=1, **settings)) as gateway, station.mes() as mes:
+        await station.start_rear_axle(mes, "J1")
+        await until_state(station, "J1", "Running")
+        # As the runtime does when a rollback fails (tests/e2e/test_rollback.py end to end).
+        await gateway.job_control.block(SCOPE, "J0", ["clamp 1"], "job J0 failed unsafe: jammed")
+        page = (await station.request(f"/ui/scopes/{SCOPE}")).body.decode()
+        assert "job J0 failed unsafe: jammed" in page
+        assert 'action="/ui/scopes/cell1/equipment/clamp%201/acknowledge"' in page
+        api = f"/api/scopes/{SCOPE}/equipment/clamp%201/acknowledge"
+        assert (await station.request(api, "POST")).status == 401
+        form = await station.request(
+            f"/ui/scopes/{SCOPE}/equipment/clamp%201/acknowledge",
+            "POST",
+            {**station.basic("alice", "secret"), "Origin": f"http://127.0.0.1:{station.port}"},
+        )
+        assert form.status == 303
+        assert form.headers["location"] == f"/ui/scopes/{SCOPE}"
+        assert (await gateway.job_control.queue(SCOPE)).blocked == {}
+        again = await station.request(api, "POST", station.basic("alice", "secret"))
+        assert again.json() == {"released": []}  # nothing blocked any more
+        page = (await station.request(f"/ui/scopes/{SCOPE}")).body.decode()
+    assert "Blocked equipment" not in page
