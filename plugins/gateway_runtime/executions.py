@@ -148,6 +148,19 @@ class ExecutionStore:
             f"job {scope}/{job}: state kept changing under {settings.max_cas_retries} tries"
         )
 
+    async def close(self, execution: Execution) -> bool:
+        """Mark ``execution``, as just read, ended (``False``: another task closed it first).
+        The swap is from that state, with no read and no executor (a report, the one caller,
+        has just read it); only a conflict reads again (``mutate``)."""
+        self._remembered.pop((execution.scope, execution.job))
+        execution.status = Status.ENDED
+        commit = await self.write(
+            execution, execution.version, Effects(changed=True), set(), waits_for_event=False
+        )
+        if commit is Commit.WRITTEN:
+            return True
+        return await self.mutate(execution.scope, execution.job, mark_ended)
+
     async def _after(
         self, execution: Execution, effects: Effects, *, started_waiting: bool
     ) -> None:

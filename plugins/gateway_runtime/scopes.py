@@ -72,9 +72,6 @@ class ScopeRegistry:
         with anyio.move_on_after(self.context.settings.scope_poll_seconds):
             await self._scope_added.wait()
 
-    async def remember_job(self, scope: str, job: str) -> None:
-        await self.context.client.set(self.context.keys.job_scope(job), scope)
-
     async def forget_job(self, job: str) -> None:
         """The job's chart has ended (or will never run): its scope is kept as long as its
         ended state (a late reply still finds its job), then goes."""

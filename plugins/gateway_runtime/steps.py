@@ -31,7 +31,7 @@ from gateway_runtime.binding import bind_equipment
 from gateway_runtime.breakpoints import Breakpoints, first_stop
 from gateway_runtime.context import EngineContext
 from gateway_runtime.events import EventRouter
-from gateway_runtime.executions import ExecutionStore, mark_ended, outbox_member, timer_from_json
+from gateway_runtime.executions import ExecutionStore, outbox_member, timer_from_json
 from gateway_runtime.scopes import ScopeRegistry
 from gateway_runtime.snapshots import RecipeCache, Snapshot
 
@@ -361,7 +361,7 @@ class StepHandlers:
         # Before the state is closed: if this fails, the report is handled again, and forgets.
         await self.scopes.forget_job(job)
         await self.breakpoints.forget(scope, job)
-        ended_here = await self.executions.mutate(scope, job, mark_ended)
+        ended_here = await self.executions.close(execution)
         await self.events.drop_kept_for(scope, job)
         self.recipes.forget(scope, job)
         if not ended_here:

@@ -21,8 +21,15 @@ class WorkQueue:
         await self.context.client.xadd(self.context.keys.work(scope), dict(fields))  # type: ignore[arg-type]
 
     async def start(self, scope: str, job: str) -> None:
-        await self.scopes.remember_job(scope, job)
-        await self.enqueue(scope, {"kind": "start", "job": job})
+        """The job's scope (``ScopeRegistry.job_scope``) and its start entry, in one round
+        trip (a pipeline: the two keys are in different slots)."""
+        if scope not in self.scopes.scopes:
+            await self.scopes.adopt(scope, announce=True)
+        keys = self.context.keys
+        async with self.context.client.pipeline(transaction=False) as pipe:
+            pipe.set(keys.job_scope(job), scope)
+            pipe.xadd(keys.work(scope), {"kind": "start", "job": job})
+            await pipe.execute()
 
     async def command(self, scope: str, job: str, command: JobCommand, run: str) -> None:
         """The MES's ``command`` for run ``run`` of the job (``Execution.run``): a run of the
