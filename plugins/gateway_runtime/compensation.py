@@ -136,7 +136,9 @@ class CompensatingExecutor:
         # them: each is seen here exactly once.
         for run in execution.actions.values():
             spec = self.specs.get(run.name)
-            if run.phase is not Phase.DONE or spec is None:
+            # Done with an error: skipped by its condition, or failed and the recipe went on
+            # (continue_on_error): not something that was done.
+            if run.phase is not Phase.DONE or spec is None or run.error is not None:
                 continue
             if spec.compensation is not None:
                 entry = [run.name, run.step, run.attempt]

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.conditions import ConditionError, ConditionScope
 from gateway.formats import (
     ActionRun,
     Effects,
@@ -40,9 +41,13 @@ ACTIVE = (Status.RUNNING, Status.PAUSED, Status.HELD)
 class SequenceExecutor:
     """``gateway.formats.Executor`` of one sequence. Cheap to build per stimulus."""
 
-    def __init__(self, recipe: SequenceRecipe) -> None:
+    def __init__(self, recipe: SequenceRecipe, parameters: Mapping[str, Any] | None = None) -> None:
         self.recipe = recipe
+        self.parameters = parameters or {}
         self._commands = {command.name: command for command in recipe.commands()}
+        self._blocks = {
+            command.name: block for block in recipe.blocks for command in block.commands
+        }
 
     def start(
         self, scope: str, job: str, now: float, attempts: Mapping[str, int] | None = None
@@ -71,6 +76,10 @@ class SequenceExecutor:
         if run.dispatched_at is not None:
             effects.reply = (now - run.dispatched_at, error is not None)
         if error is None:
+            failed = self._assertion_failed(execution, self._commands[action], data)
+            if failed is not None:
+                self._failed(execution, run, failed, now, effects, data)
+                return effects
             run.phase = Phase.DONE
             run.error = None
             execution.results[action] = data
@@ -146,9 +155,11 @@ class SequenceExecutor:
             index = int(execution.memo["block"])
             block = self.recipe.blocks[index]
             if block.name not in execution.nodes:
-                if execution.status is Status.RUNNING:
-                    self._enter(execution, block, now, effects)
-                return
+                if execution.status is not Status.RUNNING:
+                    return
+                # Then looked at again: a block whose steps were all skipped is done at once.
+                self._enter(execution, block, now, effects)
+                continue
             # Runs that are done leave the state with each write (the runtime keeps them in
             # the job's history): a block is done when none of its runs is left undone.
             if any(
@@ -162,13 +173,58 @@ class SequenceExecutor:
                 return
             del execution.nodes[block.name]
             execution.memo["block"] = index + 1
+            execution.memo.pop("block_try", None)
             effects.changed = True
 
     def _enter(self, execution: Execution, block: Block, now: float, effects: Effects) -> None:
         execution.nodes[block.name] = NodeRun(block.name, now, branch=block.parallel)
+        if block.max_attempts > 1:  # which run of the block this is (it may be run again)
+            execution.memo["block_try"] = execution.memo.get("block_try", 0) + 1
         for command in block.commands:
             run = execution.actions[command.name] = ActionRun(command.name, block.name)
-            self._send(execution, run, command, now, effects)
+            skip, error = self._skipped(execution, command)
+            if error is not None:  # the recipe reads what is not there: no try helps
+                self._failed(execution, run, error, now, effects, retry=False)
+            elif skip is not None:
+                # Nothing sent: done, with why (``tries`` 0: nothing to undo either).
+                run.phase = Phase.DONE
+                run.error = skip
+                effects.changed = True
+            else:
+                self._send(execution, run, command, now, effects)
+            if execution.status is Status.FINISHING:
+                return
+
+    def _scope(self, execution: Execution, own: Any = None, name: str = "") -> ConditionScope:
+        results = {key: value for key, value in execution.results.items() if key != name}
+        return ConditionScope(
+            results=results,
+            parameters=self.parameters,
+            source_results=own if isinstance(own, Mapping) else {},
+            source_action=name or None,
+        )
+
+    def _skipped(self, execution: Execution, command: Command) -> tuple[str | None, str | None]:
+        """Why ``command``'s condition skips it (``None``: it runs), or the error evaluating it."""
+        condition = command.condition
+        if condition is None:
+            return None, None
+        try:
+            holds = condition.evaluate(self._scope(execution))
+        except ConditionError as error:
+            return None, f"condition {condition.text!r}: {error.reason}"
+        return (None if holds else f"skipped: its condition {condition.text!r} is false"), None
+
+    def _assertion_failed(self, execution: Execution, command: Command, data: Any) -> str | None:
+        """The error of a reply its step's assertion refuses (``None``: it holds)."""
+        if command.assertion is None:
+            return None
+        text = command.assertion.text
+        try:
+            holds = command.assertion.evaluate(self._scope(execution, data, command.name))
+        except ConditionError as error:
+            return f"assertion {text!r}: {error.reason}"
+        return None if holds else f"assertion failed: {text}"
 
     def _send(
         self, execution: Execution, run: ActionRun, command: Command, now: float, effects: Effects
@@ -192,16 +248,26 @@ class SequenceExecutor:
         now: float,
         effects: Effects,
         data: Any = None,
+        *,
+        retry: bool = True,
     ) -> None:
         command = self._commands[run.name]
         run.error = reason
         effects.changed = True
-        if run.tries < command.max_attempts:
+        if retry and run.tries < command.max_attempts:
             self._send(execution, run, command, now, effects)
             return
-        run.phase = Phase.FAILED
         if data is not None:  # what the equipment read when it failed, beside the error
             execution.results[run.name] = data
+        if command.continue_on_error:  # its error stays with it; the sequence goes on
+            run.phase = Phase.DONE
+            self._advance(execution, now, effects)
+            return
+        run.phase = Phase.FAILED
+        block = self._blocks[run.name]
+        if execution.memo.get("block_try", 1) < block.max_attempts:
+            self._retry_block(execution, block, now, effects)
+            return
         message = f"step {run.name}: {reason}"
         if command.on_error is OnError.ABORT:
             execution.failed_action = run.name
@@ -212,6 +278,19 @@ class SequenceExecutor:
             execution.failed_action = run.name
             effects.report = Report.HOLD
         # Already held: Resume retries this step with the one that held the sequence.
+
+    def _retry_block(
+        self, execution: Execution, block: Block, now: float, effects: Effects
+    ) -> None:
+        """Run the whole par block again: what is still out is cancelled (its late replies
+        match no try), every command is sent afresh (new correlation ids)."""
+        for command in block.commands:
+            run = execution.actions.get(command.name)
+            if run is not None and run.active:
+                run.phase = Phase.CANCELLED
+            execution.results.pop(command.name, None)
+        del execution.nodes[block.name]
+        self._enter(execution, block, now, effects)
 
     def _retry_failed(self, execution: Execution, now: float, effects: Effects) -> None:
         execution.status = Status.RUNNING

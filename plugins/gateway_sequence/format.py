@@ -36,7 +36,8 @@ class SequenceProgram:
         }
 
     def executor(self, parameters: Mapping[str, Any], options: ExecutorOptions) -> SequenceExecutor:
-        return SequenceExecutor(self.recipe)  # the job's parameters go with each command
+        # The job's parameters go with each command, and conditions may read them.
+        return SequenceExecutor(self.recipe, parameters)
 
     def bind(self, equipment: Mapping[str, str]) -> SequenceProgram:
         blocks = tuple(

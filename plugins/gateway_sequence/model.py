@@ -28,6 +28,7 @@ from enum import StrEnum
 from typing import Any
 
 from gateway.compensation import load_compensation
+from gateway.conditions import Condition, ConditionError, parse_condition
 from gateway.formats import ActionSpec, RecipeError
 
 DATASCHEMA = "https://station-gateway.github.io/schemas/sequence-recipe/v1/"
@@ -56,6 +57,9 @@ class Command:
     on_error: OnError = OnError.ABORT
     side_effects: bool = True  # whether sending it may change the product or equipment
     compensation: ActionSpec | None = None  # what undoes it when the job fails
+    condition: Condition | None = None  # false when its turn comes: skipped (nothing sent)
+    assertion: Condition | None = None  # false on its reply: the try failed, with its text
+    continue_on_error: bool = False  # failed (after its tries): the sequence goes on
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,9 @@ class Block:
     name: str
     commands: tuple[Command, ...]
     parallel: bool = False
+    # A par block whose command failed (after its own tries) is run again, all of it, up to
+    # this many times in all.
+    max_attempts: int = 1
 
 
 @dataclass(frozen=True)
@@ -97,8 +104,11 @@ COMMAND_FIELDS = {
     "on_error",
     "side_effects",
     "compensation",
+    "condition",
+    "assert",
+    "continue_on_error",
 }
-PAR_FIELDS = {"name", "par"}
+PAR_FIELDS = {"name", "par", "max_attempts"}
 
 
 def load_sequence(data: Any) -> SequenceRecipe:
@@ -126,6 +136,7 @@ def load_sequence(data: Any) -> SequenceRecipe:
             if block is not None:
                 blocks.append(block)
     _unique_names(blocks, problems)
+    _known_steps(blocks, problems)
     if problems:
         raise RecipeError(problems)
     return SequenceRecipe(tuple(blocks), name, description)
@@ -148,6 +159,7 @@ def _block(
     if not isinstance(branches, list) or len(branches) < 2:
         problems.append(f"{where}.par: must list at least two command steps to run in parallel")
         return None
+    attempts = _attempts(step.get("max_attempts", 1), f"{where}.max_attempts", problems)
     commands = []
     for position, branch in enumerate(branches):
         inner = f"{where}.par[{position}]"
@@ -160,7 +172,7 @@ def _block(
         command = _command(branch, inner, defaults, problems)
         if command is not None:
             commands.append(command)
-    return Block(name or "par", tuple(commands), parallel=True)
+    return Block(name or "par", tuple(commands), parallel=True, max_attempts=attempts or 1)
 
 
 _NAME_RULE = "must be 1-64 letters, digits or _.- characters"
@@ -191,6 +203,11 @@ def _command(
         step.get("max_attempts", defaults["max_attempts"]), f"{where}.max_attempts", problems
     )
     on_error = _on_error(step.get("on_error", defaults["on_error"]), f"{where}.on_error", problems)
+    condition = _condition(step.get("condition"), f"{where}.condition", problems, own=None)
+    assertion = _condition(step.get("assert"), f"{where}.assert", problems, own=name)
+    continue_on_error = step.get("continue_on_error", False)
+    if not isinstance(continue_on_error, bool):
+        problems.append(f"{where}.continue_on_error: must be true or false")
     compensation = None
     if "compensation" in step:
         if side_effects is False:
@@ -220,7 +237,33 @@ def _command(
         on_error=on_error,
         side_effects=side_effects,
         compensation=compensation,
+        condition=condition,
+        assertion=assertion,
+        continue_on_error=continue_on_error,
     )
+
+
+def _condition(value: Any, where: str, problems: list[str], *, own: str | None) -> Condition | None:
+    """A step's condition (``own`` None: looked at before its command is sent) or assertion
+    (``own``: the step, whose reply's fields it may name bare)."""
+    if value is None:
+        return None
+    try:
+        condition = parse_condition(value)
+    except ConditionError as error:
+        problems.append(f"{where}: {error.reason}")
+        return None
+    for reference in condition.references():
+        if reference.kind == "elapsed":
+            problems.append(f"{where}: step.elapsed is for SFC transitions, not sequence steps")
+        elif reference.kind == "bare" and own is None:
+            problems.append(
+                f"{where}: {reference.name!r} names no result here: write <step>.<field> "
+                "(a condition is looked at before the step's command is sent)"
+            )
+        elif reference.kind == "result" and reference.name == own:
+            problems.append(f"{where}: name the step's own reply fields bare ({reference})")
+    return condition
 
 
 def _unknown(value: Mapping[str, Any], known: set[str], where: str, problems: list[str]) -> None:
@@ -263,6 +306,21 @@ def _on_error(value: Any, where: str, problems: list[str]) -> OnError | None:
         choices = " or ".join(repr(member.value) for member in OnError)
         problems.append(f"{where}: must be {choices}, got {value!r}")
         return None
+
+
+def _known_steps(blocks: list[Block], problems: list[str]) -> None:
+    """A condition or assertion names the results of steps the recipe has."""
+    names = {command.name for block in blocks for command in block.commands}
+    for block in blocks:
+        for command in block.commands:
+            checked = (("condition", command.condition), ("assert", command.assertion))
+            for label, condition in checked:
+                for reference in condition.references() if condition else ():
+                    if reference.kind == "result" and reference.name not in names:
+                        problems.append(
+                            f"recipe.steps: step {command.name}'s {label} names "
+                            f"{reference.name!r}, which is no step"
+                        )
 
 
 def _unique_names(blocks: list[Block], problems: list[str]) -> None:

@@ -55,14 +55,14 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gateway.formats import RecipeError as RecipeError
-from gateway_sfc.conditions import (
+from gateway.conditions import (
     ALWAYS,
     Condition,
     ConditionError,
     is_name,
     parse_condition,
 )
+from gateway.formats import RecipeError as RecipeError
 from gateway_sfc.model import (
     Action,
     Branch,

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from gateway.conditions import Condition, ConditionError, ConditionScope
 from gateway.formats import (
     ActionRun,
     Effects,
@@ -31,7 +32,6 @@ from gateway.formats import (
 )
 from gateway.recipes import JobCommand
 from gateway_sfc.chart import Chart, Edge
-from gateway_sfc.conditions import Condition, ConditionError, ConditionScope
 from gateway_sfc.model import Action, BranchType, Interaction, OnError, Qualifier
 
 # Entering more nodes than this in one settle means transitions loop without ever waiting.

@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from gateway_sfc.conditions import Condition, Expr, NameRef, subexpressions
+from gateway.conditions import Condition, Expr, NameRef, subexpressions
 
 MAX_EXPANDED_TERMS = 10_000  # terms of a condition with its named conditions written out
 MAX_EXPANDED_DEPTH = 200  # nesting levels likewise (evaluation recurses this deep)

@@ -408,3 +408,41 @@ async def test_a_late_reply_to_an_earlier_run_of_the_job_id_is_not_taken_by_the_
         response = await final_response(mes)
     assert sent(station.equipment) == ["J1:a:1", "J1:a:2"]
     assert data_of(response)["a"] == {"second": True}
+
+
+async def test_conditions_assertions_and_error_policies_through_the_runtime(
+    station: Station,
+) -> None:
+    """A measurement its assertion refuses, the sequence going on (continue_on_error), a rework
+    step its condition picks, a step its condition skips, and a par block run again."""
+    tries: dict[str, int] = {}
+
+    def jam_once(command: EquipmentCommand) -> Any:
+        tries[command.type] = tries.get(command.type, 0) + 1
+        if tries[command.type] == 1:
+            raise EquipmentFailure("jammed")
+        return {"ok": True}
+
+    station.equipment.behaviours = {
+        "com.example.measure.v1": lambda command: {"torque": 70},
+        "com.example.lift_a.v1": jam_once,
+    }
+    recipe = {
+        "steps": [
+            step("measure", continue_on_error=True, **{"assert": "torque >= 80"}),
+            step("rework", condition="measure.torque < 80"),
+            step("skip_me", condition="measure.torque >= 80"),
+            {"name": "lift", "max_attempts": 2, "par": [step("lift_a"), step("lift_b")]},
+        ]
+    }
+    async with running(station.gateway()), station.mes() as mes:
+        await start(mes, recipe)
+        response = await final_response(mes)
+    assert state_of(response)[:2] == ["Ended", "Completed"]
+    data = data_of(response)
+    assert data["measure"] == {"torque": 70}
+    assert "skip_me" not in data
+    commands = sent(station.equipment)
+    assert commands[:2] == ["J1:measure:1", "J1:rework:1"]  # measure once; skip_me never
+    # The par block twice: lift_a jammed in its first run, both sent again.
+    assert sorted(commands[2:]) == ["J1:lift_a:1", "J1:lift_a:2", "J1:lift_b:1", "J1:lift_b:2"]

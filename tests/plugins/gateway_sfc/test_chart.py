@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway.conditions import ALWAYS, parse_condition
 from gateway_sfc.chart import (
     Chart,
     Edge,
@@ -19,7 +20,6 @@ from gateway_sfc.chart import (
     RecipeError,
     compile_chart,
 )
-from gateway_sfc.conditions import ALWAYS, parse_condition
 from gateway_sfc.model import BranchType, load_recipe
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "recipes"

@@ -10,8 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.errors import ValidationError
-from gateway_sfc.conditions import (
+from gateway.conditions import (
     MAX_DEPTH,
     MAX_LENGTH,
     Arithmetic,
@@ -33,6 +32,7 @@ from gateway_sfc.conditions import (
     parse_condition,
     unparse,
 )
+from gateway.errors import ValidationError
 
 SCOPE = ConditionScope(
     results={

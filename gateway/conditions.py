@@ -1,6 +1,7 @@
-"""Transition conditions: a small, safe expression language (no ``eval``).
+"""Conditions: a small, safe expression language (no ``eval``), for every recipe format.
 
-A condition is text from the recipe, so it is parsed by a tokenizer and a recursive-descent
+SFC transitions and the conditions and assertions of sequence steps are written in it. A
+condition is text from the recipe, so it is parsed by a tokenizer and a recursive-descent
 parser into a small tree of frozen dataclasses, once; the engine then evaluates that tree every
 time it checks a transition. Nothing in a condition can call Python code.
 
