@@ -138,6 +138,12 @@ class JobMethods(Protocol):
         and ``MaxDownloadableJobOrders`` (the jobs it may hold; 65535: no limit)."""
         ...
 
-    def status_feed(self, scopes: Sequence[str]) -> AbstractAsyncContextManager[StatusFeed]:
-        """Follow the status events of ``scopes`` (every instance's changes) while entered."""
+    def status_feed(
+        self, scopes: Sequence[str], *, documents: bool = True
+    ) -> AbstractAsyncContextManager[StatusFeed]:
+        """Follow the status events of ``scopes`` (every instance's changes) while entered.
+
+        ``documents=False``: for a follower that needs the states alone (which jobs ended),
+        the events carry only the documents the change itself carries (``job_order`` and
+        ``job_response`` else name the job alone), and the feed reads nothing per event."""
         ...

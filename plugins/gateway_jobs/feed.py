@@ -65,6 +65,8 @@ class ChangeReader:
     scopes: Sequence[str]
     cursors: dict[str, str] = field(default_factory=dict)  # stream key -> last id read
     known: dict[tuple[str, str], _Known] = field(default_factory=dict)
+    # False: the records' own documents only, nothing read or kept (a follower of states)
+    documents: bool = True
 
     async def mark(self) -> None:
         """Remember where each stream ends now: events start after that."""
@@ -137,6 +139,11 @@ class ChangeReader:
         """The job's documents as of this record: the record's own, else stored, else last seen."""
         order = _parsed(fields.get("job_order"))
         response = _parsed(fields.get("job_response"))
+        if not self.documents:
+            return _Known(
+                order or {"JobOrderID": job_order_id},
+                response or {"JobResponseID": job_order_id, "JobOrderID": job_order_id},
+            )
         known = self.known.get((scope, job_order_id))
         if (order is None or response is None) and fields.get("state") != JobState.END:
             stored = await self.repository.load(scope, job_order_id)
@@ -165,10 +172,10 @@ def _parsed(text: str | None) -> Mapping[str, Any] | None:
 
 @asynccontextmanager
 async def status_feed(
-    store: Store, repository: JobRepository, scopes: Sequence[str]
+    store: Store, repository: JobRepository, scopes: Sequence[str], *, documents: bool = True
 ) -> AsyncIterator[StreamFeed]:
     """The status events of ``scopes`` while the block runs (see ``gateway.jobmethods``)."""
-    reader = ChangeReader(store, repository, list(dict.fromkeys(scopes)))
+    reader = ChangeReader(store, repository, list(dict.fromkeys(scopes)), documents=documents)
     await reader.mark()
     send, receive = anyio.create_memory_object_stream[JobStatus](max_buffer_size=READ_COUNT)
     async with anyio.create_task_group() as tasks, receive:

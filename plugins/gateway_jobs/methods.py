@@ -119,10 +119,13 @@ class JobsMethods:
         )
         return configuration
 
-    def status_feed(self, scopes: Sequence[str]) -> AbstractAsyncContextManager[StreamFeed]:
+    def status_feed(
+        self, scopes: Sequence[str], *, documents: bool = True
+    ) -> AbstractAsyncContextManager[StreamFeed]:
         for scope in scopes:
             check_scope(scope)
-        return status_feed(self.manager.repository.store, self.manager.repository, scopes)
+        repository = self.manager.repository
+        return status_feed(repository.store, repository, scopes, documents=documents)
 
 
 def _job_order_id(arguments: Mapping[str, Any]) -> str | None:

@@ -180,7 +180,8 @@ class JobMemory:
         started = False
         with anyio.CancelScope() as cancel:
             try:
-                async with methods.status_feed(scopes) as feed:
+                # States alone: the documents would cost a read per change for nothing.
+                async with methods.status_feed(scopes, documents=False) as feed:
                     task_status.started(cancel)
                     started = True
                     async for status in feed:

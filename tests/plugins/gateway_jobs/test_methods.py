@@ -61,6 +61,33 @@ async def test_a_job_is_stored_run_and_cleared_and_the_feed_tells_each_step(
     assert await methods.job_orders(SCOPE) == []
 
 
+async def test_a_feed_of_states_alone_reads_no_documents(
+    jobs: LocalJobs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``documents=False`` (the recipe runtime follows job ends so): the same states, each
+    event with only what its change carries, and no job read for it."""
+    methods = JobsMethods(jobs.manager)
+    await jobs.manager.config.apply(SCOPE, "workmaster", "PUT", work_master("wm", {"run": True}))
+    repository = jobs.manager.repository
+    load, loads = repository.load, 0
+
+    async def counted_load(scope: str, job_order_id: str) -> object:
+        nonlocal loads
+        loads += 1
+        return await load(scope, job_order_id)
+
+    async with methods.status_feed([SCOPE], documents=False) as feed:
+        monkeypatch.setattr(repository, "load", counted_load)  # the calls' own loads counted too
+        stored = await methods.call(SCOPE, JobMethod.STORE, {"JobOrder": job_order("J1")})
+        assert stored.ok, stored.message
+        calls_loads = loads
+        status = await next_status(feed)
+        assert (status.method, status.state) == ("Store", "NotAllowedToStart.Ready")
+        assert status.job_order["JobOrderID"] == "J1"  # a Store's change carries its order
+        assert set(status.job_response) == {"JobResponseID", "JobOrderID", "JobState"}
+        assert loads == calls_loads
+
+
 async def test_the_feed_hears_changes_another_instance_makes(
     jobs: LocalJobs, store_factory: Callable[[], Store]
 ) -> None:
