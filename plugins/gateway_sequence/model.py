@@ -105,7 +105,7 @@ COMMAND_FIELDS = {
     "side_effects",
     "compensation",
     "condition",
-    "assert",
+    "assertion",
     "continue_on_error",
 }
 PAR_FIELDS = {"name", "par", "max_attempts"}
@@ -204,7 +204,7 @@ def _command(
     )
     on_error = _on_error(step.get("on_error", defaults["on_error"]), f"{where}.on_error", problems)
     condition = _condition(step.get("condition"), f"{where}.condition", problems, own=None)
-    assertion = _condition(step.get("assert"), f"{where}.assert", problems, own=name)
+    assertion = _condition(step.get("assertion"), f"{where}.assertion", problems, own=name)
     continue_on_error = step.get("continue_on_error", False)
     if not isinstance(continue_on_error, bool):
         problems.append(f"{where}.continue_on_error: must be true or false")
@@ -313,7 +313,7 @@ def _known_steps(blocks: list[Block], problems: list[str]) -> None:
     names = {command.name for block in blocks for command in block.commands}
     for block in blocks:
         for command in block.commands:
-            checked = (("condition", command.condition), ("assert", command.assertion))
+            checked = (("condition", command.condition), ("assertion", command.assertion))
             for label, condition in checked:
                 for reference in condition.references() if condition else ():
                     if reference.kind == "result" and reference.name not in names:

@@ -32,6 +32,7 @@ from gateway.formats import (
 )
 from gateway.recipes import JobCommand
 from gateway_sfc.chart import Chart, Edge
+from gateway_sfc.guards import assertion_error, skip_reason
 from gateway_sfc.model import Action, BranchType, Interaction, OnError, Qualifier
 
 # Entering more nodes than this in one settle means transitions loop without ever waiting.
@@ -98,13 +99,19 @@ class Executor:
         if error is not None:
             reason = f"equipment reported: {error}" if delivered else f"not delivered: {error}"
             self._action_failed(execution, run, reason, now, effects)
-            if data is not None and _failed(run):
+            if data is not None and (_failed(run)):
                 # What the equipment measured while failing (the torque it reached...) goes to
                 # the Job Response beside the error. Only once no try is left: a result a
                 # transition could read is always a successful one.
                 execution.results[run.name] = data
         else:
-            self._action_done(execution, run, data, effects)
+            refused = assertion_error(self._action(run), self._results_scope(execution), data)
+            if refused is None:
+                self._action_done(execution, run, data, effects)
+            else:
+                self._action_failed(execution, run, refused, now, effects)
+                if _failed(run):  # what it read, beside the error
+                    execution.results[run.name] = data
         self.settle(execution, now, effects)
         return effects
 
@@ -248,7 +255,15 @@ class Executor:
         for run in execution.actions.values():
             due = run.not_before is None or run.not_before <= now
             if run.phase is Phase.PENDING and due:
-                self._dispatch(execution, run, now, effects)
+                skipped = run.tries == 0 and skip_reason(
+                    self._action(run), self._results_scope(execution)
+                )
+                if skipped:  # nothing sent: done, with why (and nothing to undo)
+                    run.phase = Phase.DONE
+                    run.error = skipped
+                    effects.changed = True
+                else:
+                    self._dispatch(execution, run, now, effects)
                 dispatched = True
         return dispatched
 
@@ -422,6 +437,9 @@ class Executor:
             run.not_before = now + policy.delay_before(run.tries + 1)
             effects.timers.append(Timer(run.not_before, TimerKind.DUE, run.name))
             return
+        if self.recipe.on_error_of(action) is OnError.CONTINUE:
+            run.phase = Phase.DONE  # with its error: the chart goes on
+            return
         run.phase = Phase.FAILED
         message = f"action {run.name} (step {run.step}) failed after {run.tries} tries: {error}"
         if self.recipe.on_error_of(action).value == "hold":
@@ -451,6 +469,15 @@ class Executor:
 
     def _action(self, run: ActionRun) -> Action:
         return self._actions[run.name]
+
+    def _results_scope(self, execution: Execution) -> ConditionScope:
+        """What an action's condition or assertion may read: results, parameters, named
+        conditions (no source step: an action's own reply is its assertion's bare names)."""
+        return ConditionScope(
+            results=execution.results,
+            parameters=self.parameters,
+            named=self.chart.conditions,
+        )
 
     def _condition_scope(self, execution: Execution, node: NodeRun, now: float) -> ConditionScope:
         source: dict[str, Any] = {}
@@ -509,8 +536,9 @@ def as_fields(result: Any) -> Mapping[str, Any]:
 
 
 def _failed(run: ActionRun) -> bool:
-    """Whether no try is left (a function: mypy narrowed ``run.phase`` before the call)."""
-    return run.phase is Phase.FAILED
+    """Whether no try is left: failed, or done with its error (``on_error: continue``). A
+    function: mypy narrowed ``run.phase`` before the call."""
+    return run.phase in (Phase.FAILED, Phase.DONE)
 
 
 def _new_run(action: Action, step: str) -> ActionRun:

@@ -51,6 +51,7 @@ class BranchType(StrEnum):
 class OnError(StrEnum):
     ABORT = "abort"  # the job goes to Aborted
     HOLD = "hold"  # the job goes to Interrupted.Held; MES Resume retries, Abort ends
+    CONTINUE = "continue"  # the action ends with its error; its step may be left
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,8 @@ class Action:
     side_effects: bool | None = None  # default: True for push_command, False for pull_event
     # What undoes it when the job fails (``gateway_sfc.compensation``), as the recipe says it.
     compensation: dict[str, Any] | None = None
+    condition: str | None = None  # false when due: skipped (``gateway_sfc.guards``)
+    assertion: str | None = None  # false on its reply: the try failed
 
     @property
     def has_side_effects(self) -> bool:

@@ -13,6 +13,7 @@ from gateway.formats import ActionSpec
 from gateway.routing import EquipmentUse
 from gateway_sfc.chart import Chart, RecipeError, compile_chart
 from gateway_sfc.compensation import compensation_check, compensation_of
+from gateway_sfc.guards import guard_problems
 from gateway_sfc.model import Interaction, Qualifier, Recipe, load_recipe
 
 
@@ -26,8 +27,9 @@ def load_chart(data: Any) -> Chart:
     try:
         chart = compile_chart(recipe)
     except RecipeError as error:
-        raise RecipeError([*error.problems, *_compensation_problems(recipe)]) from None
-    problems = _compensation_problems(recipe)
+        more = [*_compensation_problems(recipe), *guard_problems(recipe)]
+        raise RecipeError([*error.problems, *more]) from None
+    problems = [*_compensation_problems(recipe), *guard_problems(recipe)]
     if problems:
         raise RecipeError(problems)
     return chart

@@ -105,7 +105,7 @@ def test_a_condition_that_reads_what_no_step_returns_fails_the_step() -> None:
 
 
 def test_a_false_assertion_fails_the_try_with_its_text_and_retries() -> None:
-    recipe = {"steps": [step("tighten", max_attempts=2, **{"assert": "torque >= 80"})]}
+    recipe = {"steps": [step("tighten", max_attempts=2, assertion="torque >= 80")]}
     job = Job(recipe)
     effects = job.reply("tighten", {"torque": 70})
     assert effects.sends == ["tighten"]  # tried again
@@ -182,8 +182,8 @@ def test_a_skipped_or_continued_step_is_not_undone() -> None:
             "recipe.steps[0].condition: 'torque' names no result here",
         ),
         (
-            {"steps": [step("a", **{"assert": "a.torque > 3"})]},
-            "recipe.steps[0].assert: name the step's own reply fields bare (a.torque)",
+            {"steps": [step("a", assertion="a.torque > 3")]},
+            "recipe.steps[0].assertion: name the step's own reply fields bare (a.torque)",
         ),
         (
             {"steps": [step("a", condition="step.elapsed > 3")]},

@@ -429,7 +429,7 @@ async def test_conditions_assertions_and_error_policies_through_the_runtime(
     }
     recipe = {
         "steps": [
-            step("measure", continue_on_error=True, **{"assert": "torque >= 80"}),
+            step("measure", continue_on_error=True, assertion="torque >= 80"),
             step("rework", condition="measure.torque < 80"),
             step("skip_me", condition="measure.torque >= 80"),
             {"name": "lift", "max_attempts": 2, "par": [step("lift_a"), step("lift_b")]},

@@ -1,4 +1,4 @@
-"""Rollback end to end: a failed job undoes what it did before it ends, in both formats.
+"""The workflow model end to end, in both formats: rollback, acknowledged failure, step policies.
 
 Real mosquitto and Redis; the MES over MQTT; the equipment is ``TestEquipment`` (a real driver
 whose failures each test scripts). The same clamp-then-tighten recipe is written as a sequence
@@ -225,3 +225,75 @@ async def test_a_station_may_choose_not_to_block(station: Station) -> None:
         assert results(await final_response(mes, "J1"))["Rollback"] == "FAILED_UNSAFE"
         await store_and_start(mes, SEQUENCE_RECIPE, "J2", dataschema=SEQUENCE)
         assert states(await final_response(mes, "J2"))[:2] == ["Ended", "Completed"]
+
+
+MEASURE = "com.example.measure.v1"
+REWORK = "com.example.rework.v1"
+POLICY_SEQUENCE = {
+    "timeout_seconds": 5,
+    "steps": [
+        {
+            "name": "measure",
+            "type_id": MEASURE,
+            "assertion": "torque >= 80",
+            "continue_on_error": True,
+        },
+        {"name": "rework", "type_id": REWORK, "condition": "measure.torque < 80"},
+        {"name": "skipped", "type_id": REWORK, "condition": "measure.torque >= 80"},
+    ],
+}
+POLICY_SFC = {
+    "steps": [
+        {"name": "Measure", "initial": True},
+        {"name": "Rework"},
+        {"name": "Skipped"},
+    ],
+    "transitions": [
+        {"source": "Measure", "target": "Rework"},
+        {"source": "Rework", "target": "Skipped"},
+    ],
+    "actions": [
+        {
+            "name": "measure",
+            "step": "Measure",
+            "interaction": "push_command",
+            "type_id": MEASURE,
+            "timeout_seconds": 5,
+            "assertion": "torque >= 80",
+            "on_error": "continue",
+        },
+        {
+            "name": "rework",
+            "step": "Rework",
+            "interaction": "push_command",
+            "type_id": REWORK,
+            "timeout_seconds": 5,
+            "condition": "measure.torque < 80",
+        },
+        {
+            "name": "skipped",
+            "step": "Skipped",
+            "interaction": "push_command",
+            "type_id": REWORK,
+            "timeout_seconds": 5,
+            "condition": "measure.torque >= 80",
+        },
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    ("dataschema", "recipe"), [(SEQUENCE, POLICY_SEQUENCE), (SFC, POLICY_SFC)], ids=["seq", "sfc"]
+)
+async def test_an_assertion_a_failure_that_goes_on_and_conditions_in_both_formats(
+    station: Station, dataschema: str, recipe: dict[str, Any]
+) -> None:
+    station.equipment.behaviours = {MEASURE: lambda command: {"torque": 70}}
+    async with running(station.gateway()), station.mes() as mes:
+        await store_and_start(mes, recipe, dataschema=dataschema)
+        response = await final_response(mes)
+    assert states(response)[:2] == ["Ended", "Completed"]
+    assert results(response)["measure"] == {"torque": 70}  # refused by its assertion, kept
+    # The failed measurement did not stop the job; the rework its condition picked ran, the
+    # step whose condition was false sent nothing.
+    assert [command.action for command in station.equipment.received] == ["measure", "rework"]
