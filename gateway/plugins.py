@@ -37,6 +37,7 @@ DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
     ("sequence", "gateway_sequence.plugin"),
     ("cycle", "gateway_cycle.plugin"),
     ("mqtt-equipment", "gateway_mqtt_equipment.plugin"),
+    ("line", "gateway_line.plugin"),
     ("simulator", "gateway_simulator.plugin"),
     ("publisher", "gateway_publisher.plugin"),
     ("http", "gateway_http.plugin"),
