@@ -29,10 +29,10 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from gateway.errors import ValidationError
-from gateway.recipes import JobCommand
+from gateway.recipes import JobCommand, StepEdit
 from gateway.routing import EquipmentUse
 
 
@@ -171,6 +171,9 @@ class Execution:
     # (breakpoints), and the one it is paused before now, which it enters on Resume.
     breakpoints: list[str] = field(default_factory=list)
     paused_before: str | None = None
+    # The runtime's: the version of the recipe it runs (``""``: the one it started with; an
+    # edit of its steps changes it), so every instance runs the edited program.
+    recipe: str = ""
 
 
 @dataclass
@@ -325,6 +328,17 @@ class Program(Protocol):
     def bind(self, equipment: Mapping[str, str]) -> Program:
         """This program with actions that name no equipment bound to ``equipment[action]``
         (routing by type, fixed when a job starts)."""
+        ...
+
+
+@runtime_checkable
+class StepEditing(Protocol):
+    """Optional for a ``RecipeFormat``: editing the steps of a job that it has not begun."""
+
+    def edit_steps(self, recipe: Any, edit: StepEdit, execution: Execution | None) -> Any:
+        """``recipe`` (JSON) with ``edit`` applied; ``execution``: the job's state (``None``:
+        not started). ``RecipeError`` names why not (an unknown step, one that has begun);
+        the runtime compiles the result, so an edit that breaks the recipe is refused too."""
         ...
 
 

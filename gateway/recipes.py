@@ -315,6 +315,20 @@ class JobControl(Protocol):
         ended, or of a configured Work Master, for ``requested_by`` (the MES, an operator)."""
         ...
 
+    async def edit_steps(
+        self,
+        scope: str,
+        job_order_id: str,
+        edit: StepEdit,
+        *,
+        expected: str | None = None,
+        requested_by: str,
+    ) -> RequestOutcome:
+        """Edit the steps of a job that has not ended (``StepEditor``) for ``requested_by``;
+        ``expected``: the recipe version the edit is made against (refused if it changed).
+        Accepted, ``RequestOutcome.message`` is the job's new recipe version."""
+        ...
+
 
 async def report_completed(
     control: JobControl,
@@ -399,6 +413,51 @@ class RecipeViewer(Protocol):
 
     async def progress(self, scope: str, job_order_id: str) -> RecipeProgress | None:
         """The job's progress, or ``None`` when this interpreter has (no longer) any state."""
+        ...
+
+
+class EditOp(StrEnum):
+    """How an edit changes the steps of a job that it has not begun."""
+
+    ADD = "add"  # a new step after the last one
+    INSERT = "insert"  # a new step right after ``StepEdit.step``
+    REPLACE = "replace"  # ``StepEdit.step`` replaced by the new step
+    DELETE = "delete"  # ``StepEdit.step`` dropped
+    RESET = "reset"  # every step not begun yet dropped
+
+
+@dataclass(frozen=True)
+class StepEdit:
+    """One edit of a job's pending steps: ``step`` names the step it is about (insert after,
+    replace, delete), ``new`` is the new step in the recipe's own JSON (add, insert, replace)."""
+
+    op: EditOp
+    step: str | None = None
+    new: Any = None
+
+
+@runtime_checkable
+class StepEditor(Protocol):
+    """Optional for an interpreter: editing the steps of a job that it has not begun.
+
+    A job not started yet (stored or queued) has its recipe in its Work Master as job
+    management keeps it: job management applies ``edited_recipe`` to it. A job whose recipe
+    runs is the interpreter's: ``edit_running`` changes what it runs, atomically with its state.
+    Either way the result must compile, and a step that has begun cannot be edited.
+    """
+
+    def edited_recipe(self, recipe: Any, edit: StepEdit) -> Any:
+        """``recipe`` with ``edit`` applied, for a job not started (``ValidationError`` says
+        why not)."""
+        ...
+
+    async def edit_running(
+        self, scope: str, job_order_id: str, edit: StepEdit, *, expected: str | None = None
+    ) -> Any:
+        """Apply ``edit`` to the recipe the job runs and return the new recipe; ``None`` when
+        the job has no execution to edit (its recipe waits in its Work Master: edit that).
+        ``expected``: the ``recipe_version`` the caller edits (``ValidationError`` when the job
+        runs another). ``ValidationError`` says why an edit cannot be made."""
         ...
 
 

@@ -27,10 +27,12 @@ from gateway.documents import DocumentError, read_document
 from gateway.errors import GatewayError
 from gateway.mqttclient import BrokerUnreachable, CloudEventClient, connect_client
 from gateway.plugins import GatewayPluginManager
+from gateway.recipes import EditOp
 from gateway.topics import ANY, CLI_REPLY_PREFIX, JOBS_PREFIX, MesTopics, check_topic_prefix
 from gateway_jobs.breakpoints import BREAKPOINT_METHOD, BREAKPOINT_TYPE
 from gateway_jobs.client import LISTED_STATES, JobsClient, config_kinds, job_order_payload
 from gateway_jobs.config import ACKNOWLEDGEMENT, CONFIG_KINDS, ONLINE
+from gateway_jobs.editing import EDIT_METHOD, EDIT_TYPE
 from gateway_jobs.tables import (
     error,
     job_table,
@@ -56,6 +58,11 @@ JOB_ACTIONS = {
     "cancel": "Cancel",
     "clear": "Clear",
 }
+
+EDIT_HELP = (
+    "add (a new step at the end), insert (after STEP), replace (STEP), delete (STEP), reset "
+    "(drop every step not begun)"
+)
 
 Action = Callable[[argparse.Namespace, JobsClient, Console], Awaitable[None]]
 
@@ -131,6 +138,13 @@ def _configure_jobs(parser: argparse.ArgumentParser) -> None:
     target.add_argument("--work-master", default=None, help="WorkMasterID: every job of it")
     breakpoint.add_argument("--clear", action="store_true", help="clear it instead of setting it")
     breakpoint.set_defaults(run=_breakpoint)
+    edit = action("edit", "add, insert, replace, delete or reset the steps a job has not begun")
+    edit.add_argument("job", metavar="JOB", help="JobOrderID of a job that has not ended")
+    edit.add_argument("edit", choices=[op.value for op in EditOp], metavar="EDIT", help=EDIT_HELP)
+    edit.add_argument("step", nargs="?", default=None, metavar="STEP", help="the step it is about")
+    edit.add_argument("--new", default=None, metavar="FILE", help="the new step (JSON or YAML)")
+    edit.add_argument("--expect", default=None, help="the RecipeVersion the edit is made against")
+    edit.set_defaults(run=_edit)
     watch = action("watch", "print the scope's status events as they arrive (Ctrl-C ends)")
     watch.add_argument("--count", type=int, default=None, help="end after this many events")
     watch.set_defaults(run=_watch)
@@ -321,6 +335,21 @@ async def _breakpoint(args: argparse.Namespace, jobs: JobsClient, out: Console) 
     else:
         done = "cleared" if args.clear else "set"
         out.print(f"breakpoint before {args.step} of {target}: {done}")
+
+
+async def _edit(args: argparse.Namespace, jobs: JobsClient, out: Console) -> None:
+    data: dict[str, Any] = {"JobOrderID": args.job, "Edit": args.edit}
+    if args.step is not None:
+        data["Step"] = args.step
+    if args.new is not None:
+        data["NewStep"] = read_document(args.new)
+    if args.expect is not None:
+        data["RecipeVersion"] = args.expect
+    reply = await jobs.request(EDIT_TYPE, data)
+    if args.json:
+        _print_json(out, {"method": EDIT_METHOD, **data, **reply})
+    else:
+        out.print(f"{args.edit} {args.job}: done, recipe {reply.get('RecipeVersion')}")
 
 
 def _done(args: argparse.Namespace, out: Console, method: str, job: str) -> None:

@@ -30,8 +30,10 @@ from gateway.recipes import (
     RecipeJob,
     RequestOutcome,
     ScopeQueue,
+    StepEdit,
 )
 from gateway_jobs.breakpoints import BREAKPOINT_METHOD, set_breakpoint
+from gateway_jobs.editing import EDIT_METHOD, edit_steps
 from gateway_jobs.events import Cause
 from gateway_jobs.jobs import JobManager, results_received
 from gateway_jobs.model import EUInformation, JobOrderIDCall, LocalizedText, Parameter, to_json
@@ -115,6 +117,24 @@ class JobsControl:
         )
         self.manager.method_called(
             scope, job_order_id, BREAKPOINT_METHOD, outcome, requested_by=requested_by
+        )
+        return RequestOutcome(outcome.ok, outcome.status.name, outcome.message)
+
+    async def edit_steps(
+        self,
+        scope: str,
+        job_order_id: str,
+        edit: StepEdit,
+        *,
+        expected: str | None = None,
+        requested_by: str,
+    ) -> RequestOutcome:
+        cause = Cause(correlationid=None, causationid=f"operator-{uuid.uuid4()}")
+        outcome = await edit_steps(
+            self.manager, scope, job_order_id, edit, expected=expected, cause=cause
+        )
+        self.manager.method_called(
+            scope, job_order_id, EDIT_METHOD, outcome, requested_by=requested_by
         )
         return RequestOutcome(outcome.ok, outcome.status.name, outcome.message)
 

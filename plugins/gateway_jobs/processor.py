@@ -34,7 +34,8 @@ from gateway_jobs.config import (
     config_type,
 )
 from gateway_jobs.control import JobsControl
-from gateway_jobs.events import method_type
+from gateway_jobs.editing import EDIT_METHOD, EDIT_TYPE, edit_arguments, edit_steps
+from gateway_jobs.events import Cause, method_type
 from gateway_jobs.jobs import JobManager
 from gateway_jobs.methods import JobsMethods
 from gateway_jobs.model import MethodReply, Outcome, ReturnStatus, to_json
@@ -74,7 +75,7 @@ class JobsProcessor:
                 )
             ],
             handle=self.handle,
-            event_types=frozenset({*_CALL_TYPES, *CONFIG_TYPES, BREAKPOINT_TYPE}),
+            event_types=frozenset({*_CALL_TYPES, *CONFIG_TYPES, BREAKPOINT_TYPE, EDIT_TYPE}),
             binding=MQTT_BINDING,
             roles=MES_ROLES,
             # A query read again is answered afresh: no marker (with the whole Job Response
@@ -102,6 +103,8 @@ class JobsProcessor:
             return [self._reply(event, result.output, result.message)]
         if event.type == BREAKPOINT_TYPE:
             return [await self._breakpoint(scope, event)]
+        if event.type == EDIT_TYPE:
+            return [await self._edit(scope, event)]
         kind = CONFIG_TYPES[event.type]
         if kind == ACKNOWLEDGEMENT:
             outcome = await self._acknowledge(scope, event)
@@ -126,6 +129,17 @@ class JobsProcessor:
         by = request.acknowledged_by or f"MES {event.source}"
         await JobsControl(self.manager).acknowledge(scope, request.equipment, by)
         return Outcome(ReturnStatus.NO_ERROR)
+
+    async def _edit(self, scope: str, event: CloudEvent) -> CloudEvent:
+        job, edit, expected = edit_arguments(event.data)
+        cause = Cause(correlationid=event.correlationid or event.id, causationid=event.id)
+        outcome = await edit_steps(self.manager, scope, job, edit, expected=expected, cause=cause)
+        self.manager.method_called(
+            scope, job, EDIT_METHOD, outcome, requested_by=f"MES {event.source}"
+        )
+        if outcome.ok:  # the message is the new recipe version
+            return self._reply(event, {"ReturnStatus": 1, "RecipeVersion": outcome.message})
+        return self._reply(event, MethodReply(outcome.status), outcome.message)
 
     def _reply(self, event: CloudEvent, output: Any, message: str | None = None) -> CloudEvent:
         reply = event.reply(source=self.source, data=to_json(output))

@@ -37,6 +37,7 @@ from gateway.topics import MesTopics
 from gateway_jobs.breakpoints import BREAKPOINT_TYPE
 from gateway_jobs.config import config_type
 from gateway_jobs.control import JobsControl
+from gateway_jobs.editing import EDIT_TYPE
 from gateway_jobs.events import method_type
 from gateway_jobs.jobs import JobManager
 from gateway_jobs.model import ReturnStatus
@@ -201,6 +202,23 @@ class JobsMes:
         data.update({"JobOrderID": job} if job is not None else {"WorkMasterID": work_master})
         event = self.event(BREAKPOINT_TYPE, data)
         return await self.client.request(self.commands_topic, event)
+
+    async def edit_steps(
+        self,
+        job: str,
+        edit: str,
+        step: str | None = None,
+        new: Any = None,
+        *,
+        expected: str | None = None,
+    ) -> CloudEvent:
+        """EditSteps (the project's extension): ``edit`` is add, insert, replace, delete or
+        reset; ``step`` the step it is about, ``new`` the new step."""
+        data: dict[str, Any] = {"JobOrderID": job, "Edit": edit}
+        for key, value in (("Step", step), ("NewStep", new), ("RecipeVersion", expected)):
+            if value is not None:
+                data[key] = value
+        return await self.client.request(self.commands_topic, self.event(EDIT_TYPE, data))
 
     async def configure(self, kind: str, data: Any, *, method: str = "PUT") -> CloudEvent:
         event = self.event(config_type(kind), data, method=method)

@@ -31,6 +31,7 @@ from gateway.recipes import JobCommand, RecipeJob
 from gateway_runtime.breakpoints import Breakpoints
 from gateway_runtime.consumer import WorkConsumer
 from gateway_runtime.context import EngineContext
+from gateway_runtime.editing import StepEdits
 from gateway_runtime.events import EventRouter, event_fields
 from gateway_runtime.executions import ExecutionStore
 from gateway_runtime.keys import GROUP
@@ -71,6 +72,7 @@ class Coordinator:
             context, self.scopes, self.executions, self.recipes, self.events, self.breakpoints
         )
         self.executions.committed = self.steps.publish
+        self.edits = StepEdits(context, self.executions, self.recipes, self.breakpoints)
         self.work = WorkQueue(context, self.scopes)
         self.consumer = WorkConsumer(context, self.scopes, self.steps.handle)
         self.reconciler = Reconciler(context, self.scopes, self.executions, self.work)
@@ -143,7 +145,10 @@ class Coordinator:
         """The equipment the job's snapshot binds ``action`` to. The snapshot kept in memory
         may be of an earlier run of the job id (started again on another instance): when it
         names another sender, the stored one decides."""
-        bound = (await self.recipes.get(scope, job)).action(action).equipment
+        try:
+            bound = (await self.recipes.get(scope, job)).action(action).equipment
+        except KeyError:  # an action an edit added, here kept from before the edit
+            bound = (await self.recipes.read(scope, job)).action(action).equipment
         if sender is not None and sender != bound:
             self.recipes.forget(scope, job)
             bound = (await self.recipes.get(scope, job)).action(action).equipment

@@ -83,7 +83,7 @@ class EventRouter:
         execution = await self.executions.read(scope, job)
         if execution is None:
             return False
-        snapshot = await self.recipes.get(scope, job, execution.run)
+        snapshot = await self.recipes.get(scope, job, execution.run, execution.recipe)
         return waiting_action_for(snapshot, execution, event) is not None
 
     async def holder(self, equipment: str, scope: str | None) -> tuple[str, str] | None:
@@ -201,7 +201,7 @@ class EventRouter:
             execution = await self.executions.read(scope, job)
             if execution is None or not waiting(execution):
                 return
-            snapshot = await self.recipes.get(scope, job, execution.run)
+            snapshot = await self.recipes.get(scope, job, execution.run, execution.recipe)
             if waiting_action_for(snapshot, execution, event) is not None:
                 await self.offer(scope, job, event, kept=text)
 

@@ -101,7 +101,7 @@ class ExecutionStore:
                 return False  # never started, or ended long ago
             if execution.status is Status.ENDED:
                 return False
-            executor = await self.recipes.executor(scope, job, execution.run)
+            executor = await self.recipes.executor(scope, job, execution.run, execution.recipe)
             was_waiting, was_outstanding = in_flight(execution)
             was_active = {name: node.entered_at for name, node in execution.nodes.items()}
             now = time.time()
@@ -169,6 +169,10 @@ class ExecutionStore:
             await self.committed(execution.scope, execution.job, tries)
         if started_waiting and self.wait_started is not None:
             await self.wait_started(execution.scope, execution.job)
+
+    def forget(self, scope: str, job: str) -> None:
+        """Drop what is remembered of the job (written elsewhere: the next step reads it)."""
+        self._remembered.pop((scope, job))
 
     def _remember(self, execution: Execution) -> None:
         if execution.status is Status.ENDED:

@@ -10,7 +10,7 @@ from anyio.abc import TaskStatus
 from gateway.compensation import compensations
 from gateway.errors import ValidationError
 from gateway.formats import RecipeError, RecipeFormat
-from gateway.recipes import JobCommand, RecipeJob, RecipeProgress
+from gateway.recipes import JobCommand, RecipeJob, RecipeProgress, StepEdit
 from gateway.routing import EquipmentUse
 from gateway_runtime.coordination import Coordinator
 from gateway_runtime.progress import read_progress
@@ -78,6 +78,16 @@ class FormatInterpreter:
         except RecipeError as error:
             raise ValidationError("recipe", "; ".join(error.problems)) from error
         return list(program.actions)
+
+    # ``gateway.recipes.StepEditor``
+
+    def edited_recipe(self, recipe: Any, edit: StepEdit) -> Any:
+        return self.coordinator.edits.edited(self.dataschema, recipe, edit)
+
+    async def edit_running(
+        self, scope: str, job_order_id: str, edit: StepEdit, *, expected: str | None = None
+    ) -> Any:
+        return await self.coordinator.edits.edit(scope, job_order_id, edit, expected)
 
     async def set_breakpoint(
         self,

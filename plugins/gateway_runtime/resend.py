@@ -56,7 +56,7 @@ class Resender:
                 ]
                 if not waiting:
                     continue
-                snapshot = await self.recipes.get(scope, job, execution.run)
+                snapshot = await self.recipes.get(scope, job, execution.run, execution.recipe)
                 for run in waiting:
                     if snapshot.action(run.name).equipment != equipment_id:
                         continue

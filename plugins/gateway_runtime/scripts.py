@@ -15,10 +15,12 @@ from __future__ import annotations
 # whose outbox entries go, the ``outbox`` entries of the commands to send now, ``take``: the
 # kept event this change applies, if any, and ``history``: the actions done since the last
 # write ([name, JSON]), moved out of the doc into the history;
-# ARGV[4] (create only): the job's recipe snapshot, written with its first state (a state never
+# ARGV[4] (create): the job's recipe snapshot, written with its first state (a state never
 # lacks its recipe, and a snapshot never outlives a start that failed) in place of the earlier
-# job's, whose history goes too; ARGV[5]: the run of the state written (a job id stored again
-# starts a new run, its versions from 0: the version alone could match the earlier run's).
+# job's, whose history goes too; (else, when not empty) the snapshot an edit of the job's
+# steps made, written with the state that runs it; ARGV[5]: the run of the state written (a
+# job id stored again starts a new run, its versions from 0: the version alone could match the
+# earlier run's).
 #
 # ``ttl`` > 0 (the job has ended): the state expires after that many seconds, and the recipe
 # snapshot and the history with it (the operator view shows them until then).
@@ -55,6 +57,8 @@ if ops['take'] and redis.call('LREM', KEYS[7], 1, ops['take']) == 0 then return 
 if expected < 0 then
   redis.call('SET', KEYS[8], ARGV[4])
   redis.call('DEL', KEYS[9])
+elseif ARGV[4] ~= '' then
+  redis.call('SET', KEYS[8], ARGV[4])
 end
 for _, entry in ipairs(ops['history']) do
   redis.call('HSET', KEYS[9], entry[1], entry[2])

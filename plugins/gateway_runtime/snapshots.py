@@ -25,6 +25,7 @@ class Snapshot:
     dataschema: str
     run: str = ""  # the job's run it belongs to (``Execution.run``)
     equipment: Mapping[str, str] = field(default_factory=dict)  # routed by type at start
+    version: str = ""  # ``""``: as the job started; an edit's recipe version (``Execution.recipe``)
 
     def action(self, name: str) -> ActionSpec:
         """The program's action or compensation of that name (``KeyError``: none)."""
@@ -53,6 +54,7 @@ class Snapshot:
                 "parameters": self.parameters,
                 "run": self.run,
                 "equipment": self.equipment,
+                "version": self.version,
             }
         )
 
@@ -85,30 +87,48 @@ class RecipeCache:
         parameters: Mapping[str, Any],
         run: str,
         equipment: Mapping[str, str],
+        version: str = "",
     ) -> Snapshot:
         program = self.program(dataschema, recipe)
         if equipment:
             program = program.bind(equipment)
-        return Snapshot(program, parameters, recipe, dataschema, run, dict(equipment))
+        return Snapshot(program, parameters, recipe, dataschema, run, dict(equipment), version)
 
     def keep(self, scope: str, job: str, snapshot: Snapshot) -> None:
         """The snapshot of a job this instance just started."""
         self._keep((scope, job), snapshot)
 
-    async def get(self, scope: str, job: str, run: str | None = None) -> Snapshot:
+    async def get(
+        self, scope: str, job: str, run: str | None = None, version: str | None = None
+    ) -> Snapshot:
         """The job's snapshot; with ``run``, the one kept in memory only if it is that run's
-        (another instance may have started the job again under the same id meanwhile)."""
+        (another instance may have started the job again under the same id meanwhile), with
+        ``version`` only if it is that version of its recipe (another instance edited it)."""
         key = (scope, job)
         kept = self._snapshots.get(key)
-        if kept is not None and (run is None or kept.run == run):
+        if (
+            kept is not None
+            and (run is None or kept.run == run)
+            and (version is None or kept.version == version)
+        ):
             return kept
+        return await self.read(scope, job)
+
+    async def read(self, scope: str, job: str) -> Snapshot:
+        """The job's snapshot as stored (and kept from now on)."""
         text = await self.context.client.get(self.context.keys.recipe(scope, job))
         if text is None:
             raise ValueError(f"job {scope}/{job} has an execution state but no recipe snapshot")
         data = json.loads(text)
         snapshot = self.snapshot(
-            data["dataschema"], data["recipe"], data["parameters"], data["run"], data["equipment"]
+            data["dataschema"],
+            data["recipe"],
+            data["parameters"],
+            data["run"],
+            data["equipment"],
+            data.get("version", ""),
         )
+        key = (scope, job)
         self._keep(key, snapshot)
         return snapshot
 
@@ -119,7 +139,10 @@ class RecipeCache:
         """The job ended: its snapshot is not needed any more."""
         self._snapshots.pop((scope, job))
 
-    async def executor(self, scope: str, job: str, run: str | None = None) -> Executor:
-        """An executor for the job's program and parameters (``run``: as for ``get``)."""
-        snapshot = await self.get(scope, job, run)
+    async def executor(
+        self, scope: str, job: str, run: str | None = None, version: str | None = None
+    ) -> Executor:
+        """An executor for the job's program and parameters (``run``, ``version``: as for
+        ``get``)."""
+        snapshot = await self.get(scope, job, run, version)
         return self.context.executor(snapshot.program, snapshot.parameters)

@@ -133,6 +133,9 @@ class StepHandlers:
                 log.info("job %s/%s not started: it is %s", scope, job, state)
                 await self.scopes.forget_job(job)
                 return
+        # Read again now that it runs: an edit of its steps made before, while it waited, is in
+        # its Work Master (job management edits it there only before the job runs).
+        recipe_job = await control.job(scope, job) or recipe_job
         dataschema = recipe_job.dataschema or ""
         try:
             program = self.recipes.program(dataschema, recipe_job.recipe)
@@ -245,7 +248,9 @@ class StepHandlers:
         run = execution.actions.get(action_name)
         if run is None or run.attempt != attempt or run.phase is not Phase.DISPATCHED:
             return  # cancelled or answered meanwhile
-        await self.recipes.get(scope, job, execution.run)  # this run's, kept for ``_publish``
+        await self.recipes.get(
+            scope, job, execution.run, execution.recipe
+        )  # this run's, kept for ``_publish``
         await self._publish(scope, job, action_name, attempt)
 
     async def publish(self, scope: str, job: str, tries: Sequence[tuple[str, int]]) -> None:

@@ -153,6 +153,10 @@ class SequenceExecutor:
         """Past every block whose steps all succeeded, into the next one while running."""
         while execution.status in (Status.RUNNING, Status.PAUSED):
             index = int(execution.memo["block"])
+            if index >= len(self.recipe.blocks):  # the steps after it were deleted (an edit)
+                if execution.status is Status.RUNNING:
+                    finish(execution, effects, "completed")
+                return
             block = self.recipe.blocks[index]
             if block.name not in execution.nodes:
                 if execution.status is not Status.RUNNING:

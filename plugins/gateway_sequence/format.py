@@ -7,7 +7,9 @@ from dataclasses import replace
 from functools import cached_property
 from typing import Any
 
-from gateway.formats import ActionSpec, ExecutorOptions, Program
+from gateway.formats import ActionSpec, Execution, ExecutorOptions, Program
+from gateway.recipes import StepEdit
+from gateway_sequence.editing import edit_sequence
 from gateway_sequence.executor import SequenceExecutor
 from gateway_sequence.model import DATASCHEMA, SequenceRecipe, load_sequence
 from gateway_sequence.view import render_mermaid, render_svg
@@ -82,6 +84,9 @@ class SequenceFormat:
 
     def render_mermaid(self, program: Program) -> str:
         return render_mermaid(_recipe(program))
+
+    def edit_steps(self, recipe: Any, edit: StepEdit, execution: Execution | None) -> Any:
+        return edit_sequence(recipe, edit, execution)
 
 
 def _recipe(program: Program) -> SequenceRecipe:

@@ -7,9 +7,11 @@ from dataclasses import replace
 from functools import cached_property
 from typing import Any
 
-from gateway.formats import ActionSpec, ExecutorOptions, Program
+from gateway.formats import ActionSpec, Execution, ExecutorOptions, Program
+from gateway.recipes import StepEdit
 from gateway_sfc.chart import Chart, compile_chart
 from gateway_sfc.compensation import compensation_of
+from gateway_sfc.editing import edit_chart
 from gateway_sfc.engine import Executor
 from gateway_sfc.model import DATASCHEMA, Action, Qualifier
 from gateway_sfc.render import render_mermaid
@@ -93,6 +95,9 @@ class SfcFormat:
 
     def render_mermaid(self, program: Program) -> str:
         return render_mermaid(_chart(program))
+
+    def edit_steps(self, recipe: Any, edit: StepEdit, execution: Execution | None) -> Any:
+        return edit_chart(recipe, edit, execution)
 
 
 def _chart(program: Program) -> Chart:

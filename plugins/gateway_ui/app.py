@@ -29,12 +29,13 @@ from starlette.responses import (
 from starlette.routing import Route
 
 from gateway.errors import ValidationError
-from gateway.recipes import JobCommand
+from gateway.recipes import JobCommand, RequestOutcome
 from gateway_ui.acknowledge import blocked_section
 from gateway_ui.activity import Activity, action_stats, scope_activity
 from gateway_ui.assets import JS
 from gateway_ui.breakpoints import BREAKPOINT, breakpoint_arguments
 from gateway_ui.dashboard import Dashboard, DashboardStream
+from gateway_ui.edits import EDIT, edit_arguments
 from gateway_ui.live import LiveFeed
 from gateway_ui.pages import OPERATOR_ACTIONS, job_page, job_url, scope_page, scope_url
 from gateway_ui.settings import UiSettings
@@ -280,10 +281,9 @@ class UiApplications:
         if not self.operators:
             return _error(403, "operator actions are off (no ui.operators configured)", request)
         action = request.path_params["action"]
-        if action not in (*OPERATOR_ACTIONS, BREAKPOINT):
-            return _error(
-                404, f"no operator action {action!r} (hold, resume, abort, breakpoint)", request
-            )
+        if action not in (*OPERATOR_ACTIONS, BREAKPOINT, EDIT):
+            known = "hold, resume, abort, breakpoint, edit"
+            return _error(404, f"no operator action {action!r} ({known})", request)
         operator = self._operator(request)
         if operator is None:
             return Response(
@@ -293,17 +293,10 @@ class UiApplications:
             )
         scope, job = request.path_params["scope"], request.path_params["job"]
         await self.data.job(scope, job)
-        control = self.gateway.job_control
-        if action == BREAKPOINT:
-            try:
-                step, enabled = await breakpoint_arguments(request)
-            except ValidationError as error:
-                return _error(400, str(error), request)
-            outcome = await control.set_breakpoint(
-                scope, step, job_order_id=job, enabled=enabled, requested_by=f"operator {operator}"
-            )
-        else:
-            outcome = await control.request(scope, job, COMMANDS[action], f"operator {operator}")
+        try:
+            outcome = await self._call(request, action, scope, job, f"operator {operator}")
+        except ValidationError as error:  # the request's fields
+            return _error(400, str(error), request)
         log.info("operator %s: %s of %s/%s: %s", operator, action, scope, job, outcome.status)
         return {"accepted": outcome.accepted, "status": outcome.status, "message": outcome.message}
 
@@ -338,6 +331,20 @@ class UiApplications:
         )
         log.info("operator %s acknowledged %s of %s: %s", operator, equipment, scope, released)
         return {"released": [dataclasses.asdict(item) for item in released]}
+
+    async def _call(
+        self, request: Request, action: str, scope: str, job: str, by: str
+    ) -> RequestOutcome:
+        control = self.gateway.job_control
+        if action == BREAKPOINT:
+            step, enabled = await breakpoint_arguments(request)
+            return await control.set_breakpoint(
+                scope, step, job_order_id=job, enabled=enabled, requested_by=by
+            )
+        if action == EDIT:
+            edit, expected = await edit_arguments(request)
+            return await control.edit_steps(scope, job, edit, expected=expected, requested_by=by)
+        return await control.request(scope, job, COMMANDS[action], by)
 
     def _operator(self, request: Request) -> str | None:
         """The operator whose Basic credentials the request carries, if they are right."""

@@ -12,6 +12,7 @@ from urllib.parse import quote
 from gateway_ui.assets import CSS
 
 OPERATOR_ACTIONS = ("hold", "resume", "abort")
+EDITS = ("insert", "add", "replace", "delete", "reset")  # the step edits an operator may make
 # The top-level states in which each action's MES method is allowed (OPC 40001-3 Pause, Resume,
 # Abort): the page offers an action only then, and none once the job has ended.
 ACTION_STATES = {
@@ -217,6 +218,12 @@ def job_page(
             '<input name="step" placeholder="step" required aria-label="step"> '
             '<label><input type="checkbox" name="clear" value="1"> clear</label> '
             '<button type="submit">Breakpoint</button></form>'
+            f'<form method="post" action="{_e(job_url(scope, job))}/actions/edit">'
+            '<select name="edit" aria-label="edit">'
+            + "".join(f"<option>{op}</option>" for op in EDITS)
+            + '</select> <input name="step" placeholder="step" aria-label="step"> '
+            '<textarea name="new" rows="2" placeholder="new step (JSON)" aria-label="new step">'
+            '</textarea> <button type="submit">Edit steps</button></form>'
         )
         buttons = f'<section class="operator" id="operator"><h2>Operator</h2>{forms}</section>'
     drawing = chart or '<p class="muted">This recipe cannot be drawn.</p>'

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from gateway_jobs.breakpoints import BREAKPOINT_TYPE
+from gateway_jobs.editing import EDIT_TYPE
 from gateway_jobs.events import METADATA_EVENT_TYPE, STATUS_EVENT_TYPE
 from gateway_jobs.processor import CONFIG_TYPES, METHOD_TYPES, QUERY_TYPES
 from gateway_jobs.queue import QueueEntry, QueueView
@@ -342,7 +343,7 @@ def test_every_cloudevent_type_of_the_code_is_described(asyncapi: Any) -> None:
     described.discard(None)
     expected = {*METHOD_TYPES, *QUERY_TYPES, *CONFIG_TYPES, STATUS_EVENT_TYPE}
     expected |= {METADATA_EVENT_TYPE, STATE_INDEX_TYPE, JOB_ORDER_TYPE, JOB_RESPONSE_TYPE}
-    expected |= {STATE_INDEX_PAGE_TYPE, QUEUE_EVENT_TYPE, BREAKPOINT_TYPE}
+    expected |= {STATE_INDEX_PAGE_TYPE, QUEUE_EVENT_TYPE, BREAKPOINT_TYPE, EDIT_TYPE}
     assert described == expected
 
 

@@ -3,7 +3,9 @@ mosquitto): the job pauses before the step, the page and the trace say why, Resu
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 import anyio
 import pytest
@@ -82,4 +84,44 @@ async def test_an_operator_sets_a_breakpoint_and_the_job_pauses_before_that_step
     assert traced[4:] == [
         ("Pause", "NO_ERROR", "breakpoint before verify"),
         ("Resume", "NO_ERROR", "operator alice"),
+    ]
+
+
+async def test_an_operator_edits_a_stored_jobs_steps_and_its_recipe_version_follows(
+    station: Station,
+) -> None:
+    settings = {"GATEWAY_UI_OPERATORS": "alice:secret"}
+    alice = station.basic("alice", "secret")
+    position = {
+        "name": "position_again",
+        "interaction": "push_command",
+        "type_id": "com.example.station.position.v1",
+        "equipment": "positioner",
+        "timeout_seconds": 30,
+    }
+    new_step = json.dumps({"name": "Positioning", "actions": [position]})
+    action = f"{JOB_API}/J1/actions/edit?edit=replace&step=Positioning&new={quote(new_step)}"
+    async with running(station.gateway(seconds=0.05, **settings)), station.mes() as mes:
+        wm = work_master("WM", station.rear_axle, dataschema=DATASCHEMA)
+        assert return_status(await mes.configure("workmaster", wm)) == OK
+        assert return_status(await mes.store(job_order("J1", work_masters=["WM"]))) == OK
+        bad = await station.request(f"{JOB_API}/J1/actions/edit?edit=squash", "POST", alice)
+        edited = await station.request(action, "POST", alice)
+        assert return_status(await mes.act("Start", "J1")) == OK
+
+        async def ended() -> bool:
+            return str((await station.get_json(f"{JOB_API}/J1"))["state"]).startswith("Ended")
+
+        await poll_until(ended)
+        job = await station.get_json(f"{JOB_API}/J1")
+        traced = await methods(station, 3)
+    assert bad.status == 400
+    assert edited.json()["accepted"] is True
+    version = edited.json()["message"]
+    assert job["recipe_version"] == version
+    assert "position_again" in {entry["ID"] for entry in job["response"]["JobResponseData"]}
+    assert traced[:3] == [
+        ("Store", "NO_ERROR", "MES urn:test:mes"),
+        ("EditSteps", "NO_ERROR", "operator alice"),
+        ("Start", "NO_ERROR", "MES urn:test:mes"),
     ]
