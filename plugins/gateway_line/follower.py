@@ -153,11 +153,13 @@ class LineFollower:
             return
         if job_order_id in self._settling or job_order_id in self._settled:
             return
-        if await gateway.job_control.state(upstream.scope, upstream.job) is None:
-            log.debug("line: station %s job %s is no job of this gateway", station, job_order_id)
-            return
         self._settling.add(job_order_id)
         try:
+            if await gateway.job_control.state(upstream.scope, upstream.job) is None:
+                log.debug(
+                    "line: station %s job %s is no job of this gateway", station, job_order_id
+                )
+                return
             reply = EquipmentReply(
                 str(upstream.correlation),
                 data=ended.data,

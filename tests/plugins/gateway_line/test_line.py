@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 import pytest
 
 from gateway.app import Gateway
@@ -20,7 +21,7 @@ from gateway.equipment import EquipmentCommand
 from gateway.hookspecs import hookimpl
 from gateway.jobstates import JobState
 from gateway.testing import running, wait_until
-from gateway.testing.equipment import TestEquipment, station_with
+from gateway.testing.equipment import EquipmentFailure, TestEquipment, station_with
 from gateway_jobs.model import ReturnStatus
 from gateway_jobs.testing import (
     JobsMes,
@@ -32,6 +33,7 @@ from gateway_jobs.testing import (
     state_texts,
     work_master,
 )
+from gateway_line import downstream_job_id, upstream_of
 from gateway_sequence import DATASCHEMA
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
@@ -114,8 +116,9 @@ class Line:
         gateway.plugins.register(self.log, name="station-log")
         return gateway
 
-    def line(self, instance: str = "a") -> Gateway:
-        """An instance of the upstream gateway, the line (scope ``line``)."""
+    def line(self, instance: str = "a", **more: str) -> Gateway:
+        """An instance of the upstream gateway, the line (scope ``line``); ``more``: further
+        ``GATEWAY_...`` variables."""
         environ = {
             "GATEWAY_MQTT_URL": self.mqtt_url,
             "GATEWAY_MQTT_SHARE_GROUP": self.name,
@@ -127,6 +130,7 @@ class Line:
             "GATEWAY_RUNTIME_TIMER_POLL_SECONDS": "0.01",
             "GATEWAY_LINE_STATIONS": "press=cell1,paint=cell2",
             "GATEWAY_LINE_TOPIC_PREFIX": self.stations_prefix,
+            **more,
         }
         return Gateway.from_environment(None, environ)
 
@@ -193,3 +197,135 @@ async def test_a_line_job_runs_a_job_on_each_station_and_gets_their_results(line
     assert pressed["JobOrderID"].startswith("J1:press_it:")
     assert pressed["JobOrderID"].endswith("@line")
     assert sorted(line.log.stored()) == sorted([pressed["JobOrderID"], painted["JobOrderID"]])
+
+
+async def test_an_aborted_station_job_fails_the_line_action_with_the_stations_reason(
+    line: Line,
+) -> None:
+    def jammed(command: EquipmentCommand) -> Any:
+        raise EquipmentFailure("press jammed", data={"force_kn": 3})
+
+    line.equipment.behaviours = {WORK: jammed}
+    async with running(line.stations()), running(line.line()), line.mes() as (mes, press, paint):
+        await configure(mes, press, paint)
+        await start_line_job(mes)
+        response = await final_response(mes)
+    assert state_texts(response) == ["Aborted"]
+    results = response_data(response)
+    error = results["Error"]
+    assert error.startswith("step press_it: ")
+    assert " Aborted: step work: " in error  # the station's own error, after its job's id
+    assert "press jammed" in error
+    assert "paint_it" not in results  # the line stopped at the failed station
+    assert [job for job in line.log.stored() if ":paint_it:" in job] == []
+
+
+def held_work(line: Line) -> anyio.Event:
+    """Make the stations' work wait for the returned event (then answer as ``echo``)."""
+    release = anyio.Event()
+
+    async def held(command: EquipmentCommand) -> Any:
+        await release.wait()
+        return echo(command)
+
+    line.equipment.behaviours = {WORK: held}
+    return release
+
+
+async def press_job(line: Line) -> str:
+    """The press's job, once its equipment has the command."""
+    await wait_until(lambda: line.equipment.received)
+    return line.equipment.received[0].job_order_id
+
+
+async def test_an_abort_of_the_line_job_aborts_the_running_station_job(line: Line) -> None:
+    release = held_work(line)
+    async with running(line.stations()), running(line.line()), line.mes() as (mes, press, paint):
+        await configure(mes, press, paint)
+        await start_line_job(mes)
+        station_job = await press_job(line)
+        assert return_status(await mes.act("Abort", "J1")) == OK
+        await wait_until(lambda: station_job in line.log.entered(JobState.ABORTED))
+        release.set()
+        response = await final_response(mes)
+        await wait_until(lambda: station_job in line.log.entered(JobState.END))  # cleared
+    assert state_texts(response) == ["Aborted"]
+    assert (station_job, "Abort", JobState.ABORTED) in line.log.states
+
+
+async def test_pause_and_resume_of_the_line_job_pause_and_resume_the_station_job(
+    line: Line,
+) -> None:
+    release = held_work(line)
+    async with running(line.stations()), running(line.line()), line.mes() as (mes, press, paint):
+        await configure(mes, press, paint)
+        await start_line_job(mes)
+        station_job = await press_job(line)
+        assert return_status(await mes.act("Pause", "J1")) == OK
+        await wait_until(lambda: station_job in line.log.entered(JobState.SUSPENDED))
+        assert return_status(await mes.act("Resume", "J1")) == OK
+        await wait_until(lambda: (station_job, "Resume", JobState.RUNNING) in line.log.states)
+        release.set()
+        response = await final_response(mes)
+    assert state_texts(response)[:2] == ["Ended", "Completed"], response_data(response)
+
+
+async def test_a_command_sent_again_follows_the_station_job_instead_of_starting_another(
+    line: Line,
+) -> None:
+    release = held_work(line)
+    async with (
+        running(line.stations()),
+        running(upstream := line.line()),
+        line.mes() as (mes, press, paint),
+    ):
+        await configure(mes, press, paint)
+        await start_line_job(mes)
+        station_job = await press_job(line)
+        upstream_try = upstream_of(station_job)
+        assert upstream_try is not None
+        again = EquipmentCommand(
+            correlation_id=str(upstream_try.correlation),
+            type=LINE_JOB,
+            equipment="press",
+            scope="line",
+            job_order_id="J1",
+            action="press_it",
+            parameters={"WorkMasterID": "WM-STATION"},
+        )
+        assert downstream_job_id(again) == station_job
+        await upstream.equipment.send(again)  # as the runtime re-sends after a crash
+        release.set()
+        response = await final_response(mes)
+    assert state_texts(response)[:2] == ["Ended", "Completed"], response_data(response)
+    press_jobs = [job for job in line.log.stored() if ":press_it:" in job]
+    assert press_jobs == [station_job]
+    refused = [
+        (job, status) for job, method, status in line.log.methods if method == "StoreAndStart"
+    ]
+    assert (station_job, "UNABLE_TO_ACCEPT_JOB_ORDER") in refused
+    assert line.log.entered(JobState.RUNNING).count(station_job) == 1
+
+
+async def test_a_line_gateway_restarted_mid_job_finishes_it_with_one_station_job(
+    line: Line,
+) -> None:
+    release = held_work(line)
+    async with running(line.stations()), line.mes() as (mes, press, paint):
+        # Session expiry 0: a's subscriptions end with its connection (it is gone for good).
+        async with running(line.line("a", GATEWAY_MQTT_SESSION_EXPIRY_SECONDS="0")):
+            await configure(mes, press, paint)
+            await start_line_job(mes)
+            station_job = await press_job(line)
+        # Instance a is gone while the press works; instance b takes over the line job.
+        async with running(line.line("b")):
+            release.set()
+            response = await final_response(mes)
+            await wait_until(lambda: station_job in line.log.entered(JobState.END))
+    assert state_texts(response)[:2] == ["Ended", "Completed"], response_data(response)
+    assert [job for job in line.log.stored() if ":press_it:" in job] == [station_job]
+    assert line.log.entered(JobState.RUNNING).count(station_job) == 1
+    assert response_data(response)["press_it"]["JobOrderID"] == station_job
+    # b's recovery sent the command again: the station refused to store the job twice.
+    assert (station_job, "StoreAndStart", "UNABLE_TO_ACCEPT_JOB_ORDER") in line.log.methods
+    assert [method for job, method, _ in line.log.methods if job == station_job].count("Clear") == 1
