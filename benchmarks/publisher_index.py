@@ -39,7 +39,9 @@ from anyio.abc import ObjectReceiveStream
 from redis.asyncio import Redis
 
 from gateway.app import Gateway
+from gateway.changes import ChangeRecord, Trigger
 from gateway.codecs.mqtt import MqttMessage, to_mqtt
+from gateway.jobstates import JobState
 from gateway.testing import running, wait_until
 from gateway.testing.mqtt import MqttTestClient, connect_test_client
 from gateway.testing.services import mosquitto, redis_server
@@ -84,18 +86,13 @@ def job_response(job_id: str) -> str:
 
 
 def record(scope: str, job_id: str, change: str, state: str, **payloads: str) -> dict[str, str]:
-    has_result = "true" if state.split(".")[0] in ("Ended", "Aborted") else "false"
-    return {
-        "change_type": change,
-        "job_order_id": job_id,
-        "scope": scope,
-        "state": state,
-        "state_number": "0",
-        "previous": "",
-        "priority": "0",
-        "has_result": has_result,
-        **payloads,
-    }
+    """A change record's stream fields, as job management writes them (``gateway.changes``)."""
+    after = JobState(state)
+    previous = JobState.INITIAL
+    record = ChangeRecord(
+        Trigger(change), scope, job_id, after, previous, 0, after.final, **payloads
+    )
+    return record.fields()
 
 
 @dataclass

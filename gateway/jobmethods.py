@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
+from gateway.changes import Trigger
 from gateway.jobstates import JobState
 
 
@@ -89,7 +90,7 @@ class JobStatus:
 
     scope: str
     job_order_id: str
-    method: str  # the MES method or recipe report that caused it (``Store``, ``Complete``...)
+    method: Trigger  # the MES method or recipe report that caused it (``Store``, ``Complete``...)
     state: JobState  # e.g. ``Ended.Completed``
     job_order: Mapping[str, Any]
     job_state: Sequence[Mapping[str, Any]]

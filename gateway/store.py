@@ -29,6 +29,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from gateway.changes import ChangeRecord
 from gateway.cloudevents import CloudEvent
 from gateway.errors import ValidationError
 
@@ -207,7 +208,9 @@ class ScopeTransaction(Protocol):
 
     def set_json(self, key: str, value: Any, *, ttl_seconds: int | None = None) -> None: ...
 
-    def append_change(self, record: Mapping[str, str]) -> None: ...
+    def append_change(self, record: ChangeRecord) -> None:
+        """Append ``record`` (of this scope) to the scope's change stream, with the commit."""
+        ...
 
 
 class Store(Protocol):

@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gateway.changes import Trigger
 from gateway.cloudevents import format_time, utc_now
 from gateway.jobstates import JobState
 from gateway.logs import log_context
@@ -139,13 +140,13 @@ class JobsControl:
         return RequestOutcome(outcome.ok, outcome.status.name, outcome.message)
 
     async def run(self, scope: str, job_order_id: str) -> bool:
-        return await self.manager.drive(scope, job_order_id, "Run")
+        return await self.manager.drive(scope, job_order_id, Trigger.RUN)
 
     async def complete(
         self, scope: str, job_order_id: str, outcome: JobOutcome, *, run: str | None = None
     ) -> bool:
         edit = _response_edit(outcome.results, description=None)  # no Held note remains
-        return await self.manager.drive(scope, job_order_id, "Complete", edit, run=run)
+        return await self.manager.drive(scope, job_order_id, Trigger.COMPLETE, edit, run=run)
 
     async def abort(
         self, scope: str, job_order_id: str, outcome: JobOutcome, *, run: str | None = None
@@ -156,7 +157,7 @@ class JobsControl:
             ProcessValue(SIDE_EFFECTS_ID, outcome.side_effects),
         ]
         edit = _response_edit([*outcome.results, *failure], description=f"Aborted: {error}")
-        failed = await self.manager.drive(scope, job_order_id, "Fail", edit, run=run)
+        failed = await self.manager.drive(scope, job_order_id, Trigger.FAIL, edit, run=run)
         if failed:
             # Why a job failed belongs in the log, not only in its Job Response.
             with log_context(scope=scope, job=job_order_id, correlationid=outcome.correlation_id):
@@ -167,7 +168,7 @@ class JobsControl:
         self, scope: str, job_order_id: str, reason: str, *, run: str | None = None
     ) -> bool:
         edit = _response_edit([], description=f"Held: {reason}")
-        return await self.manager.drive(scope, job_order_id, "Hold", edit, run=run)
+        return await self.manager.drive(scope, job_order_id, Trigger.HOLD, edit, run=run)
 
     async def block(
         self, scope: str, job_order_id: str, equipment: Sequence[str], reason: str
@@ -225,7 +226,9 @@ class JobsControl:
         def recorded(job: StoredJob) -> StoredJob:
             return results_received(edit(job))
 
-        return await self.manager.drive(scope, job_order_id, "ResultUpdate", recorded, run=run)
+        return await self.manager.drive(
+            scope, job_order_id, Trigger.RESULT_UPDATE, recorded, run=run
+        )
 
 
 def utc_text() -> str:

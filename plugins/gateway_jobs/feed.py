@@ -21,8 +21,8 @@ from typing import Any, cast
 import anyio
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 
+from gateway.changes import ChangeRecord, ChangeRecordError
 from gateway.jobmethods import JobStatus
-from gateway.jobstates import JobState
 from gateway.store import Store
 from gateway_jobs.model import to_json
 from gateway_jobs.repository import JobRepository
@@ -33,7 +33,6 @@ log = logging.getLogger(__name__)
 BLOCK_MS = 1000
 READ_COUNT = 200
 RETRY_SECONDS = (0.1, 0.5, 1.0, 2.0)
-_SILENT_TRIGGERS = frozenset({"ResultUpdate"})
 
 Entry = tuple[str, dict[str, str]]
 
@@ -93,59 +92,56 @@ class ChangeReader:
                 failures = 0
                 for stream, entries in cast(list[tuple[str, list[Entry]]], reply or []):
                     for entry_id, fields in entries:
-                        status = await self._status(fields)
+                        status = await self._status(entry_id, fields)
                         self.cursors[stream] = entry_id
                         if status is not None:
                             await send.send(status)
 
-    async def _status(self, fields: Mapping[str, str]) -> JobStatus | None:
-        scope, job_order_id = fields.get("scope"), fields.get("job_order_id")
-        trigger, text = fields.get("change_type"), fields.get("state")
-        if not (scope and job_order_id and trigger and text):
-            log.error("status events: change record without scope, job, type or state skipped")
-            return None
-        if trigger in _SILENT_TRIGGERS:
-            return None
+    async def _status(self, entry_id: str, fields: Mapping[str, str]) -> JobStatus | None:
         try:
-            state = JobState(text)
-        except ValueError:
-            log.error("status event of job %s/%s skipped: no state %r", scope, job_order_id, text)
+            record = ChangeRecord.parse(entry_id, fields)
+        except ChangeRecordError as error:
+            log.error("status events: change record %s skipped: %s", entry_id, error)
             return None
+        if not record.trigger.changes_state:
+            return None
+        scope, job_order_id, state = record.scope, record.job_order_id, record.state
         try:
-            known = await self._documents(scope, job_order_id, fields)
+            known = await self._documents(record)
         except Exception as error:  # one unreadable job must not stop the events of all others
             log.error("status event of job %s/%s skipped: %s", scope, job_order_id, error)
             return None
         job_state = to_json(state_list(state))
-        if state is JobState.END:
+        if record.removes_job:
             self.known.pop((scope, job_order_id), None)
         # A job that left has no current response: its last one (final, or as it was cancelled).
         response = (
             known.job_response
-            if state is JobState.END
+            if record.removes_job
             else {**known.job_response, "JobState": job_state}
         )
         return JobStatus(
             scope=scope,
             job_order_id=job_order_id,
-            method=trigger,
+            method=record.trigger,
             state=state,
             job_order=known.job_order,
             job_state=job_state,
             job_response=response,
         )
 
-    async def _documents(self, scope: str, job_order_id: str, fields: Mapping[str, str]) -> _Known:
+    async def _documents(self, record: ChangeRecord) -> _Known:
         """The job's documents as of this record: the record's own, else stored, else last seen."""
-        order = _parsed(fields.get("job_order"))
-        response = _parsed(fields.get("job_response"))
+        scope, job_order_id = record.scope, record.job_order_id
+        order = _parsed(record.job_order)
+        response = _parsed(record.job_response)
         if not self.documents:
             return _Known(
                 order or {"JobOrderID": job_order_id},
                 response or {"JobResponseID": job_order_id, "JobOrderID": job_order_id},
             )
         known = self.known.get((scope, job_order_id))
-        if (order is None or response is None) and fields.get("state") != JobState.END:
+        if (order is None or response is None) and not record.removes_job:
             stored = await self.repository.load(scope, job_order_id)
             if stored is not None:
                 order = order or to_json(stored.job_order)

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
+from gateway.changes import Trigger
 from gateway.equipment import EquipmentHub
 from gateway.jobstates import JobState, StateFilter, TopState, matches
 from gateway.recipes import JobCommand, RecipeInterpreter, equipment_uses
@@ -86,7 +87,8 @@ class JobManager:
     async def store(self, scope: str, method: str, call: JobOrderCall, cause: Cause) -> Outcome:
         """Store or StoreAndStart: a new job, if acceptable, never over an existing one."""
         order = call.job_order
-        state = next_state(JobState.INITIAL, method)
+        trigger = Trigger(method)
+        state = next_state(JobState.INITIAL, trigger)
         assert state is not None, f"{method} creates no job"
         work_master_ids = named_work_masters(order)
         # The configuration checked is read with the job's WATCH: one round trip, and a change
@@ -106,7 +108,7 @@ class JobManager:
         result = await self.repository.create(
             scope,
             order.job_order_id,
-            method,
+            trigger,
             admit,
             reads=reads,
             limited=self.settings.max_job_orders < NO_LIMIT,
@@ -119,7 +121,9 @@ class JobManager:
         current = await self.repository.load(scope, order.job_order_id)
         if current is None:
             return self._refused(Refusal("unknown"), scope, order.job_order_id, "Update")
-        if next_state(current.state, "Update") is None:  # before the checks: they would not help
+        if (
+            next_state(current.state, Trigger.UPDATE) is None
+        ):  # before the checks: they would not help
             refusal = Refusal("invalid-state", state=current.state)
             return self._refused(refusal, scope, order.job_order_id, "Update")
         known = await self.config.snapshot(scope, named_work_masters(order))
@@ -143,7 +147,7 @@ class JobManager:
                 "(RevokeStart it first)",
             )
         result = await self.repository.transition(
-            scope, order.job_order_id, "Update", replace_order, equipment=equipment
+            scope, order.job_order_id, Trigger.UPDATE, replace_order, equipment=equipment
         )
         return await self._finish(scope, order.job_order_id, "Update", result, cause)
 
@@ -155,7 +159,7 @@ class JobManager:
             equipment = None if job is None else await self.equipment(scope, job)
         edit = _awaiting_results(self.settings.results_wait_seconds) if method in _ENDS else None
         result = await self.repository.transition(
-            scope, call.job_order_id, method, edit, equipment=equipment
+            scope, call.job_order_id, Trigger(method), edit, equipment=equipment
         )
         return await self._finish(scope, call.job_order_id, method, result, cause)
 
@@ -169,7 +173,7 @@ class JobManager:
                 job,
                 self.settings.results_wait_seconds,
             )
-            if not await self.drive(scope, job, "ResultUpdate", results_received):
+            if not await self.drive(scope, job, Trigger.RESULT_UPDATE, results_received):
                 await self.repository.forget_results_due(scope, job)  # cleared meanwhile
 
     async def job_response(self, scope: str, job_order_id: str) -> JobResponseReply:
@@ -232,7 +236,7 @@ class JobManager:
         self,
         scope: str,
         job_order_id: str,
-        trigger: str,
+        trigger: Trigger,
         edit: Edit | None = None,
         *,
         run: str | None = None,
@@ -250,7 +254,7 @@ class JobManager:
                 f", state {result.state}" if result.state else "",
             )
             return False
-        if trigger != "ResultUpdate":
+        if trigger.changes_state:
             await self._announce(scope, result, None)
             await self._dispatch_after(scope, result)
         return True

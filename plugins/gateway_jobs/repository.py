@@ -35,6 +35,7 @@ from typing import Any, Literal
 import anyio
 from redis.exceptions import WatchError
 
+from gateway.changes import ChangeRecord, Trigger
 from gateway.errors import GatewayError
 from gateway.jobstates import JobState, TopState
 from gateway.store import ScopeTransaction, Store
@@ -52,7 +53,7 @@ from gateway_jobs.stored import StoredJob, required_equipment
 class Change:
     """A state change that was stored: the job before (``None`` when new) and after."""
 
-    trigger: str
+    trigger: Trigger
     before: StoredJob | None
     after: StoredJob
 
@@ -181,7 +182,7 @@ class JobRepository:
         self,
         scope: str,
         job_order_id: str,
-        trigger: str,
+        trigger: Trigger,
         admit: Admit,
         *,
         reads: Sequence[str] = (),
@@ -223,7 +224,7 @@ class JobRepository:
         self,
         scope: str,
         job_order_id: str,
-        trigger: str,
+        trigger: Trigger,
         edit: Edit | None = None,
         *,
         equipment: Collection[str] | None = None,
@@ -333,34 +334,26 @@ def _move(pipeline: Any, member: str, sources: Iterable[str], targets: Iterable[
         pipeline.sadd(key, member)
 
 
-def change_record(scope: str, change: Change) -> dict[str, str]:
-    """The change-stream entry of ``change``: what the MES publisher needs, as text.
-
-    ``change_type`` is the trigger (``Store``, ``Run``, ``ResultUpdate``, ``Clear``...);
-    ``has_result`` says the Job Response is final (Ended / Aborted, and no recipe results are
-    awaited any more), so it may be published;
-    ``priority`` lets the publisher order its index without reading the job. The record also
-    carries the documents the publisher makes retained (``job_order`` when the order is new or
-    changed, ``job_response`` once it is final), so publishing costs no reads and a replayed
-    record publishes the same bytes.
+def change_record(scope: str, change: Change) -> ChangeRecord:
+    """The change-stream record of ``change`` (``gateway.changes``): what the MES publisher
+    needs. ``has_result`` says the Job Response is final (Ended / Aborted, and no recipe results
+    are awaited any more), so it may be published; the record carries the documents the
+    publisher makes retained (the order when it is new or changed, the response once it is
+    final), so publishing costs no reads and a replayed record publishes the same bytes.
     """
     after = change.after
-    record = {
-        "change_type": change.trigger,
-        "job_order_id": after.job_order_id,
-        "scope": scope,
-        "state": after.state.value,
-        "state_number": str(after.state.number),
-        "previous": change.previous_state.value,
-        "priority": str(after.priority),
-        "has_result": "true" if after.has_result else "false",
-    }
-    if change.trigger in ORDER_TRIGGERS:
-        record["job_order"] = json.dumps(to_json(after.job_order), separators=(",", ":"))
-    if after.state.final:
-        record["job_response"] = json.dumps(to_json(after.response), separators=(",", ":"))
-    return record
+    return ChangeRecord(
+        trigger=change.trigger,
+        scope=scope,
+        job_order_id=after.job_order_id,
+        state=after.state,
+        previous=change.previous_state,
+        priority=after.priority,
+        has_result=after.has_result,
+        job_order=_compact(to_json(after.job_order)) if change.trigger.sets_order else None,
+        job_response=_compact(to_json(after.response)) if after.state.final else None,
+    )
 
 
-# The transitions that create or change a job order (and so its retained order topic).
-ORDER_TRIGGERS = frozenset({"Store", "StoreAndStart", "Update"})
+def _compact(document: Any) -> str:
+    return json.dumps(document, separators=(",", ":"))

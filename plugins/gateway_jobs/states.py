@@ -57,46 +57,53 @@ from typing import Any
 
 from transitions.extensions.nesting import HierarchicalMachine, NestedState
 
+from gateway.changes import Trigger
 from gateway.jobstates import SUBSTATES, TOP_STATES, JobState, StateFilter, TopState
 from gateway_jobs.model import LocalizedText, RelativePath, RelativePathElement, State
 
 MES_METHODS = (
-    "Store",
-    "StoreAndStart",
-    "Start",
-    "RevokeStart",
-    "Update",
-    "Pause",
-    "Resume",
-    "Stop",
-    "Abort",
-    "Cancel",
-    "Clear",
+    Trigger.STORE,
+    Trigger.STORE_AND_START,
+    Trigger.START,
+    Trigger.REVOKE_START,
+    Trigger.UPDATE,
+    Trigger.PAUSE,
+    Trigger.RESUME,
+    Trigger.STOP,
+    Trigger.ABORT,
+    Trigger.CANCEL,
+    Trigger.CLEAR,
 )
-CONTROL_TRIGGERS = ("Run", "Complete", "Fail", "Hold", "ResultUpdate")
-CREATING = frozenset({"Store", "StoreAndStart"})
+CONTROL_TRIGGERS = (
+    Trigger.RUN,
+    Trigger.COMPLETE,
+    Trigger.FAIL,
+    Trigger.HOLD,
+    Trigger.RESULT_UPDATE,
+)
+CREATING = frozenset({Trigger.STORE, Trigger.STORE_AND_START})
 
 _PREPARED_STATES = [TopState.NOT_ALLOWED_TO_START, TopState.ALLOWED_TO_START]
 _ACTIVE_STATES = [TopState.RUNNING, TopState.INTERRUPTED]
 _FINAL_STATES = [TopState.ENDED, TopState.ABORTED]
 # (trigger, source states, destination; None: stays). A top-level source covers its substates.
-_TRANSITIONS: list[tuple[str, TopState | list[TopState], JobState | None]] = [
-    ("Store", TopState.INITIAL, JobState.NOT_ALLOWED_TO_START_READY),
-    ("StoreAndStart", TopState.INITIAL, JobState.ALLOWED_TO_START_READY),
-    ("Start", TopState.NOT_ALLOWED_TO_START, JobState.ALLOWED_TO_START_READY),
-    ("RevokeStart", TopState.ALLOWED_TO_START, JobState.NOT_ALLOWED_TO_START_READY),
-    ("Update", _PREPARED_STATES, None),
-    ("Pause", TopState.RUNNING, JobState.SUSPENDED),
-    ("Resume", TopState.INTERRUPTED, JobState.RUNNING),
-    ("Stop", _ACTIVE_STATES, JobState.CLOSED),
-    ("Abort", _PREPARED_STATES + _ACTIVE_STATES, JobState.ABORTED),
-    ("Cancel", _PREPARED_STATES, JobState.END),
-    ("Clear", _FINAL_STATES, JobState.END),
-    ("Run", TopState.ALLOWED_TO_START, JobState.RUNNING),
-    ("Complete", TopState.RUNNING, JobState.COMPLETED),
-    ("Fail", _ACTIVE_STATES, JobState.ABORTED),
-    ("Hold", TopState.RUNNING, JobState.HELD),
-    ("ResultUpdate", [*_ACTIVE_STATES, *_FINAL_STATES], None),
+_TRANSITIONS: list[tuple[Trigger, TopState | list[TopState], JobState | None]] = [
+    (Trigger.STORE, TopState.INITIAL, JobState.NOT_ALLOWED_TO_START_READY),
+    (Trigger.STORE_AND_START, TopState.INITIAL, JobState.ALLOWED_TO_START_READY),
+    (Trigger.START, TopState.NOT_ALLOWED_TO_START, JobState.ALLOWED_TO_START_READY),
+    (Trigger.REVOKE_START, TopState.ALLOWED_TO_START, JobState.NOT_ALLOWED_TO_START_READY),
+    (Trigger.UPDATE, _PREPARED_STATES, None),
+    (Trigger.PAUSE, TopState.RUNNING, JobState.SUSPENDED),
+    (Trigger.RESUME, TopState.INTERRUPTED, JobState.RUNNING),
+    (Trigger.STOP, _ACTIVE_STATES, JobState.CLOSED),
+    (Trigger.ABORT, _PREPARED_STATES + _ACTIVE_STATES, JobState.ABORTED),
+    (Trigger.CANCEL, _PREPARED_STATES, JobState.END),
+    (Trigger.CLEAR, _FINAL_STATES, JobState.END),
+    (Trigger.RUN, TopState.ALLOWED_TO_START, JobState.RUNNING),
+    (Trigger.COMPLETE, TopState.RUNNING, JobState.COMPLETED),
+    (Trigger.FAIL, _ACTIVE_STATES, JobState.ABORTED),
+    (Trigger.HOLD, TopState.RUNNING, JobState.HELD),
+    (Trigger.RESULT_UPDATE, [*_ACTIVE_STATES, *_FINAL_STATES], None),
 ]
 
 
@@ -127,14 +134,14 @@ def _names(states: TopState | list[TopState]) -> str | list[str]:
     return states.value
 
 
-def _build_table() -> dict[tuple[JobState, str], JobState]:
+def _build_table() -> dict[tuple[JobState, Trigger], JobState]:
     """Every (state, trigger) the machine allows, with the state it leads to."""
     machine = _Machine(
         model=None,
         states=_state_definitions(),
         transitions=[
             {
-                "trigger": trigger,
+                "trigger": trigger.value,
                 "source": _names(source),
                 "dest": None if dest is None else dest.value,
             }
@@ -144,24 +151,24 @@ def _build_table() -> dict[tuple[JobState, str], JobState]:
         auto_transitions=False,
     )
     assert set(JobState) <= set(machine.get_nested_state_names()), "JobState names its states"
-    table: dict[tuple[JobState, str], JobState] = {}
+    table: dict[tuple[JobState, Trigger], JobState] = {}
     for state in JobState:  # a job is only ever in one of these leaves
         table.update(_moves_from(machine, state))
     return table
 
 
-def _moves_from(machine: _Machine, state: JobState) -> dict[tuple[JobState, str], JobState]:
+def _moves_from(machine: _Machine, state: JobState) -> dict[tuple[JobState, Trigger], JobState]:
     """Try every trigger on a probe in ``state``, with the library's per-step logging muted."""
     library_log = logging.getLogger("transitions")
     level = library_log.level
     library_log.setLevel(logging.WARNING)
-    moves: dict[tuple[JobState, str], JobState] = {}
+    moves: dict[tuple[JobState, Trigger], JobState] = {}
     try:
         for trigger in (*MES_METHODS, *CONTROL_TRIGGERS):
             probe = _Probe()
             machine.add_model(probe, initial=state.value)
             # Asked first: an event not allowed in the state would make the library warn.
-            if probe.may_trigger(trigger) and probe.trigger(trigger):
+            if probe.may_trigger(trigger.value) and probe.trigger(trigger.value):
                 moves[(state, trigger)] = JobState(probe.state)
             machine.remove_model(probe)
     finally:
@@ -183,7 +190,7 @@ class _Probe:
 TRANSITIONS = _build_table()
 
 
-def next_state(state: JobState, trigger: str) -> JobState | None:
+def next_state(state: JobState, trigger: Trigger) -> JobState | None:
     """Where ``trigger`` takes a job in ``state``; ``None`` when it is not allowed there."""
     return TRANSITIONS.get((state, trigger))
 

@@ -23,6 +23,7 @@ import anyio
 from anyio.abc import ObjectReceiveStream
 
 from gateway.app import Gateway
+from gateway.changes import ChangeRecord
 from gateway.cloudevents import CloudEvent
 from gateway.codecs.mqtt import MqttMessage, from_mqtt
 from gateway.hookspecs import hookimpl
@@ -246,10 +247,13 @@ class JobsMes:
             yield stream
 
 
-async def change_records(store: Store, scope: str) -> list[dict[str, str]]:
+async def change_records(store: Store, scope: str) -> list[ChangeRecord]:
     """The scope's change-stream records, oldest first."""
     entries = await store.client.xrange(store.keys.changes(scope))
-    return [fields for _, fields in cast(list[tuple[str, dict[str, str]]], entries)]
+    return [
+        ChangeRecord.parse(entry_id, fields)
+        for entry_id, fields in cast(list[tuple[str, dict[str, str]]], entries)
+    ]
 
 
 async def final_response(mes: JobsMes, job: str = "J1", timeout: float = 15) -> dict[str, Any]:

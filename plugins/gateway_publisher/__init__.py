@@ -8,8 +8,9 @@ Per scope, on ``{prefix}/{scope}/...``, retained, QoS 1, with MQTT v5 message ex
 - ``result/{job_order_id}``: the final Job Response (Ended, Aborted, and results recorded after);
 - both deleted (zero-byte retained) on Clear and Cancel.
 
-Modules: ``records`` (change records), ``index`` (the in-memory state index), ``batch`` (what a
-run of records does), ``documents`` (order/result payloads), ``persistence`` (cursor, seq and
-index in the store), ``lease`` (one active publisher), ``topics`` (topic names, CloudEvents),
-``service`` (the loop), ``settings``, ``plugin`` (the hooks).
+It reads the scopes' change records (``gateway.changes``). Modules: ``index`` (the in-memory
+state index), ``batch`` (what a run of records does), ``documents`` (order/result payloads),
+``persistence`` (cursor, seq and index in the store), ``lease`` (one active publisher),
+``topics`` (topic names, CloudEvents), ``service`` (the loop), ``settings``, ``plugin`` (the
+hooks).
 """

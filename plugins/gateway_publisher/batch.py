@@ -13,9 +13,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from gateway.changes import ChangeRecord, ChangeRecordError
 from gateway_publisher.documents import Payloads
 from gateway_publisher.index import IndexEntry, JobIndex
-from gateway_publisher.records import ChangeRecord, RecordError, parse_record
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +81,8 @@ async def plan(
     for entry_id, fields in entries:
         batch.last_id = entry_id
         try:
-            record = parse_record(entry_id, fields)
-        except RecordError as error:
+            record = ChangeRecord.parse(entry_id, fields)
+        except ChangeRecordError as error:
             # Retrying cannot fix a malformed record; it must not block the stream either.
             log.error("change record %s of scope %s skipped: %s", entry_id, scope, error)
             batch.skipped += 1
@@ -98,7 +98,7 @@ async def _apply(batch: Batch, record: ChangeRecord, payloads: Payloads) -> None
         batch.topics[("result", job_id)] = None
         batch.change(job_id, None)
         return
-    if record.sets_order:
+    if record.trigger.sets_order:
         order = await payloads.order(batch.scope, record)
         if order is not None:
             batch.topics[("order", job_id)] = order

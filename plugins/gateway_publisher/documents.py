@@ -1,7 +1,7 @@
 """Where the order and result payloads come from when a change record does not carry them.
 
-The job management plugin's change records carry the documents (``records``), so the publisher
-reads nothing. For records without them (written by another job management plugin, say), a
+The job management plugin's change records carry the documents (``gateway.changes``), so the
+publisher reads nothing. For records without them (written by another job management plugin, say), a
 ``DocumentSource`` handed in from outside can read them; the publisher imports nothing of the
 job management plugin. Without either, the order and result topics are not published and the
 index says ``has_result: false``.
@@ -14,8 +14,8 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from gateway.changes import ChangeRecord
 from gateway.store import Store
-from gateway_publisher.records import ChangeRecord
 
 log = logging.getLogger(__name__)
 

@@ -17,6 +17,7 @@ from redis.asyncio import BlockingConnectionPool, Redis, UnixDomainSocketConnect
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
+from gateway.changes import ChangeRecord
 from gateway.cloudevents import format_time, utc_now
 from gateway.errors import ConnectionFailed, GatewayError, SettingsError
 from gateway.store import STORE_SCHEMA, KeySchema, StreamBatch, check_scope
@@ -90,8 +91,10 @@ class RedisScopeTransaction:
         self._store.check_key(self.scope, key)
         self.pipeline.set(key, dumps(value), ex=ttl_seconds)
 
-    def append_change(self, record: Mapping[str, str]) -> None:
-        fields = {"ts": _now(), **record}
+    def append_change(self, record: ChangeRecord) -> None:
+        if record.scope != self.scope:
+            raise ValueError(f"a change record of scope {record.scope!r} in {self.scope!r}")
+        fields = {"ts": _now(), **record.fields()}
         self.pipeline.xadd(
             self._store.keys.changes(self.scope),
             fields,  # type: ignore[arg-type]  # redis-py types stream fields invariantly

@@ -24,6 +24,7 @@ from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+from gateway.changes import ChangeRecord, ChangeRecordError
 from gateway.store import Store
 from gateway_ui.live import LiveFeed
 from gateway_ui.trace import happenings, is_happening_id, position, read_from, trace_key
@@ -33,8 +34,6 @@ log = logging.getLogger(__name__)
 
 RETRY_MS = 1000  # how soon a browser reconnects
 START = "0-0"
-# Fields of a change record a page needs (the documents it may carry are left out).
-CHANGE_FIELDS = ("change_type", "job_order_id", "state", "previous", "priority", "has_result", "ts")
 
 
 def format_event(event: str | None, data: Any, event_id: str | None = None) -> str:
@@ -104,8 +103,8 @@ class JobStream:
                 for entry_id, fields in entries:
                     positions[stream] = entry_id
                     if stream == changes_key:
-                        if fields.get("job_order_id") == self.job:
-                            change = _change(entry_id, fields)
+                        change = _change(entry_id, fields)
+                        if change is not None and change["job_order_id"] == self.job:
                             yield format_event("state", change, f"{entry_id},{sent}")
                         continue
                     for happening in happenings(entry_id, fields):
@@ -139,8 +138,26 @@ class ScopeStream:
             for _, entries in batch:
                 for entry_id, fields in entries:
                     positions[key] = entry_id
-                    yield format_event("change", _change(entry_id, fields), entry_id)
+                    change = _change(entry_id, fields)
+                    if change is not None:
+                        yield format_event("change", change, entry_id)
 
 
-def _change(entry_id: str, fields: Mapping[str, str]) -> dict[str, Any]:
-    return {"id": entry_id, **{name: fields[name] for name in CHANGE_FIELDS if name in fields}}
+def _change(entry_id: str, fields: Mapping[str, str]) -> dict[str, Any] | None:
+    """What a page shows of a change record (not the documents it may carry); ``None`` for an
+    entry that is no change record (logged: the stream goes on)."""
+    try:
+        record = ChangeRecord.parse(entry_id, fields)
+    except ChangeRecordError as error:
+        log.warning("change record %s skipped: %s", entry_id, error)
+        return None
+    return {
+        "id": entry_id,
+        "change_type": record.trigger,
+        "job_order_id": record.job_order_id,
+        "state": record.state,
+        "previous": record.previous,
+        "priority": record.priority,
+        "has_result": record.has_result,
+        "ts": record.written_at,
+    }

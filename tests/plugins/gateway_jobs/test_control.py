@@ -9,6 +9,7 @@ from collections.abc import Callable
 import anyio
 import pytest
 
+from gateway.changes import Trigger
 from gateway.logs import ContextFilter
 from gateway.recipes import JobCommand, JobOutcome, ProcessValue, recipe_version
 from gateway.store import Store
@@ -213,7 +214,7 @@ async def test_concurrent_runs_from_two_instances_have_one_winner(
                 tasks.start_soon(run, jobs if index % 2 else other)
     assert sorted(results) == [False] * 19 + [True]
     records = await change_records(jobs.manager.repository.store, SCOPE)
-    assert [record["change_type"] for record in records] == ["StoreAndStart", "Run"]
+    assert [record.trigger for record in records] == [Trigger.STORE_AND_START, Trigger.RUN]
 
 
 async def test_change_records_carry_what_the_publisher_needs(jobs: LocalJobs, store: Store) -> None:
@@ -222,15 +223,21 @@ async def test_change_records_carry_what_the_publisher_needs(jobs: LocalJobs, st
     assert await jobs.control.complete(SCOPE, "j1", JobOutcome())
     assert (await jobs.manager.act(SCOPE, "Clear", JobOrderIDCall("j1"), CAUSE)).ok
     records = await change_records(store, SCOPE)
-    assert [(r["change_type"], r["previous"], r["state"], r["has_result"]) for r in records] == [
-        ("StoreAndStart", "InitialState", "AllowedToStart.Ready", "false"),
-        ("Run", "AllowedToStart.Ready", "Running", "false"),
-        ("Complete", "Running", "Ended.Completed", "true"),
-        ("Clear", "Ended.Completed", "EndState", "false"),
+    assert [(r.trigger, r.previous, r.state, r.has_result) for r in records] == [
+        ("StoreAndStart", "InitialState", "AllowedToStart.Ready", False),
+        ("Run", "AllowedToStart.Ready", "Running", False),
+        ("Complete", "Running", "Ended.Completed", True),
+        ("Clear", "Ended.Completed", "EndState", False),
     ]
-    assert {r["job_order_id"] for r in records} == {"j1"}
-    assert [r["state_number"] for r in records] == ["2", "3", "5", "7"]
-    assert all(r["priority"] == "0" and r["scope"] == SCOPE and r["ts"] for r in records)
+    assert {r.job_order_id for r in records} == {"j1"}
+    assert all(r.priority == 0 and r.scope == SCOPE and r.written_at for r in records)
+    # What travels: the order with the new job, the final response with the end.
+    assert [(r.job_order is not None, r.job_response is not None) for r in records] == [
+        (True, False),
+        (False, False),
+        (False, True),
+        (False, False),
+    ]
     # Cleared: gone from documents and indexes, so it no longer counts.
     assert await jobs.manager.repository.count(SCOPE) == 0
     assert await store.client.get(store.keys.scoped(SCOPE, "job", "j1")) is None

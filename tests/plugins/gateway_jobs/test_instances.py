@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 async def change_types(store: Store, scope: str = "cell1") -> Counter[tuple[str, str]]:
     records = await change_records(store, scope)
-    return Counter((record["change_type"], record["job_order_id"]) for record in records)
+    return Counter((record.trigger.value, record.job_order_id) for record in records)
 
 
 async def concurrently(mes: JobsMes, events: list[CloudEvent]) -> list[CloudEvent]:

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
+from gateway.changes import ChangeRecord, ChangeRecordError
 from gateway_publisher.batch import plan
 from gateway_publisher.documents import Payloads
 from gateway_publisher.index import IndexEntry, JobIndex, state_entries
-from gateway_publisher.records import RecordError, parse_record
 
 
 def fields(job: str, change: str, state: str, **extra: str) -> dict[str, str]:
@@ -121,8 +121,8 @@ def test_stored_entries_round_trip() -> None:
     ],
 )
 def test_unusable_records_are_refused_by_name(broken: dict[str, str], message: str) -> None:
-    with pytest.raises(RecordError, match=message):
-        parse_record("1-0", {**fields("j", "Store", "NotAllowedToStart.Ready"), **broken})
+    with pytest.raises(ChangeRecordError, match=message):
+        ChangeRecord.parse("1-0", {**fields("j", "Store", "NotAllowedToStart.Ready"), **broken})
 
 
 class Documents:

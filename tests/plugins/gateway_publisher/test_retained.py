@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import pytest
 
+from gateway.changes import ChangeRecord, Trigger
 from gateway.codecs.mqtt import MqttMessage, from_mqtt
+from gateway.jobstates import JobState
 from gateway.recipes import ProcessValue
 from gateway.store import Store
 from gateway.testing import running, wait_until
@@ -159,16 +161,20 @@ async def test_results_recorded_after_the_end_are_republished(rig: Rig) -> None:
         assert ids == {"RecipeVersion", "WorkMasterID", "torque", "serial", "late_check"}
 
 
-def record(job: str, change_type: str, state: str, **fields: str) -> dict[str, str]:
-    has_result = "true" if state.split(".")[0] in ("Ended", "Aborted") else "false"
-    base = {"change_type": change_type, "job_order_id": job, "scope": "cell9", "state": state}
-    return {**base, "priority": "0", "has_result": has_result, **fields}
+def record(job: str, change_type: str, state: str, **documents: str) -> ChangeRecord:
+    after = JobState(state)
+    trigger = Trigger(change_type)
+    return ChangeRecord(trigger, "cell9", job, after, JobState.INITIAL, 0, after.final, **documents)
 
 
-async def append(store: Store, *records: dict[str, str]) -> None:
+async def append(store: Store, *records: ChangeRecord | dict[str, str]) -> None:
+    """Append ``records`` in one transaction; a ``dict`` as raw fields (no change record)."""
     async with store.transaction("cell9") as transaction:
-        for fields in records:
-            transaction.append_change(fields)
+        for change in records:
+            if isinstance(change, ChangeRecord):
+                transaction.append_change(change)
+            else:
+                transaction.pipeline.xadd(store.keys.changes("cell9"), change)  # type: ignore[arg-type]
 
 
 async def test_records_that_carry_the_documents_need_no_document_source(

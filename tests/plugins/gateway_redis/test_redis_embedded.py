@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 import redis.exceptions
 
+from gateway.changes import ChangeRecord, Trigger
 from gateway.cloudevents import CloudEvent
+from gateway.jobstates import JobState
 from gateway.resilience import is_transient
 from gateway_redis import RedisStore
 from gateway_redis.embedded import process_alive
@@ -31,7 +33,9 @@ async def test_embedded_redis_persists_across_restarts_and_stops_on_exit(
         assert process_alive(pid)
         async with first.transaction("cell-1") as tx:
             tx.set_json(first.keys.scoped("cell-1", "job", "J1"), {"State": "Ready"})
-            tx.append_change({"change_type": "Store"})
+            state = JobState.NOT_ALLOWED_TO_START_READY
+            record = ChangeRecord(Trigger.STORE, "cell-1", "J1", state, JobState.INITIAL, 0, False)
+            tx.append_change(record)
         event = CloudEvent(type="t", source="urn:mes", subject="cell-1")
         assert (await first.dedupe.claim(event)).new
         await first.dedupe.complete(event, [])

@@ -10,7 +10,9 @@ import pytest
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError, WatchError
 
+from gateway.changes import ChangeRecord, Trigger
 from gateway.errors import GatewayError
+from gateway.jobstates import JobState
 from gateway.store import GLOBAL_SCOPE, STORE_SCHEMA, Store
 from gateway.testing.cli import command_environ, run_gateway
 from gateway.testing.redis_ha import packets_sent
@@ -183,7 +185,7 @@ async def test_state_and_change_record_commit_together(store: RedisStore) -> Non
     async with store.transaction("cell-1") as tx:
         tx.set_json(key, {"State": "Ready"})
         tx.pipeline.sadd(store.keys.scoped("cell-1", "jobs"), "J1")
-        tx.append_change({"change_type": "Store", "job_order_id": "J1"})
+        tx.append_change(a_change(tx.scope, "Store"))
         assert await store.get_json(key) is None  # queued, not yet written
     assert await store.get_json(key) == {"State": "Ready"}
     assert await store.client.smembers(store.keys.scoped("cell-1", "jobs")) == {"J1"}
@@ -193,17 +195,16 @@ async def test_state_and_change_record_commit_together(store: RedisStore) -> Non
     assert record["ts"].endswith("Z")
 
 
+def a_change(scope: str, trigger: str = "Store") -> ChangeRecord:
+    """A change record of job J1 in ``scope``, as job management appends with its writes."""
+    state = JobState.NOT_ALLOWED_TO_START_READY
+    return ChangeRecord(Trigger(trigger), scope, "J1", state, JobState.INITIAL, 0, False)
+
+
 async def stream_records(store: RedisStore, key: str) -> list[dict[str, str]]:
     """The records of a stream, as the store's text-decoding client returns them."""
     entries: list[tuple[str, dict[str, str]]] = await store.client.xrange(key)  # type: ignore[assignment]
     return [record for _, record in entries]
-
-
-async def test_a_given_ts_is_kept(store: RedisStore) -> None:
-    async with store.transaction("cell-1") as tx:
-        tx.append_change({"change_type": "X", "ts": "2026-01-01T00:00:00Z"})
-    [record] = await stream_records(store, store.keys.changes("cell-1"))
-    assert record["ts"] == "2026-01-01T00:00:00Z"
 
 
 async def test_an_exception_in_the_block_writes_nothing(store: RedisStore) -> None:
@@ -212,7 +213,7 @@ async def test_an_exception_in_the_block_writes_nothing(store: RedisStore) -> No
     async def write_then_fail() -> None:
         async with store.transaction("cell-1") as tx:
             tx.set_json(key, {"State": "Ready"})
-            tx.append_change({"change_type": "Store"})
+            tx.append_change(a_change(tx.scope, "Store"))
             raise RuntimeError("handler bug")
 
     with pytest.raises(RuntimeError, match="handler bug"):
@@ -231,7 +232,7 @@ async def test_a_concurrent_change_to_a_watched_key_fails_the_commit(store: Redi
             current = await tx.get_json(key)
             await store.set_json(key, {"State": "Aborted", "Version": 2})  # another instance
             tx.set_json(key, {**current, "State": "Running"})
-            tx.append_change({"change_type": "Start"})
+            tx.append_change(a_change(tx.scope, "Start"))
 
     with pytest.raises(WatchError):
         await start_job()
@@ -245,7 +246,7 @@ async def test_an_unchanged_watched_key_commits_after_reading_it(store: RedisSto
     async with store.transaction("cell-1", watch=[key]) as tx:
         current = await tx.get_json(key)
         tx.set_json(key, {**current, "State": "Running"})
-        tx.append_change({"change_type": "Start"})
+        tx.append_change(a_change(tx.scope, "Start"))
         assert await tx.get_json(key) == {"State": "Ready"}  # reads do not see queued writes
     assert await store.get_json(key) == {"State": "Running"}
 
@@ -305,7 +306,7 @@ async def test_a_commit_whose_watching_connection_was_lost_fails_and_writes_noth
             await close_connections_serving(store, key)
             await store.set_json(key, {"State": "Aborted"})  # another instance, meanwhile
             tx.set_json(key, {**current, "State": "Running"})
-            tx.append_change({"change_type": "Start"})
+            tx.append_change(a_change(tx.scope, "Start"))
 
     with pytest.raises(WatchError):
         await start_job()
@@ -346,7 +347,7 @@ async def test_a_transaction_touches_only_its_own_scope(store: RedisStore) -> No
             pass
     with pytest.raises(ValueError, match="reserved"):
         async with store.transaction(GLOBAL_SCOPE) as tx:
-            tx.append_change({"change_type": "X"})
+            tx.append_change(a_change(tx.scope, "Store"))
     assert await store.client.xlen(store.keys.global_changes()) == 0
 
 
@@ -357,17 +358,17 @@ async def test_a_new_scope_is_announced_once(
     store: RedisStore, store_factory: StoreFactory
 ) -> None:
     async with store.transaction("cell-7") as tx:
-        tx.append_change({"change_type": "Store"})
+        tx.append_change(a_change(tx.scope, "Store"))
     assert await store.known_scopes() == {"cell-7"}
     [announced] = await stream_records(store, store.keys.global_changes())
     assert announced["scope"] == "cell-7"
     assert "ts" in announced
 
     async with store.transaction("cell-7") as tx:  # this process: no extra round trip
-        tx.append_change({"change_type": "Start"})
+        tx.append_change(a_change(tx.scope, "Start"))
     # Another process: its memory is empty, the set says the scope is known.
     async with store_factory() as other, other.transaction("cell-7") as tx:
-        tx.append_change({"change_type": "Stop"})
+        tx.append_change(a_change(tx.scope, "Stop"))
     assert await store.client.xlen(store.keys.global_changes()) == 1
     assert await store.client.xlen(store.keys.changes("cell-7")) == 3
 
@@ -383,7 +384,7 @@ async def test_reconcile_registers_a_scope_whose_registration_was_lost(
     store: RedisStore,
 ) -> None:
     async with store.transaction("cell-1") as tx:
-        tx.append_change({"change_type": "Store"})
+        tx.append_change(a_change(tx.scope, "Store"))
     # A crash between a scope's commit and its registration leaves only the change stream.
     await store.client.xadd(store.keys.changes("line-2/cell-3"), {"change_type": "Store"})
     await store.client.xadd(store.keys.global_key("unrelated", "changes"), {"x": "1"})

@@ -9,6 +9,7 @@ from typing import Any
 import anyio
 import pytest
 
+from gateway.changes import ChangeRecord, Trigger
 from gateway.equipment import EquipmentCommand
 from gateway.testing import poll_until, running
 from gateway.testing.equipment import NoAnswer, TestEquipment
@@ -27,8 +28,8 @@ def first_answers(command: EquipmentCommand) -> Any:
     raise NoAnswer
 
 
-def results_of(record: dict[str, str]) -> str:
-    return record.get("job_response", "")
+def results_of(record: ChangeRecord) -> str:
+    return record.job_response or ""
 
 
 @pytest.mark.parametrize("method", ["Stop", "Abort"])
@@ -57,16 +58,16 @@ async def test_the_response_is_final_once_the_recipe_recorded_its_results(
         await poll_until(second_command_out)
         assert return_status(await mes.act(method, "J1")) == ReturnStatus.NO_ERROR
         ended = (await change_records(store, "cell1"))[-1]
-        assert ended["change_type"] == method
-        assert ended["has_result"] == "false"  # the recipe's results are not in yet
+        assert ended.trigger == method
+        assert not ended.has_result  # the recipe's results are not in yet
         release.set()
 
         async def final() -> bool:
-            return (await change_records(store, "cell1"))[-1]["has_result"] == "true"
+            return (await change_records(store, "cell1"))[-1].has_result
 
         await poll_until(final)
         last = (await change_records(store, "cell1"))[-1]
-        assert last["change_type"] == "ResultUpdate"
+        assert last.trigger is Trigger.RESULT_UPDATE
         assert '"torque":42' in results_of(last)
 
 
@@ -93,7 +94,7 @@ async def test_a_recipe_that_never_reports_holds_the_response_back_only_a_while(
         assert return_status(await mes.act("Stop", "J1")) == ReturnStatus.NO_ERROR
 
         async def final() -> bool:
-            return (await change_records(store, "cell1"))[-1]["has_result"] == "true"
+            return (await change_records(store, "cell1"))[-1].has_result
 
         await poll_until(final, timeout=5)
-        assert (await change_records(store, "cell1"))[-1]["change_type"] == "ResultUpdate"
+        assert (await change_records(store, "cell1"))[-1].trigger is Trigger.RESULT_UPDATE
