@@ -25,6 +25,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.changes import Trigger
 from gateway.errors import ValidationError
 from gateway.jobstates import TopState
 from gateway.recipes import RECIPE_VERSION_ID, EditOp, StepEdit, StepEditor, recipe_version
@@ -114,7 +115,7 @@ async def _edit_stored(
         return with_recipe(current, recipe)
 
     result = await manager.repository.transition(
-        scope, job.job_order_id, "Update", apply, equipment=equipment
+        scope, job.job_order_id, Trigger.UPDATE, apply, equipment=equipment
     )
     outcome = await manager._finish(scope, job.job_order_id, "Update", result, cause)
     if outcome.status is ReturnStatus.INVALID_JOB_ORDER_STATUS:
@@ -140,7 +141,7 @@ async def _edit_running(
     def apply(current: StoredJob) -> StoredJob:
         return with_recipe(current, recorded)
 
-    if not await manager.drive(scope, job.job_order_id, "ResultUpdate", apply):
+    if not await manager.drive(scope, job.job_order_id, Trigger.RESULT_UPDATE, apply):
         raise _Changed
     return Outcome(ReturnStatus.NO_ERROR, recipe_version(recipe))
 
