@@ -174,6 +174,9 @@ class Execution:
     # The runtime's: the version of the recipe it runs (``""``: the one it started with; an
     # edit of its steps changes it), so every instance runs the edited program.
     recipe: str = ""
+    # The runtime's: every node the job has entered, in order (once each), so an edit knows
+    # the steps not reached yet.
+    reached: list[str] = field(default_factory=list)
 
 
 @dataclass

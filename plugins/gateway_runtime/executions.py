@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from enum import IntEnum
 from typing import TYPE_CHECKING
 
@@ -76,6 +76,7 @@ class ExecutionStore:
         """Write a new job's first state, with its recipe ``snapshot`` (``False``: another
         instance started it first)."""
         now_waiting = bool(waiting(execution))
+        note_reached(execution, {})
         commit = await self.write(
             execution, -1, effects, set(), waits_for_event=now_waiting, snapshot=snapshot
         )
@@ -110,6 +111,7 @@ class ExecutionStore:
             stop = None if before is None else reached(execution, was_active)
             if before is not None and stop is not None:
                 execution, effects = stop_before(executor, before, apply, stop, now)
+            note_reached(execution, was_active)
             if not (effects.changed or effects.sends or effects.timers or effects.report):
                 if fresh:
                     self._remember(execution)
@@ -275,6 +277,13 @@ class ExecutionStore:
             execution.version = previous_version
             execution.actions.update(done_runs)
         return commit
+
+
+def note_reached(execution: Execution, was_active: Mapping[str, float]) -> None:
+    """Add the nodes the change entered to ``Execution.reached`` (kept for edits)."""
+    for name in execution.nodes:
+        if name not in was_active and name not in execution.reached:
+            execution.reached.append(name)
 
 
 def waiting(execution: Execution) -> set[str]:

@@ -1,10 +1,12 @@
-"""Editing the steps of a chart (``gateway.formats.StepEditing``), before its job runs.
+"""Editing the steps of a chart (``gateway.formats.StepEditing``) not reached yet.
 
-A chart's steps are not a list: which ones a running job will still reach depends on its
-transitions, and it may loop back. So a chart is edited only while its job has not started
-(stored or queued); a running job's edit is refused, saying so. An edit names a step; a step
-comes with its actions, and a new step is ``{"name": ..., "actions": [...]}`` (its actions as
-in the chart, without ``step``):
+A chart's steps are not a list, and a chart may loop back: what "has begun" means is "has been
+reached". Before the job runs, every step may be edited; while it runs, only the steps it has
+not reached yet (``Execution.reached``, which the runtime keeps: a step it entered once stays
+reached, also when a loop would enter it again). A new step may be inserted after the step
+that is active (a re-work step after the current one) or after one not reached. An edit names
+a step; a step comes with its actions, and a new step is ``{"name": ..., "actions": [...]}``
+(its actions as in the chart, without ``step``):
 
 - insert after X: on a branch path, the new step follows X on the path; else X must have one
   transition out, ``X -> T [c]``, which becomes ``X -> new [c]`` and ``new -> T [always]``
@@ -30,10 +32,6 @@ ALWAYS = "always"
 
 def edit_chart(recipe: Any, edit: StepEdit, execution: Execution | None) -> Any:
     """``recipe`` with ``edit`` applied; ``RecipeError`` names why it cannot be."""
-    if execution is not None:
-        raise RecipeError(
-            ["edit: a running chart's steps cannot be edited (SFC: only a job not started)"]
-        )
     if not isinstance(recipe, Mapping) or not isinstance(recipe.get("steps"), list):
         raise RecipeError(["recipe.steps: not an SFC chart in the snake_case spelling"])
     if edit.op in (EditOp.ADD, EditOp.RESET):
@@ -45,6 +43,7 @@ def edit_chart(recipe: Any, edit: StepEdit, execution: Execution | None) -> Any:
     if not any(step.get("name") == name for step in chart.steps):
         known = ", ".join(str(step.get("name")) for step in chart.steps)
         raise RecipeError([f"edit.step: no step {name!r} (steps: {known})"])
+    _check_not_reached(edit, execution)
     if edit.op is EditOp.INSERT:
         chart.insert_after(name, _new(edit))
     elif edit.op is EditOp.REPLACE:
@@ -52,6 +51,25 @@ def edit_chart(recipe: Any, edit: StepEdit, execution: Execution | None) -> Any:
     else:
         chart.delete(name)
     return chart.document()
+
+
+def _check_not_reached(edit: StepEdit, execution: Execution | None) -> None:
+    """A running job's edit touches only steps it has not reached (insert: after the active
+    step, or one not reached)."""
+    if execution is None:
+        return
+    name = edit.step or ""
+    reached = set(execution.reached) | execution.nodes.keys()
+    if edit.op is EditOp.INSERT and name in execution.nodes:
+        return
+    if name in reached:
+        doing = "insert after it" if edit.op is EditOp.INSERT else "edit it"
+        raise RecipeError(
+            [
+                f"edit.step: step {name!r} has been reached: cannot {doing} (SFC: only the steps "
+                "a running job has not reached)"
+            ]
+        )
 
 
 class _Chart:

@@ -226,7 +226,7 @@ def chart(*names: str) -> dict[str, Any]:
     }
 
 
-async def test_a_queued_sfc_job_takes_insert_replace_and_delete_a_running_one_says_why_not(
+async def test_a_queued_sfc_job_takes_insert_replace_and_delete_a_running_one_steps_not_reached(
     station: Station,
 ) -> None:
     release = anyio.Event()
@@ -242,23 +242,23 @@ async def test_a_queued_sfc_job_takes_insert_replace_and_delete_a_running_one_sa
         assert return_status(await mes.configure("workmaster", wm)) == OK
         stored = await mes.store(job_order("J1", work_masters=["WM"]), method="StoreAndStart")
         assert return_status(stored) == OK  # queued: the scope is offline
-        inserted = await mes.edit_steps(
-            "J1", "insert", "A", {"name": "X", "actions": [chart_action("x")]}
-        )
-        replaced = await mes.edit_steps(
-            "J1", "replace", "B", {"name": "Y", "actions": [chart_action("y")]}
-        )
+        x, y, z = ({"name": n.upper(), "actions": [chart_action(n)]} for n in "xyz")
+        inserted = await mes.edit_steps("J1", "insert", "A", x)
+        replaced = await mes.edit_steps("J1", "replace", "B", y)
         deleted = await mes.edit_steps("J1", "delete", "C")
         assert return_status(await mes.configure("online", {"Online": True})) == OK
-        await wait_until(lambda: station.equipment.received)
-        running_edit = await mes.edit_steps("J1", "delete", "Y")
+        await wait_until(lambda: station.equipment.received)  # A is active
+        reached = await mes.edit_steps("J1", "delete", "A")
+        after_active = await mes.edit_steps("J1", "insert", "A", z)
         release.set()
         response = await final_response(mes)
     assert [return_status(reply) for reply in (inserted, replaced, deleted)] == [OK, OK, OK]
-    assert return_status(running_edit) == ReturnStatus.INVALID_REQUEST
-    assert running_edit.errormessage == (
-        "edit: edit: a running chart's steps cannot be edited (SFC: only a job not started)"
+    assert return_status(reached) == ReturnStatus.INVALID_REQUEST
+    assert reached.errormessage == (
+        "edit: edit.step: step 'A' has been reached: cannot edit it (SFC: only the steps a "
+        "running job has not reached)"
     )
+    assert return_status(after_active) == OK
     assert state_of(response)[:2] == ["Ended", "Completed"]
-    assert data_of(response)["RecipeVersion"] == deleted.data["RecipeVersion"]
-    assert sent(station.equipment) == ["J1:a:1", "J1:x:1", "J1:y:1"]
+    assert data_of(response)["RecipeVersion"] == after_active.data["RecipeVersion"]
+    assert sent(station.equipment) == ["J1:a:1", "J1:z:1", "J1:x:1", "J1:y:1"]

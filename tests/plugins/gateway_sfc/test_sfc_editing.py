@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gateway.formats import Execution, RecipeError
+from gateway.formats import Execution, NodeRun, RecipeError
 from gateway.recipes import EditOp, StepEdit
 from gateway_sfc.format import SfcFormat
 
@@ -24,8 +24,16 @@ LABEL = {
 }
 
 
-def edited(edit: StepEdit) -> dict[str, Any]:
-    chart: dict[str, Any] = SfcFormat().edit_steps(REAR_AXLE, edit, None)
+def at_positioning() -> Execution:
+    """A running job in Positioning (and QaCheck): Init and the branch were reached."""
+    execution = Execution("s", "j", reached=["Init", "FitAndQa", "Positioning", "QaCheck"])
+    for name in ("FitAndQa", "Positioning", "QaCheck"):
+        execution.nodes[name] = NodeRun(name, 0.0)
+    return execution
+
+
+def edited(edit: StepEdit, execution: Execution | None = None) -> dict[str, Any]:
+    chart: dict[str, Any] = SfcFormat().edit_steps(REAR_AXLE, edit, execution)
     SfcFormat().compile(chart)
     return chart
 
@@ -63,7 +71,8 @@ def test_replace_renames_everywhere_and_delete_takes_a_step_off_its_path() -> No
 @pytest.mark.parametrize(
     ("edit", "execution", "problem"),
     [
-        (StepEdit(EditOp.INSERT, "Init", LABEL), Execution("s", "j"), "a running chart's steps"),
+        (StepEdit(EditOp.INSERT, "Init", LABEL), at_positioning(), "step 'Init' has been reached"),
+        (StepEdit(EditOp.DELETE, "Positioning"), at_positioning(), "cannot edit it"),
         (StepEdit(EditOp.INSERT, "VerifyTorque", LABEL), None, "has 2 transitions out"),
         (StepEdit(EditOp.DELETE, "VerifyTorque"), None, "is not on a straight line"),
         (StepEdit(EditOp.ADD, new=LABEL), None, "add has no place in a chart"),
@@ -77,3 +86,10 @@ def test_an_edit_that_cannot_be_made_says_why(
     with pytest.raises(RecipeError) as refused:
         SfcFormat().edit_steps(REAR_AXLE, edit, execution)
     assert problem in str(refused.value)
+
+
+def test_a_running_job_takes_edits_of_the_steps_it_has_not_reached() -> None:
+    after_active = edited(StepEdit(EditOp.INSERT, "Positioning", LABEL), at_positioning())
+    assert after_active["branches"][0]["branches"][0] == ["Positioning", "Label", "TightenBolts"]
+    replaced = edited(StepEdit(EditOp.REPLACE, "TightenBolts", LABEL), at_positioning())
+    assert "Label" in {step["name"] for step in replaced["steps"]}
