@@ -258,6 +258,33 @@ def finish(
     return effects
 
 
+def dispatch(
+    execution: Execution,
+    run: ActionRun,
+    now: float,
+    effects: Effects,
+    *,
+    timeout: float | None,
+    side_effects: bool = True,
+    command: bool = True,
+) -> Effects:
+    """Start the next try of ``run`` as every executor does: a command sent (``command``; else
+    its event awaited), numbered by the job's next attempt of the action (each try its own
+    correlation id), with a ``TIMEOUT`` timer when it has a ``timeout``."""
+    run.attempt = execution.attempts[run.name] = execution.attempts.get(run.name, 0) + 1
+    run.tries += 1
+    run.not_before, run.dispatched_at = None, now
+    run.deadline = now + timeout if timeout else None
+    run.phase = Phase.DISPATCHED if command else Phase.WAITING
+    if command:
+        effects.sends.append(run.name)
+        execution.side_effects = execution.side_effects or side_effects
+    if run.deadline is not None:
+        effects.timers.append(Timer(run.deadline, TimerKind.TIMEOUT, run.name, run.attempt))
+    effects.changed = True
+    return effects
+
+
 @dataclass(frozen=True)
 class ExecutorOptions:
     """The runtime's settings an executor may use."""

@@ -1,10 +1,9 @@
 """The cycle semantics: a pure function of (program, execution state, stimulus, time).
 
-One command is out at a time: its node in ``Execution.nodes`` is named as the command, and
-``memo["position"]`` counts the commands done over all cycles. A reply sends the next command
-(the first again after the last, until ``cycles`` are done). An error reply, no reply in time or
-a command that could not be delivered aborts the job. The MES's Pause lets the command out
-finish and sends no new one until Resume; Stop and Abort cancel what is out.
+One command is out at a time (its node is named as it; ``memo["position"]`` counts the commands
+done over all cycles). A reply sends the next one, the first again after the last until
+``cycles`` are done; an error reply, no reply in time or an undeliverable command aborts the job.
+Pause lets the command out finish and sends none until Resume; Stop and Abort cancel it.
 """
 
 from __future__ import annotations
@@ -23,6 +22,7 @@ from gateway.formats import (
     Status,
     Timer,
     TimerKind,
+    dispatch,
     finish,
 )
 from gateway.recipes import JobCommand
@@ -80,8 +80,7 @@ class CycleExecutor:
         run = self._out(execution, timer.action, timer.attempt)
         if timer.kind is not TimerKind.TIMEOUT or run is None:
             return Effects()  # answered in time
-        seconds = next(c.timeout_seconds for c in self.commands if c.name == run.name)
-        reason = f"no reply within {seconds:g} s"  # offline: the likely cause, both are said
+        reason = f"no reply within {timer.due - (run.dispatched_at or 0):g} s"
         return self._fail(execution, run, f"{offline} ({reason})" if offline else reason, Effects())
 
     def on_command(self, execution: Execution, command: JobCommand, now: float) -> Effects:
@@ -119,24 +118,10 @@ class CycleExecutor:
         if position == len(commands) * self.cycles:
             return finish(execution, effects, "completed")
         command = commands[position % len(commands)]
-        # A fresh activation each cycle; attempts number the tries over the job (and its runs).
-        attempt = execution.attempts[command.name] = execution.attempts.get(command.name, 0) + 1
-        timeout = command.timeout_seconds or 0.0  # always set by the compiler
+        # A fresh activation each cycle; ``dispatch`` numbers the tries over the job (and runs).
         execution.nodes[command.name] = NodeRun(command.name, now)
-        execution.actions[command.name] = ActionRun(
-            name=command.name,
-            step=command.name,
-            phase=Phase.DISPATCHED,
-            attempt=attempt,
-            tries=1,
-            dispatched_at=now,
-            deadline=now + timeout,
-        )
-        execution.side_effects = True
-        effects.sends.append(command.name)
-        effects.timers.append(Timer(now + timeout, TimerKind.TIMEOUT, command.name, attempt))
-        effects.changed = True
-        return effects
+        run = execution.actions[command.name] = ActionRun(command.name, command.name)
+        return dispatch(execution, run, now, effects, timeout=command.timeout_seconds)
 
     def _fail(self, execution: Execution, run: ActionRun, reason: str, effects: Effects) -> Effects:
         run.phase, run.error = Phase.FAILED, reason

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
-from html import escape
 from typing import Any
 
+from gateway.drawing import column_mermaid, column_svg
 from gateway.formats import ActionSpec, ExecutorOptions, Program, RecipeError
 from gateway_cycle.executor import CycleExecutor
 
@@ -15,7 +15,7 @@ DATASCHEMA = "https://station-gateway.github.io/schemas/cycle-recipe/v1/"
 DEFAULT_TIMEOUT_SECONDS = 60.0
 # A name is part of its command's correlation id ``{job}:{name}:{attempt}``: no colon.
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
-
+# Each field: whether a value is right, and what a right one is (the problem's text says).
 Check = tuple[Callable[[Any], bool], str]
 RECIPE_FIELDS: dict[str, Check] = {
     "commands": (lambda v: isinstance(v, list) and bool(v), "a non-empty list of commands"),
@@ -68,24 +68,6 @@ def _check(data: Any, fields: dict[str, Check], required: set[str], where: str) 
     return problems
 
 
-def compile_cycle(recipe: Any) -> CycleProgram:
-    """The program of recipe JSON; ``RecipeError`` names every problem at its element."""
-    problems = _check(recipe, RECIPE_FIELDS, {"commands"}, "recipe")
-    items = recipe.get("commands") if isinstance(recipe, Mapping) else None
-    commands: list[ActionSpec] = []
-    for index, item in enumerate(items if isinstance(items, list) else []):
-        where = f"recipe.commands[{index}]"
-        found = _check(item, COMMAND_FIELDS, {"name", "type_id"}, where)
-        if not found and item["name"] in {command.name for command in commands}:
-            found = [f"{where}.name: {item['name']!r} is used twice"]
-        problems += found
-        if not found:
-            commands.append(ActionSpec(**{"timeout_seconds": DEFAULT_TIMEOUT_SECONDS, **item}))
-    if problems:
-        raise RecipeError(problems)
-    return CycleProgram(tuple(commands), recipe.get("cycles", 1))
-
-
 class CycleFormat:
     """``gateway.formats.RecipeFormat`` of cycle recipes."""
 
@@ -93,7 +75,21 @@ class CycleFormat:
     dataschema = DATASCHEMA
 
     def compile(self, recipe: Any) -> CycleProgram:
-        return compile_cycle(recipe)
+        """The program of recipe JSON; ``RecipeError`` names every problem at its element."""
+        problems = _check(recipe, RECIPE_FIELDS, {"commands"}, "recipe")
+        items = recipe.get("commands") if isinstance(recipe, Mapping) else None
+        commands: list[ActionSpec] = []
+        for index, item in enumerate(items if isinstance(items, list) else []):
+            where = f"recipe.commands[{index}]"
+            found = _check(item, COMMAND_FIELDS, {"name", "type_id"}, where)
+            if not found and item["name"] in {command.name for command in commands}:
+                found = [f"{where}.name: {item['name']!r} is used twice"]
+            problems += found
+            if not found:
+                commands.append(ActionSpec(**{"timeout_seconds": DEFAULT_TIMEOUT_SECONDS, **item}))
+        if problems:
+            raise RecipeError(problems)
+        return CycleProgram(tuple(commands), recipe.get("cycles", 1))
 
     def recognizes(self, recipe: Any) -> bool:
         return isinstance(recipe, Mapping) and "commands" in recipe
@@ -103,29 +99,9 @@ class CycleFormat:
         return f"OK: {len(program.commands)} commands, {program.cycles} cycles"
 
     def render_svg(self, program: Program, active: Collection[str] = ()) -> str:
-        """One box per command, top to bottom; the active one has class ``active``."""
-        boxes = []
-        for row, name in enumerate(program.actions):
-            lit = " active" if name in active else ""
-            boxes.append(  # classes and data as the web UI's live view expects them
-                f'<g class="step action{lit}" data-step="{escape(name)}" data-action='
-                f'"{escape(name)}"><rect x="20" y="{20 + 56 * row}" width="160" '
-                f'height="36"/><text x="100" y="{43 + 56 * row}">{escape(name)}</text></g>'
-            )
-        return (
-            f'<svg xmlns="http://www.w3.org/2000/svg" width="200" height="{20 + 56 * len(boxes)}">'
-            "<style>rect{fill:#fff;stroke:#333}.active rect{fill:#ffe58a}.failed rect{stroke:#c00}"
-            f"text{{font:12px sans-serif;text-anchor:middle}}</style>{''.join(boxes)}</svg>"
-        )
+        return column_svg(list(program.actions), active)  # one box per command
 
     def render_mermaid(self, program: Program) -> str:
-        """A box per command (names are ``[A-Za-z0-9_.-]``: safe as labels), the loop back."""
         assert isinstance(program, CycleProgram)
-        lines = ["flowchart TD"]
-        for row, command in enumerate(program.commands):
-            lines.append(f'    c{row}["{command.name}"]')
-            if row:
-                lines.append(f"    c{row - 1} --> c{row}")
-        if program.cycles > 1:
-            lines.append(f'    c{len(program.commands) - 1} -->|"{program.cycles} cycles"| c0')
-        return "\n".join(lines) + "\n"
+        cycles = program.cycles
+        return column_mermaid(list(program.actions), f"{cycles} cycles" if cycles > 1 else None)

@@ -1,7 +1,5 @@
 """Hook implementations of the cycle recipe format plugin."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 
 from gateway.formats import RecipeFormat

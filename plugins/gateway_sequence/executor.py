@@ -29,6 +29,7 @@ from gateway.formats import (
     Status,
     Timer,
     TimerKind,
+    dispatch,
     finish,
 )
 from gateway.recipes import JobCommand
@@ -233,16 +234,8 @@ class SequenceExecutor:
     def _send(
         self, execution: Execution, run: ActionRun, command: Command, now: float, effects: Effects
     ) -> None:
-        run.attempt = execution.attempts.get(run.name, 0) + 1
-        execution.attempts[run.name] = run.attempt
-        run.tries += 1
-        run.phase = Phase.DISPATCHED
-        run.dispatched_at = now
-        run.deadline = now + command.timeout_seconds
-        execution.side_effects = execution.side_effects or command.side_effects
-        effects.sends.append(run.name)
-        effects.timers.append(Timer(run.deadline, TimerKind.TIMEOUT, run.name, run.attempt))
-        effects.changed = True
+        timeout, side_effects = command.timeout_seconds, command.side_effects
+        dispatch(execution, run, now, effects, timeout=timeout, side_effects=side_effects)
 
     def _failed(
         self,

@@ -28,6 +28,7 @@ from gateway.formats import (
     Status,
     Timer,
     TimerKind,
+    dispatch,
     finish,
 )
 from gateway.recipes import JobCommand
@@ -269,24 +270,18 @@ class Executor:
 
     def _dispatch(self, execution: Execution, run: ActionRun, now: float, effects: Effects) -> None:
         action = self._action(run)
-        run.attempt = execution.attempts.get(run.name, 0) + 1
-        execution.attempts[run.name] = run.attempt
-        run.tries += 1
-        run.not_before = None
-        run.dispatched_at = now
-        run.deadline = now + action.timeout_seconds if action.timeout_seconds else None
-        if action.interaction is Interaction.PUSH_COMMAND:
-            run.phase = Phase.DISPATCHED
-            effects.sends.append(run.name)
-            execution.side_effects = execution.side_effects or action.has_side_effects
-        else:
-            run.phase = Phase.WAITING
-        if run.deadline is not None:
-            effects.timers.append(Timer(run.deadline, TimerKind.TIMEOUT, run.name, run.attempt))
-        elif action.equipment and self.liveness_seconds:
+        dispatch(
+            execution,
+            run,
+            now,
+            effects,
+            timeout=action.timeout_seconds,
+            side_effects=action.has_side_effects,
+            command=action.interaction is Interaction.PUSH_COMMAND,
+        )
+        if run.deadline is None and action.equipment and self.liveness_seconds:
             due = now + self.liveness_seconds
             effects.timers.append(Timer(due, TimerKind.LIVENESS, run.name, run.attempt))
-        effects.changed = True
 
     def _try_leave(self, execution: Execution, node: NodeRun, now: float, effects: Effects) -> bool:
         if node.branch and not node.selected:
