@@ -1,11 +1,11 @@
-"""The cycle format keeps the runtime's format contract (``gateway_runtime.testing``)."""
+"""The cycle format keeps the runtime's format contract (``gateway.testing.formats``)."""
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from gateway.testing.formats import FIRST, SECOND, FormatContract
 from gateway_cycle.format import CycleFormat
-from gateway_runtime.testing import FIRST, SECOND, FormatContract
 
 
 class TestCycleFormat(FormatContract):

@@ -1,10 +1,10 @@
-"""The SFC format keeps the runtime's format contract (``gateway_runtime.testing``)."""
+"""The SFC format keeps the runtime's format contract (``gateway.testing.formats``)."""
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from gateway_runtime.testing import FIRST, SECOND, FormatContract
+from gateway.testing.formats import FIRST, SECOND, FormatContract
 from gateway_sfc.format import SfcFormat
 
 

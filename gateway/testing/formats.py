@@ -2,7 +2,7 @@
 
 ::
 
-    from gateway_runtime.testing import FormatContract
+    from gateway.testing.formats import FormatContract
 
     class TestMyFormat(FormatContract):
         recipe_format = MyFormat()
@@ -19,15 +19,20 @@ command; only the current try's reply moves on, and applying it twice changes no
 timeout fails the try; Pause holds back the next command until Resume; Stop and Abort end with
 the results so far; the state survives its stored form (JSON) at every step. One more test runs
 a job of ``two_commands`` through a whole gateway on the runtime, over real Redis and mosquitto
-(the ``mqtt_url``, ``redis_url`` and ``unique`` fixtures of ``gateway.testing``).
+(the ``mqtt_url``, ``redis_url`` and ``unique`` fixtures of ``gateway.testing``), as an MES
+does: the Work Master configured, the job stored and started, its Job Response asked for until
+it has ended.
 """
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import anyio
 import pytest
 
+from gateway.cloudevents import CloudEvent
+from gateway.executionstate import dump_execution, load_execution
 from gateway.formats import (
     ActionSpec,
     Effects,
@@ -42,14 +47,12 @@ from gateway.formats import (
     Timer,
     TimerKind,
 )
+from gateway.jobstates import TopState
 from gateway.recipes import JobCommand
 from gateway.testing import running
 from gateway.testing.equipment import TestEquipment, station_with
-from gateway.testing.mqtt import connect_test_client
-from gateway_jobs.testing import JobsMes, final_response, store_and_start
-from gateway_jobs.testing import response_data as data_of
-from gateway_jobs.testing import state_texts as state_of
-from gateway_runtime.state import dump_execution, load_execution
+from gateway.testing.mqtt import MqttTestClient, connect_test_client
+from gateway.topics import MesTopics
 
 FIRST, SECOND = "com.example.first.v1", "com.example.second.v1"
 T0 = 1_000.0  # the injected clock
@@ -198,12 +201,51 @@ class FormatContract:
         equipment = TestEquipment({FIRST: lambda c: {"n": 1}, SECOND: lambda c: {"n": 2}})
         gateway = station_with(equipment, mqtt_url, redis_url, unique)
         async with running(gateway), connect_test_client(mqtt_url) as client:
-            mes = JobsMes(client, unique, "cell1")
-            dataschema = self.recipe_format.dataschema
-            await store_and_start(mes, self.two_commands, dataschema=dataschema)
-            response = await final_response(mes, "J1")
-        assert state_of(response) == ["Ended", "Completed"], response
-        results = data_of(response)
+            mes = _Mes(client, MesTopics(unique).commands("cell1"))
+            work_master = {
+                "ID": "WM",
+                "DataSchema": self.recipe_format.dataschema,
+                "Data": self.two_commands,
+            }
+            await mes.call(_CONFIG + "workmaster.v1", work_master)
+            await mes.call(_METHOD.format("StoreAndStart"), {"JobOrder": _ORDER})
+            response = await mes.final_response("J1")
+        states = [entry["StateText"]["Text"] for entry in response["JobState"]]
+        assert states == ["Ended", "Completed"], response
+        results = {entry["ID"]: entry.get("Value") for entry in response.get("JobResponseData", [])}
         assert results[self.action_of(FIRST)] == {"n": 1}
         assert results[self.action_of(SECOND)] == {"n": 2}
         assert [c.type for c in equipment.sent()] == [FIRST, SECOND]
+
+
+_CONFIG = "com.github.aschamberger.ISA95-JOBCONTROL_V2.config."
+_METHOD = "org.opcfoundation.ISA95-JOBCONTROL_V2.{}.v2"
+_RESPONSE = "org.opcfoundation.Machinery.Jobs.RequestJobResponseByJobOrderID.v1"
+_ORDER = {"JobOrderID": "J1", "WorkMasterID": [{"ID": "WM"}]}
+
+
+class _Mes:
+    """The MES's side of one job, over the gateway's MQTT commands topic of a scope."""
+
+    def __init__(self, client: MqttTestClient, topic: str) -> None:
+        self.client, self.topic = client, topic
+
+    async def call(self, event_type: str, data: Any) -> Any:
+        """The reply's data; ``AssertionError`` unless the call succeeded (ReturnStatus 1)."""
+        event = CloudEvent(type=event_type, source="urn:test:mes", subject="cell1", data=data)
+        reply = await self.client.request(self.topic, event, timeout=5)
+        assert isinstance(reply.data, dict), reply
+        assert reply.data.get("ReturnStatus") == 1, reply.data
+        return reply.data
+
+    async def final_response(self, job: str, timeout: float = 15) -> dict[str, Any]:
+        """The Job Response once the job has ended (Ended or Aborted)."""
+        with anyio.fail_after(timeout):
+            while True:
+                response: dict[str, Any] = (await self.call(_RESPONSE, {"JobOrderID": job}))[
+                    "JobResponse"
+                ]
+                states = response.get("JobState") or [{}]
+                if TopState(states[0].get("StateText", {}).get("Text")).final:
+                    return response
+                await anyio.sleep(0.05)
