@@ -4,11 +4,11 @@
 the stations' broker, and for each station subscribes to what the gateway publishes for its MES:
 
 - the retained ``state-index``: every job the station holds; the line's jobs among them (by
-  their ids, ``orders.upstream_of``) are the ones the upstream controls reach, and each index is
-  **reconciled** against the upstream jobs: a station job whose upstream job has ended or was
-  aborted meanwhile (a crash, a broker outage) is aborted (stopped, for a Stop), and on the
-  first index after (re)connecting a paused upstream job pauses its station jobs and a running
-  one resumes them;
+  their ids, ``orders.upstream_of``) are the ones the upstream controls reach, and each index
+  (and every ``reconcile_seconds`` besides) is **reconciled** against the upstream jobs: a
+  station job whose upstream job has ended or was aborted meanwhile (a crash, a broker outage)
+  is aborted (stopped, for a Stop), and on the first index after (re)connecting a paused
+  upstream job pauses its station jobs and a running one resumes them;
 - the retained ``result/+`` and the status ``events``: a station job that has ended gives the
   upstream action its reply (``orders.outcome``), recorded durably by the recipe runtime; only
   then is the station job cleared (the MES's acknowledgement), so a crash in between reads the
@@ -95,6 +95,7 @@ class LineFollower:
             self.link.connected(client)
             log.info("line: following stations %s", ", ".join(self.link.stations))
             tasks.start_soon(self._pass_on_changes)
+            tasks.start_soon(self._reconcile_now_and_then, gateway)
             await gateway.stopping.wait()
             tasks.cancel_scope.cancel()
 
@@ -201,6 +202,14 @@ class LineFollower:
             answer.status,
             answer.message,
         )
+
+    async def _reconcile_now_and_then(self, gateway: Gateway) -> None:
+        """Between the stations' index updates too: a line job that ended while its Abort or
+        Stop was lost (the instance that made the change died first) ends its station jobs."""
+        while True:
+            await anyio.sleep(self.link.settings.reconcile_seconds)
+            for station in self.link.stations:
+                await self._reconcile(gateway, station, catching_up=False)
 
     async def _reconcile(self, gateway: Gateway, station: str, *, catching_up: bool) -> None:
         for job_order_id, state in list(self.link.jobs[station].items()):

@@ -55,6 +55,12 @@ class LineSettings:
         "How long a StoreAndStart (or Pause, Abort...) waits for the station's answer",
         minimum=0.1,
     )
+    reconcile_seconds: float = setting(
+        10.0,
+        "How often the line checks that no station job outlives its line job (an Abort or Stop "
+        "lost to a crash is passed on then)",
+        minimum=0.05,
+    )
     reconnect_max_seconds: float = setting(
         10.0, "Longest wait between attempts to reach the broker (exponential backoff)", minimum=0.1
     )

@@ -35,7 +35,7 @@ OK = ReturnStatus.NO_ERROR
 LINE_JOB = "io.github.station-gateway.line.job.v1"
 WORK = "com.example.work.v1"
 STATION_RECIPE = {"steps": [{"name": "work", "type_id": WORK, "timeout_seconds": 10}]}
-LINE_RECIPE = {
+LINE_RECIPE: dict[str, Any] = {
     "timeout_seconds": 10,
     "steps": [
         {
@@ -139,14 +139,16 @@ class Line:
             yield line, press, paint
 
 
-async def configure(line_mes: JobsMes, *stations: JobsMes) -> None:
+async def configure(
+    line_mes: JobsMes, *stations: JobsMes, recipe: dict[str, Any] = LINE_RECIPE
+) -> None:
     for station in stations:
         reply = await station.configure(
             "workmaster", work_master("WM-STATION", STATION_RECIPE, dataschema=DATASCHEMA)
         )
         assert return_status(reply) == OK, reply.data
     reply = await line_mes.configure(
-        "workmaster", work_master("WM-LINE", LINE_RECIPE, dataschema=DATASCHEMA)
+        "workmaster", work_master("WM-LINE", recipe, dataschema=DATASCHEMA)
     )
     assert return_status(reply) == OK, reply.data
 

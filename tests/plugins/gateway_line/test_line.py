@@ -11,7 +11,7 @@ import pytest
 from gateway.equipment import EquipmentCommand
 from gateway.jobstates import JobState
 from gateway.testing import running, wait_until
-from gateway.testing.equipment import EquipmentFailure
+from gateway.testing.equipment import EquipmentFailure, silent_first
 from gateway_jobs.testing import (
     final_response,
     response_data,
@@ -19,8 +19,10 @@ from gateway_jobs.testing import (
     state_texts,
 )
 from gateway_line import downstream_job_id, upstream_of
+from gateway_line.link import StationLink
 from tests.plugins.gateway_line.harness import (
     LINE_JOB,
+    LINE_RECIPE,
     OK,
     WORK,
     Line,
@@ -170,3 +172,38 @@ async def test_a_line_gateway_restarted_mid_job_finishes_it_with_one_station_job
     # b's recovery sent the command again: the station refused to store the job twice.
     assert (station_job, "StoreAndStart", "UNABLE_TO_ACCEPT_JOB_ORDER") in line.log.methods
     assert [method for job, method, _ in line.log.methods if job == station_job].count("Clear") == 1
+
+
+async def test_a_line_abort_lost_before_it_was_passed_on_reaches_the_station_on_reconciling(
+    line: Line,
+) -> None:
+    release = held_work(line)
+    async with (
+        running(line.stations()),
+        running(upstream := line.line(GATEWAY_LINE_RECONCILE_SECONDS="0.1")),
+        line.mes() as (mes, press, paint),
+    ):
+        # The line hears no state change: as if the instance that aborted died at once.
+        upstream.plugins.unregister(upstream.state.get(StationLink))
+        await configure(mes, press, paint)
+        await start_line_job(mes)
+        station_job = await press_job(line)
+        assert return_status(await mes.act("Abort", "J1")) == OK
+        await wait_until(lambda: (station_job, "Abort", JobState.ABORTED) in line.log.states)
+        release.set()
+
+
+async def test_a_new_try_of_a_line_action_aborts_the_station_job_of_the_try_timed_out(
+    line: Line,
+) -> None:
+    line.equipment.behaviours = {WORK: silent_first({"done": True})}
+    press_step = {**LINE_RECIPE["steps"][0], "timeout_seconds": 2, "max_attempts": 2}
+    async with running(line.stations()), running(line.line()), line.mes() as (mes, press, paint):
+        await configure(mes, press, paint, recipe={"steps": [press_step]})
+        await start_line_job(mes)
+        response = await final_response(mes)
+    assert state_texts(response)[:2] == ["Ended", "Completed"], response_data(response)
+    first, second = sorted(line.log.stored(), key=lambda job: job.rsplit(":", 1)[1])
+    assert (first, "Abort", JobState.ABORTED) in line.log.states  # the station's silent job
+    assert response_data(response)["press_it"]["JobOrderID"] == second
+    assert response_data(response)["press_it"]["work"] == {"done": True}
