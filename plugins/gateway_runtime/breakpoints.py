@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Collection
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gateway.errors import ValidationError
 from gateway.formats import Effects, Execution, Executor, Status
@@ -177,7 +177,11 @@ class Breakpoints:
             parked = json.loads(kept)
             if parked["run"] == run and parked["passed"]:
                 return False
-        await self.context.client.set(key, json.dumps({"run": run, "step": step, "passed": False}))
+        parked = json.dumps({"run": run, "step": step, "passed": False})
+        async with self.context.client.pipeline(transaction=True) as pipe:
+            pipe.set(key, parked)
+            pipe.sadd(self.context.keys.parked_jobs(scope), job)
+            await pipe.execute()
         return True
 
     async def parked_at(self, scope: str, job: str) -> str | None:
@@ -201,7 +205,27 @@ class Breakpoints:
     async def forget(self, scope: str, job: str) -> None:
         """The job ended: its own breakpoints and parking go."""
         keys = self.context.keys
-        await self.context.client.delete(keys.parked(scope, job), keys.breakpoints(scope, job))
+        async with self.context.client.pipeline(transaction=True) as pipe:
+            pipe.delete(keys.parked(scope, job), keys.breakpoints(scope, job))
+            pipe.srem(keys.parked_jobs(scope), job)
+            await pipe.execute()
+
+    async def started(self, scope: str, job: str) -> None:
+        """The job's state exists now: it is parked no more."""
+        await self.context.client.srem(self.context.keys.parked_jobs(scope), job)
+
+    async def parked_jobs(self, scope: str) -> dict[str, dict[str, Any]]:
+        """The jobs parked before their first step (or resumed, not started yet), by id."""
+        keys, client = self.context.keys, self.context.client
+        found: dict[str, dict[str, Any]] = {}
+        for member in await client.smembers(keys.parked_jobs(scope)):
+            job = _text(member)
+            kept = await client.get(keys.parked(scope, job))
+            if kept is None:
+                await client.srem(keys.parked_jobs(scope), job)
+            else:
+                found[job] = json.loads(kept)
+        return found
 
 
 def _marking(marks: list[str]) -> Apply:

@@ -75,7 +75,9 @@ class Coordinator:
         self.edits = StepEdits(context, self.executions, self.recipes, self.breakpoints)
         self.work = WorkQueue(context, self.scopes)
         self.consumer = WorkConsumer(context, self.scopes, self.steps.handle)
-        self.reconciler = Reconciler(context, self.scopes, self.executions, self.work)
+        self.reconciler = Reconciler(
+            context, self.scopes, self.executions, self.work, self.breakpoints
+        )
         self.resender = Resender(context, self.scopes, self.executions, self.recipes, self.work)
         context.metrics.sample_streams(gateway.metrics, self._group_info)
 

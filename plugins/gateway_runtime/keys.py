@@ -26,7 +26,8 @@ Per scope:
 - ``rt:bp:<job>`` and ``rt:bp-wm:<work master>`` sets: the steps a job, or every job of a Work
   Master, pauses before (breakpoints; copied into the execution state, where the steps read
   them, when the job starts and whenever they change); ``rt:parked:<job>``: a job paused
-  before its first step, which has no execution state yet (``breakpoints``).
+  before its first step, which has no execution state yet (``breakpoints``), and
+  ``rt:parked-jobs`` the set of them, which reconciliation looks at.
 
 Globally: ``rt:scopes`` (every scope that ran a job, for discovery) and ``rt:job-scope:<job>``
 (its scope, for replies that do not say it; it expires with the job's ended state, so a late
@@ -69,6 +70,9 @@ class RuntimeKeys:
 
     def parked(self, scope: str, job: str) -> str:
         return self.scoped(scope, "parked", job)
+
+    def parked_jobs(self, scope: str) -> str:
+        return self.scoped(scope, "parked-jobs")
 
     def timers(self, scope: str) -> str:
         return self.scoped(scope, "timers")

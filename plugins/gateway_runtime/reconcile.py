@@ -7,6 +7,7 @@ import logging
 from gateway.formats import Status
 from gateway.jobstates import JobState, TopState
 from gateway.recipes import JobCommand, missed_command
+from gateway_runtime.breakpoints import Breakpoints
 from gateway_runtime.context import EngineContext
 from gateway_runtime.executions import ExecutionStore, waiting
 from gateway_runtime.scopes import ScopeRegistry
@@ -22,11 +23,14 @@ class Reconciler:
         scopes: ScopeRegistry,
         executions: ExecutionStore,
         work: WorkQueue,
+        breakpoints: Breakpoints,
     ) -> None:
         self.context = context
         self.scopes = scopes
         self.executions = executions
         self.work = work
+        self.breakpoints = breakpoints
+        self.parked = Lingering()
         self.finishing = Lingering()
         self.at_breakpoint = Lingering()
 
@@ -85,8 +89,32 @@ class Reconciler:
                 if command is not None:
                     log.info("job %s/%s: the execution missed %s; applying it", scope, job, command)
                     await self.work.command(scope, job, command, execution.run)
+            await self._parked(scope)
         self.finishing.next_pass()
         self.at_breakpoint.next_pass()
+        self.parked.next_pass()
+
+    async def _parked(self, scope: str) -> None:
+        """Jobs paused before their first step (no state yet): one that is Running again
+        lost the start its Resume makes (a crash between the two), and is started now; one
+        that ended is forgotten."""
+        control = self.context.gateway.job_control
+        for job, parked in (await self.breakpoints.parked_jobs(scope)).items():
+            if await self.executions.exists(scope, job):
+                await self.breakpoints.started(scope, job)
+                continue
+            state = await control.state(scope, job)
+            if state is None or state.final or state.top is TopState.END:
+                await self.breakpoints.forget(scope, job)
+                continue
+            if state.top is not TopState.RUNNING:
+                continue  # paused: it waits for its Resume
+            # Running and not resumed yet: its Pause may be under way; only a job Running
+            # from one pass to the next was resumed, and its start lost.
+            if parked["passed"] or self.parked.again((scope, job), 0):
+                log.info("job %s/%s resumed before its first step: starting it", scope, job)
+                await self.breakpoints.unpark(scope, job, str(parked["run"]))
+                await self.work.start(scope, job)
 
 
 class Lingering:

@@ -165,6 +165,7 @@ class StepHandlers:
             return
         if await self._create(scope, job, snapshot, marks):
             log.info("job %s/%s: recipe started", scope, job)
+            await self.breakpoints.started(scope, job)
         # An MES command that came while the execution was being created found none, and was
         # dropped; one that came between a first handling of this start and a crash, likewise.
         # It applies now (reconciliation would, but later); applied twice, it changes nothing.

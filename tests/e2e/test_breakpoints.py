@@ -14,7 +14,7 @@ import pytest
 
 from gateway.app import Gateway
 from gateway.equipment import EquipmentCommand
-from gateway.recipes import RecipeProgress, RecipeViewer
+from gateway.recipes import JobCommand, RecipeJob, RecipeProgress, RecipeViewer
 from gateway.testing import poll_until, running, wait_until
 from gateway.testing.cli import run_gateway
 from gateway.testing.equipment import TestEquipment
@@ -28,6 +28,7 @@ from gateway_jobs.testing import (
     work_master,
 )
 from gateway_jobs.testing import state_texts as state_of
+from gateway_runtime.coordination import Coordinator
 from gateway_sequence import DATASCHEMA
 from gateway_simulator.testing import station_environ
 
@@ -43,14 +44,17 @@ class Station:
     name: str
     equipment: TestEquipment = field(default_factory=TestEquipment)
 
-    def gateway(self) -> Gateway:
+    def gateway(self, **runtime: str) -> Gateway:
         environ = station_environ(
             mqtt_url=self.mqtt_url,
             redis_url=self.redis_url,
             name=self.name,
             instance="a",
             simulator={},
-            extra={"GATEWAY_RUNTIME_TIMER_POLL_SECONDS": "0.01"},
+            extra={
+                "GATEWAY_RUNTIME_TIMER_POLL_SECONDS": "0.01",
+                **{f"GATEWAY_RUNTIME_{key.upper()}": value for key, value in runtime.items()},
+            },
         )
         return Gateway.from_environment(None, environ, extra_plugins={"eq": self.equipment})
 
@@ -182,3 +186,51 @@ async def test_gateway_jobs_breakpoint_sets_and_clears_one_from_the_command_line
     assert (done.returncode, done.stdout.strip()) == (0, "breakpoint before c of job J1: set")
     assert refused.returncode == 1
     assert "unknown-step: 'z' is no step of the recipe" in refused.stderr
+
+
+async def test_a_job_resumed_before_its_first_step_starts_even_when_the_hand_off_is_lost(
+    station: Station,
+) -> None:
+    gateway = station.gateway(reconcile_seconds="0.2")
+    coordinator = gateway.state.get(Coordinator)
+    handed_off = coordinator.command_job
+
+    async def lost(job: RecipeJob, command: JobCommand) -> None:
+        if command is not JobCommand.RESUME:  # the Resume dies with its instance
+            await handed_off(job, command)
+
+    coordinator.command_job = lost  # type: ignore[method-assign]
+    async with running(gateway), station.mes() as mes:
+        await configure(mes)
+        assert return_status(await mes.set_breakpoint("a", work_master="WM")) == OK
+        stored = await mes.store(job_order("J1", work_masters=["WM"]), method="StoreAndStart")
+        assert return_status(stored) == OK
+        await poll_until(lambda: suspended(mes))
+        assert return_status(await mes.act("Resume", "J1")) == OK
+        response = await final_response(mes)  # reconciliation started it
+    assert state_of(response)[:2] == ["Ended", "Completed"]
+    assert sent(station.equipment) == ["J1:a:1", "J1:b:1", "J1:c:1"]
+
+
+async def test_a_work_master_breakpoint_set_while_its_job_runs_pauses_that_job(
+    station: Station,
+) -> None:
+    release = anyio.Event()
+
+    async def slow(command: EquipmentCommand) -> Any:
+        await release.wait()
+        return {"done": True}
+
+    station.equipment.behaviours = {"com.example.a.v1": slow}
+    async with running(station.gateway()), station.mes() as mes:
+        await configure(mes)
+        stored = await mes.store(job_order("J1", work_masters=["WM"]), method="StoreAndStart")
+        assert return_status(stored) == OK
+        await wait_until(lambda: station.equipment.received)
+        assert return_status(await mes.set_breakpoint("c", work_master="WM")) == OK
+        release.set()
+        await poll_until(lambda: suspended(mes))
+        assert sent(station.equipment) == ["J1:a:1", "J1:b:1"]
+        assert return_status(await mes.set_breakpoint("c", work_master="WM", enabled=False)) == OK
+        assert return_status(await mes.act("Resume", "J1")) == OK
+        assert state_of(await final_response(mes))[:2] == ["Ended", "Completed"]
