@@ -207,3 +207,22 @@ async def test_a_new_try_of_a_line_action_aborts_the_station_job_of_the_try_time
     assert (first, "Abort", JobState.ABORTED) in line.log.states  # the station's silent job
     assert response_data(response)["press_it"]["JobOrderID"] == second
     assert response_data(response)["press_it"]["work"] == {"done": True}
+
+
+async def test_a_line_gateway_down_while_the_station_finished_catches_up_from_retained_topics(
+    line: Line,
+) -> None:
+    release = held_work(line)
+    async with running(line.stations()), line.mes() as (mes, press, paint):
+        async with running(line.line("a", GATEWAY_MQTT_SESSION_EXPIRY_SECONDS="0")):
+            await configure(mes, press, paint)
+            await start_line_job(mes)
+            station_job = await press_job(line)
+        release.set()  # no line gateway runs: the station's end is only in its retained topics
+        await wait_until(lambda: station_job in line.log.entered(JobState.COMPLETED))
+        async with running(line.line("b")):
+            response = await final_response(mes)
+            await wait_until(lambda: station_job in line.log.entered(JobState.END))
+    assert state_texts(response)[:2] == ["Ended", "Completed"], response_data(response)
+    assert response_data(response)["press_it"]["JobOrderID"] == station_job
+    assert line.log.entered(JobState.RUNNING).count(station_job) == 1
