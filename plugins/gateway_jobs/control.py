@@ -34,7 +34,7 @@ from gateway.recipes import (
     StepEdit,
 )
 from gateway_jobs.breakpoints import BREAKPOINT_METHOD, set_breakpoint
-from gateway_jobs.editing import EDIT_METHOD, edit_steps
+from gateway_jobs.editing import EDIT_METHOD, edit_steps, traced
 from gateway_jobs.events import Cause
 from gateway_jobs.jobs import JobManager, results_received
 from gateway_jobs.model import EUInformation, JobOrderIDCall, LocalizedText, Parameter, to_json
@@ -135,7 +135,7 @@ class JobsControl:
             self.manager, scope, job_order_id, edit, expected=expected, cause=cause
         )
         self.manager.method_called(
-            scope, job_order_id, EDIT_METHOD, outcome, requested_by=requested_by
+            scope, job_order_id, EDIT_METHOD, traced(edit, outcome), requested_by=requested_by
         )
         return RequestOutcome(outcome.ok, outcome.status.name, outcome.message)
 

@@ -25,6 +25,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+import anyio
+
 from gateway.changes import Trigger
 from gateway.errors import ValidationError
 from gateway.jobstates import TopState
@@ -40,6 +42,9 @@ EDIT_TYPE = "io.github.station-gateway.jobs.EditSteps.v1"
 
 EDIT_METHOD = "EditSteps"  # as observers of ``gateway_job_method_called`` see it
 _PREPARED = (TopState.NOT_ALLOWED_TO_START, TopState.ALLOWED_TO_START)
+# How long an edit of a job paused before its first step waits, each time, for a start under
+# way (its Resume) to create the state it then edits too.
+STARTING_PAUSES = (0.02, 0.05, 0.1, 0.2, 0.5)
 
 
 class _Changed(Exception):
@@ -133,17 +138,66 @@ async def _edit_running(
 ) -> Outcome:
     """A job whose recipe runs: its interpreter edits it, then the document records it."""
     recipe = await interpreter.edit_running(scope, job.job_order_id, edit, expected=expected)
-    if recipe is None:  # not running its recipe yet (paused before its first step)
-        _check_version(job.recipe, expected)
-        recipe = interpreter.edited_recipe(job.recipe, edit)
-    recorded = recipe
+    if recipe is None:  # paused before its first step: it starts from its document
+        return await _edit_parked(manager, scope, job, interpreter, edit, expected)
+
+    def record(current: StoredJob) -> StoredJob:
+        return with_recipe(current, recipe)
+
+    # The edit stands once the interpreter made it; a job cleared meanwhile records nothing.
+    await manager.drive(scope, job.job_order_id, Trigger.RESULT_UPDATE, record)
+    return Outcome(ReturnStatus.NO_ERROR, recipe_version(recipe))
+
+
+async def _edit_parked(
+    manager: JobManager,
+    scope: str,
+    job: StoredJob,
+    interpreter: StepEditor,
+    edit: StepEdit,
+    expected: str | None,
+) -> Outcome:
+    """A job Running or Interrupted whose recipe has not started (a breakpoint on its first
+    step): its document is edited, in a compare-and-swap; if its Resume started it from the
+    document as it was meanwhile, what it runs is edited too."""
+    edited: list[Any] = []
 
     def apply(current: StoredJob) -> StoredJob:
-        return with_recipe(current, recorded)
+        _check_version(current.recipe, expected)
+        edited[:] = [current.recipe, interpreter.edited_recipe(current.recipe, edit)]
+        return with_recipe(current, edited[1])
 
     if not await manager.drive(scope, job.job_order_id, Trigger.RESULT_UPDATE, apply):
         raise _Changed
+    before, recipe = edited
+    for pause in STARTING_PAUSES:
+        try:
+            await interpreter.edit_running(
+                scope, job.job_order_id, edit, expected=recipe_version(before)
+            )
+        except ValidationError:
+            break  # it started from the edited document (a conflict): nothing more to edit
+        except TransientError:  # its recipe is starting right now: look again once it has
+            await anyio.sleep(pause)
+            continue
+        break
     return Outcome(ReturnStatus.NO_ERROR, recipe_version(recipe))
+
+
+def traced(edit: StepEdit, outcome: Outcome) -> Outcome:
+    """The outcome as the trace records it: an accepted edit says what it did, and the job's
+    new recipe version (``insert x after a: sha256:...``)."""
+    if not outcome.ok:
+        return outcome
+    new = edit.new.get("name") if isinstance(edit.new, Mapping) else None
+    what = {
+        EditOp.ADD: f"add {new}",
+        EditOp.INSERT: f"insert {new} after {edit.step}",
+        EditOp.REPLACE: f"replace {edit.step} with {new}",
+        EditOp.DELETE: f"delete {edit.step}",
+        EditOp.RESET: "reset",
+    }[edit.op]
+    return Outcome(outcome.status, f"{what}: {outcome.message}")
 
 
 def _check_version(recipe: Any, expected: str | None) -> None:

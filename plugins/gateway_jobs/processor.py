@@ -34,7 +34,7 @@ from gateway_jobs.config import (
     config_type,
 )
 from gateway_jobs.control import JobsControl
-from gateway_jobs.editing import EDIT_METHOD, EDIT_TYPE, edit_arguments, edit_steps
+from gateway_jobs.editing import EDIT_METHOD, EDIT_TYPE, edit_arguments, edit_steps, traced
 from gateway_jobs.events import Cause, method_type
 from gateway_jobs.jobs import JobManager
 from gateway_jobs.methods import JobsMethods
@@ -135,7 +135,7 @@ class JobsProcessor:
         cause = Cause(correlationid=event.correlationid or event.id, causationid=event.id)
         outcome = await edit_steps(self.manager, scope, job, edit, expected=expected, cause=cause)
         self.manager.method_called(
-            scope, job, EDIT_METHOD, outcome, requested_by=f"MES {event.source}"
+            scope, job, EDIT_METHOD, traced(edit, outcome), requested_by=f"MES {event.source}"
         )
         if outcome.ok:  # the message is the new recipe version
             return self._reply(event, {"ReturnStatus": 1, "RecipeVersion": outcome.message})

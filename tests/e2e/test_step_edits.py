@@ -17,7 +17,7 @@ from gateway.app import Gateway
 from gateway.equipment import EquipmentCommand
 from gateway.hookspecs import hookimpl
 from gateway.recipes import recipe_version
-from gateway.testing import running, wait_until
+from gateway.testing import poll_until, running, wait_until
 from gateway.testing.cli import run_gateway
 from gateway.testing.equipment import TestEquipment
 from gateway_jobs.model import ReturnStatus
@@ -45,6 +45,7 @@ class MethodCalls:
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, str]] = []
+        self.messages: list[str | None] = []
 
     @hookimpl
     def gateway_job_method_called(
@@ -57,6 +58,7 @@ class MethodCalls:
         requested_by: str,
     ) -> None:
         self.calls.append((method, status, requested_by))
+        self.messages.append(message)
 
 
 @dataclass
@@ -145,6 +147,13 @@ async def test_insert_replace_and_delete_on_a_running_sequence_show_in_its_resul
         ("EditSteps", "INVALID_REQUEST", "MES urn:test:mes"),
         ("EditSteps", "NO_ERROR", "MES urn:test:mes"),
     ]
+    traced = [
+        m
+        for call, m in zip(station.methods.calls, station.methods.messages, strict=True)
+        if call[0] == "EditSteps"
+    ]
+    assert traced[1] == f"insert x after a: {inserted.data['RecipeVersion']}"
+    assert traced[4] == f"delete c: {recipe_version(final)}"
 
 
 async def test_a_stored_sequence_is_edited_in_its_work_master_and_runs_as_edited(
@@ -262,3 +271,25 @@ async def test_a_queued_sfc_job_takes_insert_replace_and_delete_a_running_one_st
     assert state_of(response)[:2] == ["Ended", "Completed"]
     assert data_of(response)["RecipeVersion"] == after_active.data["RecipeVersion"]
     assert sent(station.equipment) == ["J1:a:1", "J1:z:1", "J1:x:1", "J1:y:1"]
+
+
+async def test_a_job_paused_before_its_first_step_runs_its_edited_steps(station: Station) -> None:
+    async with running(station.gateway()), station.mes() as mes:
+        wm = work_master("WM", {"steps": [step("a"), step("b")]}, dataschema=DATASCHEMA)
+        assert return_status(await mes.configure("workmaster", wm)) == OK
+        assert return_status(await mes.set_breakpoint("a", work_master="WM")) == OK
+        stored = await mes.store(job_order("J1", work_masters=["WM"]), method="StoreAndStart")
+        assert return_status(stored) == OK
+
+        async def suspended() -> bool:
+            reply = await mes.job_response("J1")
+            return bool(state_of(reply.data["JobResponse"]) == ["Interrupted", "Suspended"])
+
+        await poll_until(suspended)  # parked: its recipe has not started
+        replaced = await mes.edit_steps("J1", "replace", "a", step("z"))
+        assert return_status(await mes.set_breakpoint("a", work_master="WM", enabled=False)) == OK
+        assert return_status(await mes.act("Resume", "J1")) == OK
+        response = await final_response(mes)
+    assert return_status(replaced) == OK
+    assert data_of(response)["RecipeVersion"] == recipe_version({"steps": [step("z"), step("b")]})
+    assert sent(station.equipment) == ["J1:z:1", "J1:b:1"]
