@@ -1,10 +1,11 @@
-"""An execution's end reported twice at once is counted and logged once.
+"""An execution's end is reported, counted and logged once, whatever looks at it meanwhile.
 
 Two reports of one end can overlap: the reconciler's (it saw the end unreported on two passes)
 and the ordinary one, slow under load or claimed from an instance thought dead. Job management
 refuses the second Complete; the runtime must not log "recipe completed" twice nor count two
-ended charts. Real Redis and mosquitto; the overlap is made by holding the first report at
-job management until the second one reaches it too.
+ended charts. Nor may the reconciler take an end committed while it looks at the job for a
+Stop the execution missed. Real Redis and mosquitto; the overlaps are made by holding job
+management's answers.
 """
 
 from __future__ import annotations
@@ -15,8 +16,11 @@ from typing import Any
 import anyio
 import pytest
 
-from gateway.testing import running, wait_until
-from gateway.testing.equipment import TestEquipment, station_with
+from gateway.equipment import EquipmentCommand, EquipmentReply
+from gateway.formats import Status
+from gateway.jobstates import JobState
+from gateway.testing import poll_until, running, wait_until
+from gateway.testing.equipment import NoAnswer, TestEquipment, station_with
 from gateway.testing.mqtt import connect_test_client
 from gateway_jobs.testing import JobsMes, final_response, job_order, return_status, work_master
 from gateway_jobs.testing import state_texts as state_of
@@ -75,3 +79,60 @@ async def test_an_end_reported_twice_at_once_is_logged_and_counted_once(
     labels = {"outcome": "completed"}
     ended = gateway.metrics.registry.get_sample_value("gateway_recipe_charts_ended_total", labels)
     assert ended == 1
+
+
+async def test_the_reconciler_takes_an_end_committed_while_it_looks_for_no_missed_stop(
+    mqtt_url: str, redis_url: str, unique: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A reconciliation pass reads a job's execution (running), then its state: meanwhile
+    the execution ended and reported it, so the job is Ended.Completed. That is no Stop the
+    execution missed: nothing is applied, and the end is logged once."""
+    pending: list[EquipmentCommand] = []
+
+    def hold(command: EquipmentCommand) -> Any:
+        pending.append(command)
+        raise NoAnswer
+
+    gateway = station_with(
+        TestEquipment(behaviours={"bench": hold}),
+        mqtt_url,
+        redis_url,
+        unique,
+        GATEWAY_RUNTIME_RECONCILE_SECONDS="3600",
+    )
+    coordinator = gateway.state.get(Coordinator)
+    control = gateway.job_control
+    state = control.state
+    ending = False
+
+    async def state_once_the_job_ended(scope: str, job_order_id: str) -> JobState | None:
+        if ending:  # the reconciler has read the running execution: the recipe ends now
+            command = pending[0]
+            reply = EquipmentReply(command.correlation_id, data={"ok": True}, scope=scope)
+            await gateway.equipment.reply(reply)
+            await poll_until(lambda: _ended(coordinator, scope, job_order_id))
+        return await state(scope, job_order_id)
+
+    control.state = state_once_the_job_ended  # type: ignore[method-assign]
+    with caplog.at_level(logging.INFO, logger="gateway_runtime"):
+        async with running(gateway), connect_test_client(mqtt_url) as client:
+            mes = JobsMes(client, unique, SCOPE)
+            wm = work_master("WM1", linear_recipe(1), dataschema=DATASCHEMA)
+            assert return_status(await mes.configure("workmaster", wm)) == 1
+            order = job_order("J1", work_masters=["WM1"])
+            assert return_status(await mes.store(order, method="StoreAndStart")) == 1
+            await wait_until(lambda: pending)
+            ending = True
+            await coordinator.reconciler.reconcile()
+            ending = False
+            assert state_of(await final_response(mes, "J1"))[:2] == ["Ended", "Completed"]
+    said = [r.getMessage() for r in caplog.records]
+    assert not [line for line in said if "missed" in line]
+    assert [line for line in said if "recipe completed" in line] == [
+        f"job {SCOPE}/J1: recipe completed"
+    ]
+
+
+async def _ended(coordinator: Coordinator, scope: str, job: str) -> bool:
+    execution = await coordinator.executions.read(scope, job)
+    return execution is not None and execution.status is Status.ENDED
