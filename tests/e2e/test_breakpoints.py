@@ -18,6 +18,7 @@ from gateway.recipes import JobCommand, RecipeJob, RecipeProgress, RecipeViewer
 from gateway.testing import poll_until, running, wait_until
 from gateway.testing.cli import run_gateway
 from gateway.testing.equipment import TestEquipment
+from gateway_cycle.format import DATASCHEMA as CYCLE_DATASCHEMA
 from gateway_jobs.model import ReturnStatus
 from gateway_jobs.testing import (
     JobsMes,
@@ -234,3 +235,26 @@ async def test_a_work_master_breakpoint_set_while_its_job_runs_pauses_that_job(
         assert return_status(await mes.set_breakpoint("c", work_master="WM", enabled=False)) == OK
         assert return_status(await mes.act("Resume", "J1")) == OK
         assert state_of(await final_response(mes))[:2] == ["Ended", "Completed"]
+
+
+async def test_a_cycle_recipe_pauses_before_its_step_in_every_cycle(station: Station) -> None:
+    recipe = {
+        "cycles": 2,
+        "commands": [
+            {"name": "p", "type_id": "com.example.p.v1", "timeout_seconds": 5},
+            {"name": "t", "type_id": "com.example.t.v1", "timeout_seconds": 5},
+        ],
+    }
+    async with running(station.gateway()), station.mes() as mes:
+        wm = work_master("WM", recipe, dataschema=CYCLE_DATASCHEMA)
+        assert return_status(await mes.configure("workmaster", wm)) == OK
+        assert return_status(await mes.set_breakpoint("t", work_master="WM")) == OK
+        stored = await mes.store(job_order("J1", work_masters=["WM"]), method="StoreAndStart")
+        assert return_status(stored) == OK
+        for cycle in (1, 2):
+            await poll_until(lambda: suspended(mes))
+            assert sent(station.equipment)[-1] == f"J1:p:{cycle}"  # t held back
+            assert return_status(await mes.act("Resume", "J1")) == OK
+        response = await final_response(mes)
+    assert state_of(response)[:2] == ["Ended", "Completed"]
+    assert sent(station.equipment) == ["J1:p:1", "J1:t:1", "J1:p:2", "J1:t:2"]
