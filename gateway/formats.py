@@ -32,6 +32,7 @@ from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 from gateway.errors import ValidationError
+from gateway.fanout import FanOut, fan_out_uses
 from gateway.recipes import JobCommand, StepEdit
 from gateway.routing import EquipmentUse
 
@@ -93,6 +94,16 @@ class ActionSpec:
     # What undoes this action once it completed (unclamp for clamp), run by the runtime when
     # the job fails: ``gateway.compensation``. Its ``equipment`` None: its action's.
     compensation: ActionSpec | None = None
+    # Sent to a set of equipment at once (``gateway.fanout``); ``members``: that set, fixed by
+    # the runtime when the job starts.
+    fan_out: FanOut | None = None
+    members: tuple[str, ...] = ()
+
+    def equipment_uses(self) -> list[EquipmentUse]:
+        """What it asks of equipment: its own, or each of its fan-out's."""
+        if self.fan_out is None:
+            return [self.equipment_use()]
+        return list(fan_out_uses(self.name, self.type_id, self.fan_out))
 
     def equipment_use(self) -> EquipmentUse:
         return EquipmentUse(
@@ -167,6 +178,9 @@ class Execution:
     compensable: list[list[Any]] = field(default_factory=list)
     uncompensated: bool = False
     rollback: Rollback | None = None
+    # Kept by the runtime for fan-outs (``gateway.fanout``): per fan-out action, the try that
+    # went to its members and how each member ended.
+    fan_out: dict[str, Any] = field(default_factory=dict)
     # The runtime's, not the format's: the steps (nodes or actions) the job pauses before
     # (breakpoints), and the one it is paused before now, which it enters on Resume.
     breakpoints: list[str] = field(default_factory=list)

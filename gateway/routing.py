@@ -34,6 +34,8 @@ class EquipmentUse:
     type_id: str
     equipment: str | None  # as the recipe names it; None: routed by ``type_id``
     command: bool  # True: push_command (needs a driver); False: pull_event
+    # A fan-out (``gateway.fanout``): every equipment that declares ``type_id``, not the one.
+    every: bool = False
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,32 @@ async def route(hub: EquipmentHub, scope: str, use: EquipmentUse) -> Route:
 
 
 async def routes(hub: EquipmentHub, scope: str, uses: Iterable[EquipmentUse]) -> list[Route]:
-    return [await route(hub, scope, use) for use in uses]
+    found = []
+    for use in uses:
+        if use.every and use.equipment is None:
+            found.extend(await _every(hub, scope, use))
+        else:
+            found.append(await route(hub, scope, use))
+    return found
+
+
+async def _every(hub: EquipmentHub, scope: str, use: EquipmentUse) -> list[Route]:
+    """A fan-out over the equipment declaring its type: a route to each (at least one)."""
+    declared = sorted(await hub.declaring(scope, use.type_id))
+    if not declared:
+        what = f"action {use.action!r} ({use.type_id})"
+        return [
+            Route(
+                use,
+                None,
+                problem=f"{what}: fans out to every equipment of scope {scope!r} "
+                "declaring its type (TypeIds), and none does",
+            )
+        ]
+    return [
+        await route(hub, scope, EquipmentUse(use.action, use.type_id, member, use.command))
+        for member in declared
+    ]
 
 
 def routing_problems(found: Sequence[Route]) -> list[str]:

@@ -6,9 +6,9 @@ The MES declares them on ``config.equipment`` as an ISA-95 property of the equip
         {"ID": "TypeIds", "Value": ["com.example.station.tighten.v1", "...torque_result.v1"]}]}
 
 (the property ID in any case, e.g. ``TypeIDs``). A PUT replaces what that equipment declares
-(none without the property), a DELETE forgets it. One type is served by one equipment of a
-scope: a PUT declaring a type another equipment of the scope already declares is refused,
-naming both, and nothing of it is stored; so routing never has to guess.
+(none without the property), a DELETE forgets it. Several equipment may declare one type: a
+fan-out (``gateway.fanout``) goes to each of them; an action routed by that type alone is
+refused, naming them (``gateway.routing.route``), so routing never has to guess.
 
 Stored as one JSON document per scope, ``{p}:{scope}:config:equipmenttypes`` (equipment ->
 types), changed under WATCH so concurrent configuration events cannot both take one type.
@@ -47,27 +47,6 @@ def declared_types(equipment: Equipment, index: int) -> list[str] | None:
     return None
 
 
-def conflicts(
-    current: Mapping[str, Sequence[str]], wanted: Mapping[str, Sequence[str]]
-) -> list[str]:
-    """Types ``wanted`` (equipment -> types) would give a second equipment, each named."""
-    owner: dict[str, str] = {}
-    for equipment, types in current.items():
-        if equipment not in wanted:
-            for type_id in types:
-                owner.setdefault(type_id, equipment)
-    problems = []
-    for equipment, types in wanted.items():
-        for type_id in types:
-            other = owner.setdefault(type_id, equipment)
-            if other != equipment:
-                problems.append(
-                    f"type {type_id!r} is declared by equipment {other!r} and {equipment!r} "
-                    "(one equipment per type)"
-                )
-    return problems
-
-
 class StationTypes:
     """The types each scope's configured equipment declares."""
 
@@ -95,8 +74,8 @@ class StationTypes:
         also: Callable[[ScopeTransaction], None] = lambda transaction: None,
     ) -> list[str]:
         """Apply a PUT (``put``: equipment -> declared types, ``None``: none) or a DELETE
-        (``deleted``), and ``also``'s writes in the same transaction; returns the conflicts
-        (then nothing is written)."""
+        (``deleted``), and ``also``'s writes in the same transaction; returns the problems
+        (none: several equipment may declare one type)."""
         key = self.key(scope)
         for _ in range(_ATTEMPTS):
             try:
@@ -104,9 +83,6 @@ class StationTypes:
                     document = await transaction.get_json(key)
                     current: dict[str, list[str]] = document if isinstance(document, dict) else {}
                     wanted = {name: types for name, types in put.items() if types}
-                    problems = conflicts(current, wanted)
-                    if problems:
-                        return problems
                     updated = {
                         name: types
                         for name, types in current.items()

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from gateway.errors import GatewayError
 from gateway.formats import Executor, ExecutorOptions, Program, RecipeFormat
 from gateway_runtime.compensation import compensating
+from gateway_runtime.fanout import fanning
 from gateway_runtime.keys import RuntimeKeys
 from gateway_runtime.metrics import EngineMetrics
 from gateway_runtime.settings import RuntimeSettings
@@ -59,4 +60,5 @@ class EngineContext:
 
     def executor(self, program: Program, parameters: Mapping[str, Any]) -> Executor:
         """The program's executor, with the rollback of its compensations if it has any."""
-        return compensating(program.executor(parameters, self.options), program)
+        inner = fanning(program.executor(parameters, self.options), program)
+        return compensating(inner, program)

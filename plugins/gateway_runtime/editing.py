@@ -85,6 +85,8 @@ class StepEdits:
                 snapshot.run,
                 {**bound, **kept},
                 version,
+                # A fan-out keeps the members it had when the job started.
+                {name: list(m) for name, m in snapshot.members.items() if name in program.actions},
             )
             execution.recipe = version
             commit = await self.executions.write(

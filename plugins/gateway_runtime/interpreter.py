@@ -47,7 +47,7 @@ class FormatInterpreter:
             program = self.coordinator.recipes.program(self.dataschema, recipe)
         except ValidationError:
             return []
-        uses = [action.equipment_use() for action in program.actions.values()]
+        uses = [use for action in program.actions.values() for use in action.equipment_uses()]
         # A compensation naming no equipment goes to its action's, wherever that is routed.
         uses.extend(
             spec.equipment_use()

@@ -11,6 +11,7 @@ from typing import Any
 from gateway.compensation import compensations
 from gateway.formats import ActionSpec, Executor, Program
 from gateway_runtime.context import EngineContext
+from gateway_runtime.fanout import FannedProgram, member_spec
 from gateway_runtime.memory import JobMemory, Lru
 
 
@@ -26,6 +27,7 @@ class Snapshot:
     run: str = ""  # the job's run it belongs to (``Execution.run``)
     equipment: Mapping[str, str] = field(default_factory=dict)  # routed by type at start
     version: str = ""  # ``""``: as the job started; an edit's recipe version (``Execution.recipe``)
+    members: Mapping[str, list[str]] = field(default_factory=dict)  # fan-outs, fixed at start
 
     def action(self, name: str) -> ActionSpec:
         """The program's action or compensation of that name (``KeyError``: none)."""
@@ -39,6 +41,8 @@ class Snapshot:
         spec = self.program.actions.get(name)
         if spec is None and name in self._compensations:
             spec = self._compensations[name][1]
+        if spec is None:
+            spec = member_spec(self.program, name)
         return spec
 
     @cached_property
@@ -55,6 +59,7 @@ class Snapshot:
                 "run": self.run,
                 "equipment": self.equipment,
                 "version": self.version,
+                "members": self.members,
             }
         )
 
@@ -88,11 +93,23 @@ class RecipeCache:
         run: str,
         equipment: Mapping[str, str],
         version: str = "",
+        members: Mapping[str, list[str]] | None = None,
     ) -> Snapshot:
         program = self.program(dataschema, recipe)
         if equipment:
             program = program.bind(equipment)
-        return Snapshot(program, parameters, recipe, dataschema, run, dict(equipment), version)
+        if members:
+            program = FannedProgram(program, members)
+        return Snapshot(
+            program,
+            parameters,
+            recipe,
+            dataschema,
+            run,
+            dict(equipment),
+            version,
+            dict(members or {}),
+        )
 
     def keep(self, scope: str, job: str, snapshot: Snapshot) -> None:
         """The snapshot of a job this instance just started."""
@@ -127,6 +144,7 @@ class RecipeCache:
             data["run"],
             data["equipment"],
             data.get("version", ""),
+            data.get("members"),  # a snapshot written before fan-outs has none
         )
         key = (scope, job)
         self._keep(key, snapshot)

@@ -27,7 +27,7 @@ from gateway.recipes import (
     report_completed,
 )
 from gateway.resilience import TransientError, is_transient
-from gateway_runtime.binding import bind_equipment
+from gateway_runtime.binding import bind_equipment, fan_out_members
 from gateway_runtime.breakpoints import Breakpoints, first_stop
 from gateway_runtime.context import EngineContext
 from gateway_runtime.events import EventRouter
@@ -143,7 +143,10 @@ class StepHandlers:
             await self._never_runs(scope, job, f"invalid recipe: {error}")
             return
         # Routed by type now (the configuration may have changed since Store), once for the run.
-        bound, problems = await bind_equipment(self.context.gateway.equipment, scope, program)
+        hub = self.context.gateway.equipment
+        bound, problems = await bind_equipment(hub, scope, program)
+        members, more = await fan_out_members(hub, scope, program, recipe_job.parameters())
+        problems += more
         if problems:
             await self._never_runs(scope, job, "unroutable recipe: " + "; ".join(problems))
             return
@@ -155,7 +158,7 @@ class StepHandlers:
             await self.scopes.forget_job(job)
             return
         snapshot = self.recipes.snapshot(
-            dataschema, recipe_job.recipe, recipe_job.parameters(), run, bound
+            dataschema, recipe_job.recipe, recipe_job.parameters(), run, bound, members=members
         )
         work_master = recipe_job.work_master.get("ID")
         marks = await self.breakpoints.of_job(

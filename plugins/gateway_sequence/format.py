@@ -33,6 +33,7 @@ class SequenceProgram:
                 max_attempts=command.max_attempts,
                 side_effects=command.side_effects,
                 compensation=command.compensation,
+                fan_out=command.fan_out,
             )
             for command in self.recipe.commands()
         }

@@ -29,6 +29,7 @@ from typing import Any
 
 from gateway.compensation import load_compensation
 from gateway.conditions import Condition, ConditionError, parse_condition
+from gateway.fanout import FanOut, load_fan_out
 from gateway.formats import ActionSpec, RecipeError
 
 DATASCHEMA = "https://station-gateway.github.io/schemas/sequence-recipe/v1/"
@@ -60,6 +61,7 @@ class Command:
     condition: Condition | None = None  # false when its turn comes: skipped (nothing sent)
     assertion: Condition | None = None  # false on its reply: the try failed, with its text
     continue_on_error: bool = False  # failed (after its tries): the sequence goes on
+    fan_out: FanOut | None = None  # sent to a set of equipment at once (``gateway.fanout``)
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,7 @@ COMMAND_FIELDS = {
     "condition",
     "assertion",
     "continue_on_error",
+    "fan_out",
 }
 PAR_FIELDS = {"name", "par", "max_attempts"}
 
@@ -208,6 +211,15 @@ def _command(
     continue_on_error = step.get("continue_on_error", False)
     if not isinstance(continue_on_error, bool):
         problems.append(f"{where}.continue_on_error: must be true or false")
+    fan_out = None
+    if "fan_out" in step:
+        fan_out = load_fan_out(step["fan_out"], f"{where}.fan_out", problems)
+        for field in ("equipment", "compensation"):
+            if field in step:
+                problems.append(
+                    f"{where}.fan_out: a fan-out step names no {field} (its members are "
+                    "its equipment; a compensation per member is not supported)"
+                )
     compensation = None
     if "compensation" in step:
         if side_effects is False:
@@ -240,6 +252,7 @@ def _command(
         condition=condition,
         assertion=assertion,
         continue_on_error=continue_on_error,
+        fan_out=fan_out,
     )
 
 

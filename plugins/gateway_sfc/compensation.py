@@ -10,6 +10,7 @@ changes nothing. Problems are named at their path, ``recipe.actions[2].compensat
 from __future__ import annotations
 
 from gateway.compensation import compensation_problems, load_compensation
+from gateway.fanout import FanOut, load_fan_out
 from gateway.formats import ActionSpec
 from gateway_sfc.model import Action, Interaction, Qualifier, Recipe
 
@@ -25,6 +26,21 @@ def compensation_of(action: Action, where: str, problems: list[str]) -> ActionSp
     return load_compensation(
         action.compensation, where, action.name, problems, timeout=action.timeout_seconds
     )
+
+
+def fan_out_of(action: Action, where: str, problems: list[str]) -> FanOut | None:
+    """The action's fan-out (``None``: none, or problems, added to ``problems``)."""
+    if action.fan_out is None:
+        return None
+    if action.qualifier is Qualifier.R or action.interaction is Interaction.PULL_EVENT:
+        problems.append(f"{where}: only a push_command action sends to a set of equipment")
+    for field, value in (("equipment", action.equipment), ("compensation", action.compensation)):
+        if value is not None:
+            problems.append(
+                f"{where}: a fan-out action names no {field} (its members are its equipment; "
+                "a compensation per member is not supported)"
+            )
+    return load_fan_out(action.fan_out, where, problems)
 
 
 def _why_none(action: Action) -> str | None:
@@ -43,6 +59,7 @@ def compensation_check(recipe: Recipe, specs: dict[str, ActionSpec]) -> list[str
     problems: list[str] = []
     for index, action in enumerate(recipe.actions):
         compensation_of(action, f"recipe.actions[{index}].compensation", problems)
+        fan_out_of(action, f"recipe.actions[{index}].fan_out", problems)
     if not problems:
         problems.extend(compensation_problems(specs))
     return problems

@@ -10,7 +10,7 @@ from typing import Any
 from gateway.formats import ActionSpec, Execution, ExecutorOptions, Program
 from gateway.recipes import StepEdit
 from gateway_sfc.chart import Chart, compile_chart
-from gateway_sfc.compensation import compensation_of
+from gateway_sfc.compensation import compensation_of, fan_out_of
 from gateway_sfc.editing import edit_chart
 from gateway_sfc.engine import Executor
 from gateway_sfc.model import DATASCHEMA, Action, Qualifier
@@ -62,6 +62,7 @@ def _spec(action: Action, max_attempts: int) -> ActionSpec:
         max_attempts=max_attempts,
         side_effects=action.has_side_effects,
         compensation=compensation_of(action, "", []),
+        fan_out=fan_out_of(action, "", []),
     )
 
 

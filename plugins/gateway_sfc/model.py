@@ -104,6 +104,7 @@ class Action:
     compensation: dict[str, Any] | None = None
     condition: str | None = None  # false when due: skipped (``gateway_sfc.guards``)
     assertion: str | None = None  # false on its reply: the try failed
+    fan_out: dict[str, Any] | None = None  # to a set of equipment at once (``gateway.fanout``)
 
     @property
     def has_side_effects(self) -> bool:

@@ -8,6 +8,7 @@ whether that made the station safe.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -18,10 +19,10 @@ import anyio
 import pytest
 
 from gateway.app import Gateway
-from gateway.equipment import EquipmentCommand
+from gateway.equipment import EquipmentCommand, EquipmentReply
 from gateway.testing import poll_until, running
 from gateway.testing.cli import run_gateway
-from gateway.testing.equipment import EquipmentFailure, TestEquipment
+from gateway.testing.equipment import EquipmentFailure, NoAnswer, TestEquipment
 from gateway_jobs.model import ReturnStatus
 from gateway_jobs.testing import (
     JobsMes,
@@ -297,3 +298,114 @@ async def test_an_assertion_a_failure_that_goes_on_and_conditions_in_both_format
     # The failed measurement did not stop the job; the rework its condition picked ran, the
     # step whose condition was false sent nothing.
     assert [command.action for command in station.equipment.received] == ["measure", "rework"]
+
+
+NUTRUNNERS = ["nr1", "nr2", "nr3", "nr4"]
+
+
+def fan_out_recipe(dataschema: str, policy: Any) -> dict[str, Any]:
+    """Tighten on every nutrunner the scope declares, then release."""
+    fan_out = {"members": "declared", "policy": policy}
+    if dataschema == SEQUENCE:
+        return {
+            "timeout_seconds": 5,
+            "steps": [
+                {"name": "tighten", "type_id": TIGHTEN, "fan_out": fan_out},
+                {"name": "release", "type_id": CLAMP, "equipment": "clamp1"},
+            ],
+        }
+    return {
+        "steps": [{"name": "Tighten", "initial": True}, {"name": "Release"}],
+        "transitions": [{"source": "Tighten", "target": "Release"}],
+        "actions": [
+            {
+                "name": "tighten",
+                "step": "Tighten",
+                "interaction": "push_command",
+                "type_id": TIGHTEN,
+                "timeout_seconds": 5,
+                "fan_out": fan_out,
+            },
+            {
+                "name": "release",
+                "step": "Release",
+                "interaction": "push_command",
+                "type_id": CLAMP,
+                "equipment": "clamp1",
+                "timeout_seconds": 5,
+            },
+        ],
+    }
+
+
+async def declare_nutrunners(mes: JobsMes) -> None:
+    equipment = [
+        {"ID": name, "Properties": [{"ID": "TypeIds", "Value": [TIGHTEN]}]} for name in NUTRUNNERS
+    ]
+    assert return_status(await mes.configure("equipment", equipment)) == ReturnStatus.NO_ERROR
+
+
+def nr3_fails(command: EquipmentCommand) -> Any:
+    if command.equipment == "nr3":
+        raise EquipmentFailure("torque not reached", {"torque": 61.0})
+    return {"torque": 85.0}
+
+
+@pytest.mark.parametrize(
+    ("dataschema", "policy", "ended"),
+    [
+        (SEQUENCE, "all", "Aborted"),
+        (SEQUENCE, "any", "Ended"),
+        (SEQUENCE, 3, "Ended"),
+        (SFC, "all", "Aborted"),
+        (SFC, 3, "Ended"),
+    ],
+    ids=["seq-all", "seq-any", "seq-3", "sfc-all", "sfc-3"],
+)
+async def test_a_fan_out_over_four_nutrunners_with_one_failing(
+    station: Station, dataschema: str, policy: Any, ended: str
+) -> None:
+    station.equipment.behaviours = {TIGHTEN: nr3_fails}
+    async with running(station.gateway()), station.mes() as mes:
+        await declare_nutrunners(mes)
+        await store_and_start(mes, fan_out_recipe(dataschema, policy), dataschema=dataschema)
+        response = await final_response(mes)
+    assert states(response)[0] == ended
+    tightened = results(response)["tighten"]  # one entry per member
+    assert tightened["nr1"] == {"torque": 85.0}
+    assert tightened["nr3"] == {"error": "torque not reached", "data": {"torque": 61.0}}
+    sent = sorted(c.correlation_id for c in station.equipment.received if c.type == TIGHTEN)
+    assert sent == [f"J1:tighten@{name}:1" for name in NUTRUNNERS]
+    if ended == "Aborted":
+        # Decided as nr3 failed: "all" could no longer be met (the members still out were
+        # cancelled), however many had succeeded by then.
+        error = results(response)["Error"]
+        assert re.search(r"\d of 4 succeeded, 4 needed \(nr3: torque not reached\)$", error)
+    else:
+        assert [c.action for c in station.equipment.received][-1] == "release"
+
+
+async def test_a_fan_out_holds_every_member_while_its_job_runs(station: Station) -> None:
+    def silent(command: EquipmentCommand) -> Any:
+        raise NoAnswer  # answered below, once the allocation is looked at
+
+    station.equipment.behaviours = {TIGHTEN: silent}
+    async with running(station.gateway()) as gateway, station.mes() as mes:
+        await declare_nutrunners(mes)
+        await store_and_start(mes, fan_out_recipe(SEQUENCE, "all"), dataschema=SEQUENCE)
+
+        def out() -> list[EquipmentCommand]:
+            return [c for c in station.equipment.received if c.type == TIGHTEN]
+
+        async def all_out() -> bool:
+            return len(out()) == 4
+
+        await poll_until(all_out)
+        held = (await gateway.job_control.queue("cell1")).running["J1"]
+        for command in out():
+            reply = EquipmentReply(command.correlation_id, data={"torque": 85.0}, scope="cell1")
+            await gateway.equipment.reply(reply)
+        response = await final_response(mes)
+    assert set(held) >= {*NUTRUNNERS, "clamp1"}
+    assert states(response)[:2] == ["Ended", "Completed"]
+    assert set(results(response)["tighten"]) == set(NUTRUNNERS)

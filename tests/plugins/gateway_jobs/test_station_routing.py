@@ -76,32 +76,26 @@ async def test_actions_without_equipment_route_by_the_types_equipment_declares(
     assert (list(routed_to), list(elsewhere)) == (["press-1"], [])  # per scope
 
 
-async def test_two_equipment_declaring_one_type_is_refused_naming_both(routed: Station) -> None:
+async def test_two_equipment_may_declare_one_type_but_routing_by_it_names_both(
+    routed: Station,
+) -> None:
+    """Several equipment may declare one type (a fan-out goes to each, ``gateway.fanout``); an
+    action routed by that type alone is refused, naming them: routing never guesses."""
     async with running(routed.gateway()) as gateway, routed.mes() as mes:
         first = await mes.configure("equipment", declaring("press-1", PRESS))
         second = await mes.configure("equipment", [declaring("press-2", GAUGE, PRESS)])
-        needing_press_2 = await mes.store(
-            job_order("j1", EquipmentRequirements=[{"ID": "press-2"}])
-        )
-        moved = [
-            await mes.configure("equipment", declaring("press-1", GAUGE)),  # gives PRESS up
-            await mes.configure("equipment", declaring("press-2", PRESS)),
-        ]
         routes = [list(await gateway.equipment.declaring("cell1", t)) for t in (PRESS, GAUGE)]
+        refused = await mes.configure("workmaster", work_master("wm", recipe(PRESSING)))
         deleted = await mes.configure("equipment", {"ID": "press-2"}, method="DELETE")
         after_delete = list(await gateway.equipment.declaring("cell1", PRESS))
-    assert return_status(first) == OK
-    assert return_status(second) == INVALID
-    assert second.errormessage == (
-        "equipment: type 'com.example.press.v1' is declared by equipment 'press-1' and "
-        "'press-2' (one equipment per type)"
-    )
-    # Nothing of the refused PUT was stored: press-2 is not even allowed.
-    assert return_status(needing_press_2) == REFUSED
-    assert [return_status(reply) for reply in moved] == [OK, OK]
-    assert routes == [["press-2"], ["press-1"]]
+        accepted = await mes.configure("workmaster", work_master("wm", recipe(PRESSING)))
+    assert [return_status(reply) for reply in (first, second)] == [OK, OK]
+    assert routes == [["press-1", "press-2"], ["press-2"]]
+    assert return_status(refused) == INVALID
+    assert "equipment 'press-1' and 'press-2' both declare its type" in refused.errormessage
     assert return_status(deleted) == OK
-    assert after_delete == []
+    assert after_delete == ["press-1"]
+    assert return_status(accepted) == OK, accepted.errormessage
 
 
 async def test_a_type_ids_property_that_is_no_list_of_types_is_invalid(routed: Station) -> None:

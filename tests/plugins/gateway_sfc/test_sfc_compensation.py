@@ -99,3 +99,31 @@ def test_compensation_problems_come_with_the_charts_own() -> None:
         problems
     )
     assert "recipe.actions[0].compensation.type_id: must be a non-empty string, got ''" in problems
+
+
+@pytest.mark.parametrize(
+    ("clamp", "problem"),
+    [
+        (
+            {"interaction": "pull_event", "equipment": None, "fan_out": {}},
+            "recipe.actions[0].fan_out: only a push_command action sends to a set of equipment",
+        ),
+        ({"fan_out": {}}, "recipe.actions[0].fan_out: a fan-out action names no equipment"),
+        (
+            {"equipment": None, "fan_out": {"policy": 0}},
+            "recipe.actions[0].fan_out.policy: must be 'all', 'any' or a whole number >= 1",
+        ),
+    ],
+)
+def test_a_bad_fan_out_is_named_at_its_path(clamp: dict[str, Any], problem: str) -> None:
+    problems = validate_recipe(chart(**clamp))
+    assert any(found.startswith(problem) for found in problems), problems
+
+
+def test_a_fan_out_is_part_of_its_actions_spec() -> None:
+    fan_out = {"members": ["nr1", "nr2"], "policy": "any"}
+    program = SfcFormat().compile(chart(equipment=None, fan_out=fan_out))
+    spec = program.actions["clamp"]
+    assert spec.fan_out is not None
+    assert (spec.fan_out.members, spec.fan_out.policy) == (("nr1", "nr2"), "any")
+    assert [use.equipment for use in spec.equipment_uses()] == ["nr1", "nr2"]

@@ -1,0 +1,167 @@
+"""Fan-out as a pure function of state and stimulus: the runtime's wrapper of a format's
+executor (the sequence format drives it), each stimulus then what a commit does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gateway.formats import (
+    ActionRun,
+    Effects,
+    Executor,
+    ExecutorOptions,
+    RecipeError,
+    Report,
+    Timer,
+    TimerKind,
+)
+from gateway_runtime import dump_execution, load_execution, take_done
+from gateway_runtime.fanout import FannedProgram, fanning, member_spec
+from gateway_sequence.format import SequenceFormat
+from gateway_sequence.model import load_sequence
+
+T0 = 1000.0
+MEMBERS = ["nr1", "nr2", "nr3"]
+
+
+def recipe(policy: Any = "all", **tighten: Any) -> dict[str, Any]:
+    fan_out = {"members": MEMBERS, "policy": policy}
+    return {
+        "steps": [
+            {"name": "tighten", "type_id": "t.v1", "timeout_seconds": 5, "fan_out": fan_out}
+            | tighten,
+            {"name": "release", "type_id": "r.v1", "timeout_seconds": 5},
+        ]
+    }
+
+
+class Job:
+    def __init__(self, data: dict[str, Any]) -> None:
+        program = FannedProgram(SequenceFormat().compile(data), {"tighten": MEMBERS})
+        self.program = program
+        self.executor: Executor = fanning(program.executor({}, ExecutorOptions()), program)
+        self.execution, self.effects = self.executor.start("cell1", "J1", T0)
+        self.sent = list(self.effects.sends)
+        self.history: dict[str, ActionRun] = {}
+        self._commit()
+
+    def _commit(self) -> None:
+        self.history.update(take_done(self.execution))
+        self.execution = load_execution(dump_execution(self.execution))
+
+    def run(self, name: str) -> ActionRun:
+        return self.execution.actions.get(name) or self.history[name]
+
+    def _record(self, effects: Effects) -> Effects:
+        self.effects = effects
+        self._commit()
+        self.sent.extend(effects.sends)
+        return effects
+
+    def reply(self, name: str, data: Any = None, error: str | None = None) -> Effects:
+        run = self.run(name)
+        return self._record(
+            self.executor.on_reply(self.execution, name, run.attempt, data, error, T0)
+        )
+
+    def timeout(self, name: str) -> Effects:
+        run = self.run(name)
+        assert run.deadline is not None
+        timer = Timer(run.deadline, TimerKind.TIMEOUT, name, run.attempt)
+        return self._record(self.executor.on_timer(self.execution, timer, run.deadline))
+
+
+def test_the_action_goes_to_each_member_with_its_own_try() -> None:
+    job = Job(recipe())
+    assert job.sent == ["tighten@nr1", "tighten@nr2", "tighten@nr3"]
+    spec = member_spec(job.program, "tighten@nr2")
+    assert spec is not None
+    assert (spec.equipment, spec.type_id) == ("nr2", "t.v1")
+    assert member_spec(job.program, "tighten@elsewhere") is None
+
+
+def test_all_succeeding_replies_the_action_with_one_entry_per_member() -> None:
+    job = Job(recipe())
+    for member in MEMBERS:
+        job.reply(f"tighten@{member}", {"torque": 85})
+    assert job.effects.sends == ["release"]
+    assert job.execution.results["tighten"] == {m: {"torque": 85} for m in MEMBERS}
+
+
+def test_all_fails_as_soon_as_it_can_no_longer_be_met() -> None:
+    job = Job(recipe())
+    effects = job.reply("tighten@nr2", error="torque not reached")
+    assert effects.report is Report.ABORT
+    assert (
+        job.execution.error == "step tighten: 0 of 3 succeeded, 3 needed (nr2: torque not reached)"
+    )
+    # The members still out end with it: no format sees a run it does not know.
+    assert not any(run.active for run in job.execution.actions.values())
+    assert job.reply("tighten@nr1", {"torque": 85}) == Effects()  # late: changes nothing
+
+
+def test_at_least_n_waits_for_every_member_then_succeeds_with_the_errors_kept() -> None:
+    job = Job(recipe(policy=2))
+    assert job.reply("tighten@nr2", error="torque not reached").sends == []
+    assert job.reply("tighten@nr1", {"torque": 85}).sends == []  # nr3 may still make it
+    assert job.reply("tighten@nr3", {"torque": 86}).sends == ["release"]
+    tightened = job.execution.results["tighten"]
+    assert tightened["nr2"] == {"error": "torque not reached", "data": None}
+
+
+def test_a_member_that_does_not_answer_in_time_has_failed() -> None:
+    job = Job(recipe(policy=2))
+    job.reply("tighten@nr2", error="torque not reached")
+    job.reply("tighten@nr1", {"torque": 85})
+    effects = job.timeout("tighten@nr3")
+    assert effects.report is Report.ABORT
+    assert job.execution.error == (
+        "step tighten: 1 of 3 succeeded, 2 needed (nr2: torque not reached; "
+        "nr3: no reply within 5 s)"
+    )
+
+
+def test_max_attempts_runs_the_whole_fan_out_again() -> None:
+    job = Job(recipe(policy="any", max_attempts=2))
+    for member in MEMBERS:
+        job.reply(f"tighten@{member}", error="jammed")
+    assert sorted(job.effects.sends) == [f"tighten@{m}" for m in MEMBERS]
+    assert all(job.run(f"tighten@{m}").attempt == 2 for m in MEMBERS)
+    job.reply("tighten@nr1", {"torque": 85})
+    job.reply("tighten@nr2", error="jammed")
+    assert job.reply("tighten@nr3", error="jammed").sends == ["release"]
+
+
+def test_recovery_sends_the_members_still_out_again() -> None:
+    job = Job(recipe())
+    job.reply("tighten@nr1", {"torque": 85})
+    effects = job._record(job.executor.on_resume(job.execution, T0))
+    assert sorted(effects.sends) == ["tighten@nr2", "tighten@nr3"]
+    assert job.run("tighten@nr2").attempt == 1  # the same try
+
+
+@pytest.mark.parametrize(
+    ("fan_out", "problem"),
+    [
+        ({"members": []}, "recipe.steps[0].fan_out.members: must be 'declared'"),
+        ({"members": ["a:b"]}, "recipe.steps[0].fan_out.members: equipment 'a:b': no ':'"),
+        ({"policy": "most"}, "recipe.steps[0].fan_out.policy: must be 'all', 'any'"),
+        ({"members": ["a"], "policy": 2}, "recipe.steps[0].fan_out.policy: at least 2 of 1"),
+        ({"colour": 1}, "recipe.steps[0].fan_out: unknown field 'colour'"),
+    ],
+)
+def test_a_bad_fan_out_is_named_at_its_path(fan_out: dict[str, Any], problem: str) -> None:
+    with pytest.raises(RecipeError) as caught:
+        load_sequence({"steps": [{"name": "a", "type_id": "t", "fan_out": fan_out}]})
+    assert any(found.startswith(problem) for found in caught.value.problems), caught.value.problems
+
+
+def test_a_fan_out_names_no_equipment() -> None:
+    step = {"name": "a", "type_id": "t", "equipment": "x", "fan_out": {}}
+    with pytest.raises(RecipeError) as caught:
+        load_sequence({"steps": [step]})
+    assert caught.value.problems[0].startswith(
+        "recipe.steps[0].fan_out: a fan-out step names no equipment"
+    )
