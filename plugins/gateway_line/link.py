@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import aiomqtt
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
@@ -24,6 +25,7 @@ from gateway.errors import GatewayError
 from gateway.hookspecs import hookimpl
 from gateway.jobstates import JobState
 from gateway.mqttclient import CloudEventClient
+from gateway.resilience import TransientError
 from gateway.topics import MesTopics
 from gateway_line.orders import upstream_of
 from gateway_line.settings import LineSettings, Station
@@ -33,6 +35,7 @@ log = logging.getLogger(__name__)
 NO_ERROR = 1  # ISA95-JOBCONTROL ReturnStatus bit 0
 INVALID_STATE = 8  # the method is not allowed in the job's state (nothing changed)
 QUEUED_CHANGES = 1000  # upstream state changes waiting for the connection
+CONNECTION_WAIT_SECONDS = 2.0  # a call waits this long at most for the line's connection
 
 
 def method_type(method: str) -> str:
@@ -104,20 +107,28 @@ class StationLink:
         with anyio.move_on_after(seconds):
             await self._connection_event().wait()
         if self._client is None:
-            raise GatewayError(f"the line's broker has not been reachable for {seconds:g} s")
+            raise TransientError(f"the line's broker has not been reachable for {seconds:g} s")
         return self._client
 
     async def call(self, station: str, method: str, data: Mapping[str, Any]) -> Answer:
-        """Call ``method`` on ``station``'s scope; ``GatewayError`` when it cannot be asked or
-        does not answer within ``request_timeout_seconds``."""
+        """Call ``method`` on ``station``'s scope.
+
+        ``TransientError`` when the broker is away or the station does not answer within
+        ``request_timeout_seconds`` (a command then waits in the recipe runtime's outbox and is
+        sent again, the same job order id: harmless, the station stores a job once);
+        ``GatewayError`` when the station answers with an error instead of a ReturnStatus.
+        """
         timeout = self.settings.request_timeout_seconds
         scope = self.stations[station].scope
-        client = await self._client_within(timeout)
+        # Not the whole timeout: a step waiting here holds a worker of the recipe runtime.
+        client = await self._client_within(min(timeout, CONNECTION_WAIT_SECONDS))
         event = CloudEvent(type=method_type(method), source=self.source, subject=scope, data=data)
         try:
             reply = await client.request(self.topics.commands(scope), event, timeout=timeout)
+        except (aiomqtt.MqttError, anyio.BrokenResourceError, anyio.ClosedResourceError) as lost:
+            raise TransientError(f"station {station}: {method} not sent: {lost}") from None
         except TimeoutError:
-            raise GatewayError(
+            raise TransientError(
                 f"station {station} ({self.topics.commands(scope)}) did not answer {method} "
                 f"within {timeout:g} s"
             ) from None
