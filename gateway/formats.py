@@ -31,9 +31,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
+from gateway.controls import StepEdit
 from gateway.errors import ValidationError
 from gateway.fanout import FanOut, fan_out_uses
-from gateway.recipes import JobCommand, StepEdit
+from gateway.recipes import JobCommand
 from gateway.routing import EquipmentUse
 
 

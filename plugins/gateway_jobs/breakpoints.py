@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.controls import BreakpointControl
 from gateway.errors import ValidationError
 from gateway.jobstates import TopState
-from gateway.recipes import BreakpointControl
 from gateway_jobs.jobs import JobManager
 from gateway_jobs.model import Outcome, ReturnStatus
 

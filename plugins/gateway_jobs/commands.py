@@ -23,11 +23,11 @@ from gateway.app import load_gateway_settings
 from gateway.cli import Command
 from gateway.cloudevents import CloudEvent
 from gateway.codecs.mqtt import MqttMessage
+from gateway.controls import EditOp
 from gateway.documents import DocumentError, read_document
 from gateway.errors import GatewayError
 from gateway.mqttclient import BrokerUnreachable, CloudEventClient, connect_client
 from gateway.plugins import GatewayPluginManager
-from gateway.recipes import EditOp
 from gateway.topics import ANY, CLI_REPLY_PREFIX, JOBS_PREFIX, MesTopics, check_topic_prefix
 from gateway_jobs.breakpoints import BREAKPOINT_METHOD, BREAKPOINT_TYPE
 from gateway_jobs.client import LISTED_STATES, JobsClient, config_kinds, job_order_payload

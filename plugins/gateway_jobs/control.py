@@ -19,6 +19,7 @@ from typing import Any
 
 from gateway.changes import Trigger
 from gateway.cloudevents import format_time, utc_now
+from gateway.controls import StepEdit
 from gateway.jobstates import JobState
 from gateway.logs import log_context
 from gateway.recipes import (
@@ -31,7 +32,6 @@ from gateway.recipes import (
     RecipeJob,
     RequestOutcome,
     ScopeQueue,
-    StepEdit,
 )
 from gateway_jobs.breakpoints import BREAKPOINT_METHOD, set_breakpoint
 from gateway_jobs.editing import EDIT_METHOD, edit_steps, traced

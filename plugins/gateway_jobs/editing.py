@@ -28,9 +28,10 @@ from typing import Any
 import anyio
 
 from gateway.changes import Trigger
+from gateway.controls import EditOp, StepEdit, StepEditor
 from gateway.errors import ValidationError
 from gateway.jobstates import TopState
-from gateway.recipes import RECIPE_VERSION_ID, EditOp, StepEdit, StepEditor, recipe_version
+from gateway.recipes import RECIPE_VERSION_ID, recipe_version
 from gateway.resilience import TransientError
 from gateway_jobs.events import Cause
 from gateway_jobs.jobs import JobManager

@@ -23,9 +23,10 @@ import logging
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
+from gateway.controls import BREAKPOINT_REQUESTER
 from gateway.errors import ValidationError
 from gateway.formats import Effects, Execution, Executor, Status
-from gateway.recipes import BREAKPOINT_REQUESTER, JobCommand
+from gateway.recipes import JobCommand
 from gateway_runtime.context import EngineContext
 from gateway_runtime.state import dump_execution, load_execution
 
@@ -167,6 +168,19 @@ class Breakpoints:
             log.info("job %s/%s at breakpoint %s: Pause %s", scope, job, step, outcome.status)
 
     # -- a breakpoint on the first step: no state until the Resume ---------------------------
+
+    async def held_at_start(
+        self, scope: str, job: str, executor: Executor, run: str, marks: list[str]
+    ) -> bool:
+        """Whether the job, about to start, waits before its first step (a breakpoint there):
+        it is paused without a state, which its Resume creates."""
+        step = first_stop(executor, scope, job, marks)
+        if step is None or await self.executions.exists(scope, job):
+            return False
+        if not await self.park(scope, job, run, step):
+            return False  # resumed: it starts now
+        await self.request_pause(scope, job)
+        return True
 
     async def park(self, scope: str, job: str, run: str, step: str) -> bool:
         """Note that run ``run`` of the job waits before its first step; ``False``: it was

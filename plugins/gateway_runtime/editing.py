@@ -14,9 +14,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from gateway.controls import StepEdit
 from gateway.errors import ValidationError
 from gateway.formats import Effects, RecipeError, Status, StepEditing
-from gateway.recipes import StepEdit, recipe_version
+from gateway.recipes import recipe_version
 from gateway.resilience import TransientError
 from gateway_runtime.binding import bind_equipment
 from gateway_runtime.breakpoints import Breakpoints

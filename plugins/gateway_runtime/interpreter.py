@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING, Any
 from anyio.abc import TaskStatus
 
 from gateway.compensation import compensations
+from gateway.controls import StepEdit
 from gateway.errors import ValidationError
 from gateway.formats import RecipeError, RecipeFormat
-from gateway.recipes import JobCommand, RecipeJob, RecipeProgress, StepEdit
+from gateway.recipes import JobCommand, RecipeJob, RecipeProgress
 from gateway.routing import EquipmentUse
 from gateway_runtime.coordination import Coordinator
 from gateway_runtime.progress import read_progress

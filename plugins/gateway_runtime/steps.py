@@ -28,7 +28,7 @@ from gateway.recipes import (
 )
 from gateway.resilience import TransientError, is_transient
 from gateway_runtime.binding import bind_equipment, fan_out_members
-from gateway_runtime.breakpoints import Breakpoints, first_stop
+from gateway_runtime.breakpoints import Breakpoints
 from gateway_runtime.context import EngineContext
 from gateway_runtime.events import EventRouter
 from gateway_runtime.executions import ExecutionStore, outbox_member, timer_from_json
@@ -164,7 +164,8 @@ class StepHandlers:
         marks = await self.breakpoints.of_job(
             scope, job, work_master if isinstance(work_master, str) else None
         )
-        if await self._parked(scope, job, snapshot, marks):
+        executor = self.context.executor(snapshot.program, snapshot.parameters)
+        if await self.breakpoints.held_at_start(scope, job, executor, snapshot.run, marks):
             return
         if await self._create(scope, job, snapshot, marks):
             log.info("job %s/%s: recipe started", scope, job)
@@ -191,18 +192,6 @@ class StepHandlers:
         if summary is not None and run and summary.stored_at != run:
             return JobCommand.ABORT  # the id names a job order stored since
         return missed_command(None if summary is None else summary.state, paused=False)
-
-    async def _parked(self, scope: str, job: str, snapshot: Snapshot, marks: list[str]) -> bool:
-        """Whether the job waits before its first step (a breakpoint there): it is paused
-        without a state, which its Resume creates."""
-        executor = self.context.executor(snapshot.program, snapshot.parameters)
-        step = first_stop(executor, scope, job, marks)
-        if step is None or await self.executions.exists(scope, job):
-            return False
-        if not await self.breakpoints.park(scope, job, snapshot.run, step):
-            return False  # resumed: it starts now
-        await self.breakpoints.request_pause(scope, job)
-        return True
 
     async def _create(self, scope: str, job: str, snapshot: Snapshot, marks: list[str]) -> bool:
         """Create the run's first state, with its snapshot (``False``: this run was started

@@ -7,8 +7,8 @@ from dataclasses import replace
 from functools import cached_property
 from typing import Any
 
+from gateway.controls import StepEdit
 from gateway.formats import ActionSpec, Execution, ExecutorOptions, Program
-from gateway.recipes import StepEdit
 from gateway_sequence.editing import edit_sequence
 from gateway_sequence.executor import SequenceExecutor
 from gateway_sequence.model import DATASCHEMA, SequenceRecipe, load_sequence

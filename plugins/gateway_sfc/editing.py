@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.controls import EditOp, StepEdit
 from gateway.formats import Execution, RecipeError
-from gateway.recipes import EditOp, StepEdit
 
 ALWAYS = "always"
 

@@ -7,8 +7,8 @@ from dataclasses import replace
 from functools import cached_property
 from typing import Any
 
+from gateway.controls import StepEdit
 from gateway.formats import ActionSpec, Execution, ExecutorOptions, Program
-from gateway.recipes import StepEdit
 from gateway_sfc.chart import Chart, compile_chart
 from gateway_sfc.compensation import compensation_of, fan_out_of
 from gateway_sfc.editing import edit_chart

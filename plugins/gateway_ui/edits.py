@@ -14,8 +14,8 @@ from urllib.parse import parse_qs
 
 from starlette.requests import Request
 
+from gateway.controls import EditOp, StepEdit
 from gateway.errors import ValidationError
-from gateway.recipes import EditOp, StepEdit
 
 EDIT = "edit"  # the action's name in .../jobs/{job}/actions/{action}
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from gateway.controls import EditOp, StepEdit
 from gateway.formats import ActionRun, Execution, NodeRun, RecipeError
-from gateway.recipes import EditOp, StepEdit
 from gateway_sequence.editing import edit_sequence
 from gateway_sequence.format import SequenceFormat
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from gateway.controls import EditOp, StepEdit
 from gateway.formats import Execution, NodeRun, RecipeError
-from gateway.recipes import EditOp, StepEdit
 from gateway_sfc.format import SfcFormat
 
 REAR_AXLE = json.loads(
