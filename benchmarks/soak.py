@@ -21,10 +21,12 @@ job costs with the retention of the run.
 Retention is short by default (``--retention`` seconds for ended jobs' engine state, traces
 and de-duplication markers), so Redis reaches its plateau within the run: after ``retention``
 seconds the keys of ended jobs expire as fast as new ones come, and the growth of keys and
-memory after that is what the run checks.
+memory after that is what the run checks; the scope's change stream is capped by length
+(``--change-stream-maxlen``, ``redis.change_stream_maxlen``), not by time, so the growth of
+Redis is measured once it is near its cap too (its filling is no leak).
 
     python benchmarks/soak.py [--minutes 30] [--concurrency 4] [--kill-every 300]
-        [--retention 120] [--json FILE]
+        [--retention 120] [--change-stream-maxlen 10000] [--json FILE]
 
 ``--json`` writes the figures (the CI test ``tests/benchmarks/test_soak.py`` runs a short soak
 and asserts on them).
@@ -78,6 +80,7 @@ class Station:
     broker: ServerProcess
     retention: int
     capacity: int  # jobs the scope runs at once: the MES's workers
+    change_stream_maxlen: int
     gateways: dict[str, GatewayProcess] = field(default_factory=dict)
     simulator: GatewayProcess | None = None
 
@@ -108,6 +111,7 @@ class Station:
             "GATEWAY_RUNTIME_ENDED_TTL_SECONDS": retention,
             "GATEWAY_UI_TRACE_KEPT_SECONDS": retention,
             "GATEWAY_REDIS_DEDUPE_TTL_SECONDS": retention,
+            "GATEWAY_REDIS_CHANGE_STREAM_MAXLEN": str(self.change_stream_maxlen),
             "GATEWAY_MQTT_EQUIPMENT_TOPIC_PREFIX": f"{PREFIX}-sim",
             "GATEWAY_MQTT_EQUIPMENT_EQUIPMENT": ",".join(EQUIPMENT),
             "GATEWAY_SIMULATOR_TOPIC_PREFIX": f"{PREFIX}-sim",
@@ -174,6 +178,7 @@ class Sample:
     redis_keys: int
     dedupe_markers: int
     global_markers: int  # markers of no scope: what heartbeats used to leave
+    change_entries: int  # the scope's change stream: it grows to its cap, then stays
 
 
 def _proc(pid: int) -> tuple[int, int] | None:
@@ -209,6 +214,7 @@ async def sample(station: Station, client: Redis, began: float) -> Sample:
         redis_keys=int(await client.dbsize()),
         dedupe_markers=await _count(client, f"{PREFIX}:*:dedupe:*"),
         global_markers=await _count(client, f"{PREFIX}:{{_global}}:dedupe:*"),
+        change_entries=int(await client.xlen(f"{PREFIX}:{{{SCOPE}}}:changes")),
     )
 
 
@@ -357,6 +363,7 @@ class Options:
     warmup: float
     retention: int
     drain: float
+    change_stream_maxlen: int = 10000
 
 
 async def soak(options: Options, directory: Path) -> dict[str, Any]:
@@ -368,6 +375,7 @@ async def soak(options: Options, directory: Path) -> dict[str, Any]:
         mosquitto(directory / "mosquitto"),
         options.retention,
         options.concurrency,
+        options.change_stream_maxlen,
     )
     station.redis.start()
     station.broker.start()
@@ -451,7 +459,7 @@ def report(
     usage: dict[str, Any],
 ) -> dict[str, Any]:
     warm = [item for item in samples if item.at >= options.warmup]
-    plateau = [item for item in samples if item.at >= options.warmup + options.retention]
+    plateau = redis_plateau(samples, options)
     processes: dict[str, Any] = {}
     for name in station.processes():
 
@@ -505,7 +513,31 @@ def report(
         },
         "store_usage": usage,
         "samples": len(samples),
+        # What the figures per hour are fitted to: seconds, RSS MB of a, Redis MB and keys.
+        "series": [
+            [
+                round(item.at),
+                round(item.rss["a"][1] / MB, 2) if "a" in item.rss else None,
+                round(item.redis_memory / MB, 2),
+                item.redis_keys,
+            ]
+            for item in samples
+        ],
     }
+
+
+def redis_plateau(samples: list[Sample], options: Options) -> list[Sample]:
+    """The samples where Redis holds what the retention implies: after the warm-up and one
+    retention, and once the change stream has reached its cap (it fills at the pace of the
+    jobs, 10,000 entries in some minutes, then is trimmed: its growth until then is no leak)."""
+    full = next(
+        (item.at for item in samples if item.change_entries >= 0.9 * options.change_stream_maxlen),
+        None,
+    )
+    start = options.warmup + options.retention
+    if full is not None:
+        start = max(start, full)
+    return [item for item in samples if item.at >= start]
 
 
 def completions_logged_twice(station: Station) -> list[str]:
@@ -598,6 +630,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=120.0, help="seconds")
     parser.add_argument("--retention", type=int, default=120, help="seconds")
     parser.add_argument("--drain", type=float, default=90.0, help="seconds a job may take")
+    parser.add_argument(
+        "--change-stream-maxlen", type=int, default=10000, help="redis.change_stream_maxlen"
+    )
     parser.add_argument("--json", type=Path, help="write the figures to this file")
     parser.add_argument("--keep", action="store_true", help="keep the logs' directory")
     arguments = parser.parse_args()
@@ -610,6 +645,7 @@ def main() -> None:
         warmup=arguments.warmup,
         retention=arguments.retention,
         drain=arguments.drain,
+        change_stream_maxlen=arguments.change_stream_maxlen,
     )
     directory = Path(tempfile.mkdtemp(prefix="gw-soak-"))
     try:
