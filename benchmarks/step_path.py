@@ -21,12 +21,14 @@ the floor (issue 37's targets): CPU per step at most 2x the floor's, steps/s at 
 and the step period's p50 and p99 above the floor's.
 
     python benchmarks/step_path.py [--levels 1,10,40,200] [--seconds 10] [--steps 10] [--repeat 3]
-        [--roles all | jobs,engine,publisher] [--gateways 2] [--action-seconds 1]
+        [--roles all | jobs,engine,publisher] [--gateways 2] [--action-seconds 1] [--topics]
 
 ``--roles`` runs the gateway as one process per role (its CPU is then the sum of theirs);
 ``--gateways N`` runs N of them (each an instance of its own, sharing the work).
 ``--action-seconds`` makes the equipment take that long per action (a station's pace: at 200
 jobs, about 200 steps/s offered), for the StoreAndStart latency and the aborts under load.
+``--topics`` lists the MQTT messages per step and per job by topic. Figures and the cost model:
+``docs/performance.md``.
 
 The figures of one run move by a fifth from run to run on a shared 2-core machine: ``--repeat``
 runs the levels several times over and ends with a table of each figure's median.
@@ -41,6 +43,7 @@ import json
 import multiprocessing
 import multiprocessing.connection
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -112,6 +115,7 @@ class DelayedReplies:
         self.due: list[tuple[float, int, str, bytes, Properties]] = []
         self.counter = iter(range(1 << 62))
         self.changed = threading.Condition()
+        self.late: list[float] = []  # how long after its due time each reply went
         threading.Thread(target=self._run, daemon=True).start()
 
     def send(self, topic: str, payload: bytes, properties: Properties) -> None:
@@ -128,8 +132,18 @@ class DelayedReplies:
             with self.changed:
                 while not self.due or self.due[0][0] > time.monotonic():
                     self.changed.wait(self.due[0][0] - time.monotonic() if self.due else None)
-                _, _, topic, payload, properties = heapq.heappop(self.due)
+                due, _, topic, payload, properties = heapq.heappop(self.due)
+            self.late.append(time.monotonic() - due)
             self.client.publish(topic, payload, qos=1, properties=properties)
+
+    def lateness(self) -> str:
+        """The replies' lateness, p50 / p99 / max (the equipment's own share of a step)."""
+        late = sorted(self.late)
+        if not late:
+            return "no delayed replies"
+        p50, p99 = late[len(late) // 2], late[int(0.99 * len(late))]
+        worst = late[-1]
+        return f"replies late p50 {p50 * 1e3:.1f} ms, p99 {p99 * 1e3:.1f} ms, max {worst * 1e3:.1f}"
 
 
 def responder(
@@ -197,6 +211,8 @@ def responder(
         while True:
             request = pipe.recv()
             if request == "stop":
+                if action_seconds > 0:
+                    print(f"equipment: {replies.lateness()}", file=sys.stderr, flush=True)
                 break
             with lock:
                 taken = list(step_times)
@@ -369,6 +385,55 @@ class BrokerCounters:
             self.updated.wait(3)
             self.updated.wait(3)  # received and sent arrive as two messages
             return dict(self.values)
+
+    def close(self) -> None:
+        self.client.disconnect()
+        self.client.loop_stop()
+
+
+# Ids that vary from message to message: job ids of the benchmark (B<run>-<slot>-<n>),
+# equipment (bench-<slot>), client ids and hex tokens in reply topics.
+_SHAPES = (
+    (re.compile(r"B[0-9a-f]{6}-\d+-\d+"), "{job}"),
+    (re.compile(r"bench-\d+"), "{equipment}"),
+    (re.compile(r"[0-9a-f]{8,}"), "{id}"),
+)
+
+
+def topic_shape(topic: str) -> str:
+    for pattern, name in _SHAPES:
+        topic = pattern.sub(name, topic)
+    return topic
+
+
+class TopicCounts:
+    """Every message the broker routes while ``counting``, by topic shape (``--topics``: a
+    ``#`` subscriber, QoS 0, so the broker delivers each message once more)."""
+
+    def __init__(self, port: int) -> None:
+        self.counts: Counter[str] = Counter()
+        self.counting = False
+        self.lock = threading.Lock()
+        self.client = _paho_client(f"bench-topics-{uuid.uuid4().hex[:8]}")
+        self.client.on_connect = lambda client, *args: client.subscribe("#", qos=0)
+        self.client.on_message = self._on_message
+        self.client.connect("127.0.0.1", port)
+        self.client.loop_start()
+
+    def _on_message(self, client: paho.Client, userdata: Any, message: paho.MQTTMessage) -> None:
+        if self.counting and not message.topic.startswith("$SYS"):
+            with self.lock:
+                self.counts[topic_shape(message.topic)] += 1
+
+    def start(self) -> None:
+        with self.lock:
+            self.counts.clear()
+            self.counting = True
+
+    def stop(self) -> Counter[str]:
+        with self.lock:
+            self.counting = False
+            return Counter(self.counts)
 
     def close(self) -> None:
         self.client.disconnect()
@@ -621,6 +686,7 @@ class Level:
     cpu_per_step: float
     gateway_cpu: float
     process_cpu: list[float]  # each gateway process's share of a core
+    topics: list[tuple[str, float]]  # --topics: MQTT messages per step by topic shape
     redis_cpu_per_step: float  # redis-server's CPU over the window, per step
     broker_cpu_per_step: float  # mosquitto's (the MES's and the equipment's messages included)
     aborted: int
@@ -632,6 +698,7 @@ class Level:
     floor_ratio: float  # floor_rate to raw MQTT requests/s: the most this stack could reach
     floor_step_p50: float  # the floor's step period (one command of a job to its next)
     floor_step_p99: float
+    steps_per_job: int
 
     @property
     def cpu_to_floor(self) -> float:
@@ -674,6 +741,7 @@ def measure_level(
     pipe: multiprocessing.connection.Connection,
     broker: BrokerCounters,
     servers: dict[str, int],
+    topics: TopicCounts | None = None,
 ) -> Level:
     if args.action_seconds > 0:  # the equipment's pace, not the stack's, sets the rate
         raw_rate, raw_times = float("nan"), list[float]()
@@ -716,10 +784,13 @@ def measure_level(
         window["server_cpu"] = {name: cpu_seconds(pid) for name, pid in servers.items()}
         window["mes_calls"] = mes_call_buckets(http_port)
         window["answered"] = answered.value
+        if topics is not None:
+            topics.start()
         window["t"] = time.perf_counter()
 
     def end() -> None:
         window["elapsed"] = time.perf_counter() - window["t"]
+        window["topics"] = topics.stop() if topics is not None else Counter()
         window["answered"] = answered.value - window["answered"]
         window["cpu"] = sum(map(cpu_seconds, gateways.pids)) - window["cpu"]
         window["process_cpu"] = [
@@ -770,6 +841,7 @@ def measure_level(
         cpu_per_step=window["cpu"] / steps,
         gateway_cpu=window["cpu"] / window["elapsed"],
         process_cpu=window["process_cpu"],
+        topics=[(shape, count / steps) for shape, count in window["topics"].most_common()],
         redis_cpu_per_step=window["server_cpu"]["redis"] / steps,
         broker_cpu_per_step=window["server_cpu"]["broker"] / steps,
         aborted=run.outcomes["Aborted"],
@@ -781,6 +853,7 @@ def measure_level(
         floor_ratio=floor["steps_per_s"] / raw_rate,
         floor_step_p50=floor["step_p50_ms"] / 1000,
         floor_step_p99=floor["step_p99_ms"] / 1000,
+        steps_per_job=args.steps,
     )
 
 
@@ -824,6 +897,10 @@ def report(level: Level) -> None:
         f"  jobs in the window           : {level.ended} ended, {level.aborted} aborted, "
         f"{level.errors} refused"
     )
+    for shape, per_step in level.topics:
+        print(
+            f"    {per_step:6.3f} per step, {per_step * level.steps_per_job:6.2f} per job: {shape}"
+        )
 
 
 def table(levels: list[Level]) -> None:
@@ -891,6 +968,12 @@ def main() -> None:
         help="profile the gateway (the first of --roles) in each window (py-spy raw output)",
     )
     parser.add_argument(
+        "--topics",
+        action="store_true",
+        help="also count every MQTT message by topic (a '#' subscriber: the broker delivers "
+        "each message once more, so the other figures are not this level's best)",
+    )
+    parser.add_argument(
         "--cprofile",
         type=Path,
         help="run each gateway process under cProfile, its whole life (pstats output, one file "
@@ -921,6 +1004,7 @@ def main() -> None:
     )
     equipment.start()
     broker = BrokerCounters(mqtt.port)
+    topics = TopicCounts(mqtt.port) if args.topics else None
     redis = Redis(port=redis_process.port)
     results: list[Level] = []
     try:
@@ -955,6 +1039,7 @@ def main() -> None:
                     parent_pipe,
                     broker,
                     servers,
+                    topics,
                 )
                 report(level)
                 results.append(level)
@@ -968,6 +1053,8 @@ def main() -> None:
         parent_pipe.send("stop")
         equipment.join(5)
         broker.close()
+        if topics is not None:
+            topics.close()
         mqtt.close()
         redis_process.close()
 
