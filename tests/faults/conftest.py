@@ -11,7 +11,8 @@ are claimed after ``CLAIM_IDLE_SECONDS``, retries back off up to ``RETRY_MAX_SEC
 pass their own ``GATEWAY_...`` overrides through ``fault_station.environ`` before ``start``.
 
 Helpers: ``FaultStation.mes()`` (an MES over MQTT, ``JobsMes``), ``readyz(instance)``,
-``rear_axle(timeout_seconds=...)`` (the example recipe with every action's timeout changed),
+``rear_axle(timeout_seconds=..., recipe_format=...)`` (the example recipe, an SFC chart or the
+same station work as a sequence, with every action's timeout changed and any failure aborting),
 ``store_jobs``, ``wait_for_all_ended`` (asks each job's response until all ended, surviving
 unanswered calls), ``endings`` (how often each job ended, from the scope's change stream).
 """
@@ -41,7 +42,8 @@ from gateway.testing.processes import GatewayProcess
 from gateway.testing.redis_ha import redis_client
 from gateway.testing.services import ServerProcess, free_port, mosquitto, redis_server
 from gateway_jobs.testing import JobsMes, job_order, state_texts, work_master
-from gateway_sfc.model import DATASCHEMA
+from gateway_sequence import DATASCHEMA as SEQUENCE
+from gateway_sfc.model import DATASCHEMA as SFC
 
 T = TypeVar("T")
 
@@ -49,20 +51,48 @@ SCOPE = "cell1"
 CLAIM_IDLE_SECONDS = 2.0
 RETRY_MAX_SECONDS = 0.5
 EQUIPMENT = ("positioner", "tightener", "camera")
-REAR_AXLE: dict[str, Any] = json.loads(
-    (Path(__file__).parents[2] / "examples" / "recipes" / "rear_axle.json").read_text()
-)
+EXAMPLES = Path(__file__).parents[2] / "examples"
+REAR_AXLE: dict[str, Any] = json.loads((EXAMPLES / "recipes" / "rear_axle.json").read_text())
+AXLE_SEQUENCE: dict[str, Any] = json.loads((EXAMPLES / "sequences" / "axle.json").read_text())
 STORE_AND_START = "org.opcfoundation.ISA95-JOBCONTROL_V2.StoreAndStart.v2"
 JOB_RESPONSE = "org.opcfoundation.Machinery.Jobs.RequestJobResponseByJobOrderID.v1"
 WORKMASTER = "com.github.aschamberger.ISA95-JOBCONTROL_V2.config.workmaster.v1"
 
 
-def rear_axle(timeout_seconds: float | None = None) -> dict[str, Any]:
-    """The example rear-axle recipe; ``timeout_seconds`` replaces every action's timeout."""
+@dataclass(frozen=True)
+class StationRecipe:
+    """A Work Master's recipe and its format."""
+
+    dataschema: str
+    data: dict[str, Any]
+
+
+def rear_axle(timeout_seconds: float | None = None, recipe_format: str = "sfc") -> StationRecipe:
+    """The example rear-axle work as an SFC chart (``recipe_format`` ``"sfc"``) or a sequence
+    (``"sequence"``: the example's steps, a failure aborting the job rather than holding it);
+    ``timeout_seconds`` replaces every action's timeout."""
+    if recipe_format == "sequence":
+        return StationRecipe(SEQUENCE, _sequence(AXLE_SEQUENCE, timeout_seconds))
     if timeout_seconds is None:
-        return REAR_AXLE
+        return StationRecipe(SFC, REAR_AXLE)
     actions = [{**action, "timeout_seconds": timeout_seconds} for action in REAR_AXLE["actions"]]
-    return {**REAR_AXLE, "actions": actions}
+    return StationRecipe(SFC, {**REAR_AXLE, "actions": actions})
+
+
+def _sequence(recipe: dict[str, Any], timeout_seconds: float | None) -> dict[str, Any]:
+    def command(step: dict[str, Any]) -> dict[str, Any]:
+        changed = {key: value for key, value in step.items() if key != "on_error"}
+        if timeout_seconds is not None:
+            changed["timeout_seconds"] = timeout_seconds
+        return changed
+
+    steps = [
+        {**step, "par": [command(inner) for inner in step["par"]]}
+        if "par" in step
+        else command(step)
+        for step in recipe["steps"]
+    ]
+    return {**recipe, "steps": steps}
 
 
 @dataclass
@@ -248,9 +278,10 @@ async def patiently(request: Callable[[], Awaitable[T]], tries: int = 30) -> T:
     return await request()
 
 
-async def configure_rear_axle(mes: JobsMes, recipe: dict[str, Any] | None = None) -> None:
+async def configure_rear_axle(mes: JobsMes, recipe: StationRecipe | None = None) -> None:
     """Store the Work Master ``WM`` with the rear-axle recipe (or ``recipe``)."""
-    event = mes.event(WORKMASTER, work_master("WM", recipe or REAR_AXLE, dataschema=DATASCHEMA))
+    recipe = recipe or rear_axle()
+    event = mes.event(WORKMASTER, work_master("WM", recipe.data, dataschema=recipe.dataschema))
     await patiently(lambda: mes.client.request(mes.commands_topic, event, timeout=5))
 
 

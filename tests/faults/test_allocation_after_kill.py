@@ -31,7 +31,10 @@ from .conftest import (
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 
-async def test_a_killed_instance_does_not_leak_its_allocation(fault_station: FaultStation) -> None:
+@pytest.mark.parametrize("recipe_format", ["sfc", "sequence"])
+async def test_a_killed_instance_does_not_leak_its_allocation(
+    fault_station: FaultStation, recipe_format: str
+) -> None:
     station = fault_station
     station.environ.update(
         {"GATEWAY_JOBS_MAX_RUNNING_JOB_ORDERS": "1", "GATEWAY_JOBS_EQUIPMENT_ALLOCATION": "true"}
@@ -42,7 +45,7 @@ async def test_a_killed_instance_does_not_leak_its_allocation(fault_station: Fau
     simulator.stop()  # J1's first command stays unanswered: it keeps running
     admitted = f"{station.name}:{{{SCOPE}}}:queue:admitted"
     async with station.mes() as mes, station.store() as client:
-        await configure_rear_axle(mes, rear_axle(timeout_seconds=20))
+        await configure_rear_axle(mes, rear_axle(20, recipe_format))
         await store_jobs(mes, ["J1"])
 
         async def j1_running() -> bool:

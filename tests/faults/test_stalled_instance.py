@@ -44,7 +44,10 @@ FREEZE_SECONDS = 8.0
 ANSWER_WITHIN = 15.0
 
 
-async def test_a_frozen_instance_resumes_cleanly(fault_station: FaultStation) -> None:
+@pytest.mark.parametrize("recipe_format", ["sfc", "sequence"])
+async def test_a_frozen_instance_resumes_cleanly(
+    fault_station: FaultStation, recipe_format: str
+) -> None:
     assert max(ACTION_TIMEOUT, CLAIM_IDLE_SECONDS) < FREEZE_SECONDS
     station = fault_station
     await station.start()
@@ -52,7 +55,7 @@ async def test_a_frozen_instance_resumes_cleanly(fault_station: FaultStation) ->
     active = f"{station.name}:{{{SCOPE}}}:rt:active"
     answered: dict[str, float] = {}
     async with station.mes() as mes:
-        await configure_rear_axle(mes, rear_axle(timeout_seconds=ACTION_TIMEOUT))
+        await configure_rear_axle(mes, rear_axle(ACTION_TIMEOUT, recipe_format))
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(store_jobs, mes, JOBS)
             async with station.store() as client:

@@ -2,7 +2,9 @@
 
 Every job must end exactly once, Completed, with every action's result; every action must have
 been dispatched with attempt 1 only (a re-dispatch after a crash repeats the same correlation id,
-which is what the at-least-once contract with the equipment allows).
+which is what the at-least-once contract with the equipment allows). An SFC chart on every
+Redis deployment, and the same work as a sequence (100 jobs, one Redis): the runtime is shared,
+so is what it must survive.
 """
 
 from __future__ import annotations
@@ -24,11 +26,11 @@ from gateway.testing.mqtt import connect_test_client
 from gateway.testing.processes import GatewayProcess
 from gateway.testing.redis_ha import redis_client
 from gateway_jobs.testing import JobsMes, job_order, work_master
-from gateway_sfc.model import DATASCHEMA
+from gateway_sequence import DATASCHEMA as SEQUENCE
+from gateway_sfc.model import DATASCHEMA as SFC
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
-JOBS = 200
 ACTIONS = ("position", "tighten", "scan", "verify")
 NODE = Path(__file__).with_name("chaos_node.py")
 T = TypeVar("T")
@@ -62,6 +64,20 @@ RECIPE = {
         push("verify", "Verify"),
     ],
 }
+SEQUENCE_RECIPE = {  # the same commands: position, tighten and scan side by side, then verify
+    "timeout_seconds": 30,
+    "steps": [
+        {"name": "position", "type_id": "chaos.position"},
+        {
+            "name": "work",
+            "par": [
+                {"name": "tighten", "type_id": "chaos.tighten"},
+                {"name": "scan", "type_id": "chaos.scan"},
+            ],
+        },
+        {"name": "verify", "type_id": "chaos.verify"},
+    ],
+}
 
 
 @dataclass
@@ -86,6 +102,19 @@ class Chaos:
 
 @pytest.fixture
 def nodes(
+    redis_url: str, mqtt_url: str, unique: str, tmp_path: Path
+) -> Iterator[list[GatewayProcess]]:
+    yield from two_nodes(redis_url, mqtt_url, unique, tmp_path)
+
+
+@pytest.fixture
+def nodes_on_one_redis(
+    redis_single_url: str, mqtt_url: str, unique: str, tmp_path: Path
+) -> Iterator[list[GatewayProcess]]:
+    yield from two_nodes(redis_single_url, mqtt_url, unique, tmp_path)
+
+
+def two_nodes(
     redis_url: str, mqtt_url: str, unique: str, tmp_path: Path
 ) -> Iterator[list[GatewayProcess]]:
     base = {
@@ -137,6 +166,30 @@ async def patiently(request: Callable[[], Awaitable[T]], tries: int = 20) -> T:
 async def test_every_job_ends_exactly_once_while_instances_are_killed(
     nodes: list[GatewayProcess], redis_url: str, mqtt_url: str, unique: str
 ) -> None:
+    await killed_while_running(nodes, redis_url, mqtt_url, unique, SFC, RECIPE, jobs=200)
+
+
+async def test_every_sequence_job_ends_exactly_once_while_instances_are_killed(
+    nodes_on_one_redis: list[GatewayProcess], redis_single_url: str, mqtt_url: str, unique: str
+) -> None:
+    nodes, redis_url = nodes_on_one_redis, redis_single_url
+    await killed_while_running(
+        nodes, redis_url, mqtt_url, unique, SEQUENCE, SEQUENCE_RECIPE, jobs=100
+    )
+
+
+async def killed_while_running(
+    nodes: list[GatewayProcess],
+    redis_url: str,
+    mqtt_url: str,
+    unique: str,
+    dataschema: str,
+    recipe: Any,
+    *,
+    jobs: int,
+) -> None:
+    """Run ``jobs`` jobs of ``recipe`` on ``nodes`` while they are killed; check each ended
+    once, completed, every action dispatched once (a repeat has the same correlation id)."""
     for node in nodes:
         node.start()
     for node in nodes:
@@ -148,7 +201,7 @@ async def test_every_job_ends_exactly_once_while_instances_are_killed(
         async def send(event: CloudEvent) -> CloudEvent:
             return await patiently(lambda: client.request(mes.commands_topic, event, timeout=3))
 
-        wm = work_master("WM", RECIPE, dataschema=DATASCHEMA)
+        wm = work_master("WM", recipe, dataschema=dataschema)
         await send(
             mes.event("com.github.aschamberger.ISA95-JOBCONTROL_V2.config.workmaster.v1", wm)
         )
@@ -163,15 +216,15 @@ async def test_every_job_ends_exactly_once_while_instances_are_killed(
                     await send(mes.event(_method("StoreAndStart"), {"JobOrder": order}))
 
             async with anyio.create_task_group() as stores:
-                for number in range(JOBS):
+                for number in range(jobs):
                     stores.start_soon(store, number)
-            responses = await wait_for_all_ended(mes, send)
+            responses = await wait_for_all_ended(mes, send, jobs)
             done.set()
     for node in nodes:
         node.stop()
 
     assert chaos.kills >= 3, chaos.log
-    assert len(responses) == JOBS
+    assert len(responses) == jobs
     for job, response in responses.items():
         assert [s["StateText"]["Text"] for s in response["JobState"]][:2] == [
             "Ended",
@@ -187,12 +240,12 @@ async def test_every_job_ends_exactly_once_while_instances_are_killed(
         changes = cast(
             list[tuple[str, dict[str, str]]], await redis.xrange(f"{unique}:{{cell}}:changes")
         )
-    expected = {f"J{n}:{action}:1" for n in range(JOBS) for action in ACTIONS}
+    expected = {f"J{n}:{action}:1" for n in range(jobs) for action in ACTIONS}
     assert set(dispatched) == expected  # all dispatched; never a second attempt number
     endings = Counter(
         fields["job_order_id"] for _, fields in changes if fields["state"].startswith("Ended")
     )
-    assert endings == Counter({f"J{n}": 1 for n in range(JOBS)})  # each job ended exactly once
+    assert endings == Counter({f"J{n}": 1 for n in range(jobs)})  # each job ended exactly once
     repeats = sum(count - 1 for count in dispatched.values())
     print(f"chaos: {chaos.kills} kills, {repeats} re-dispatched commands (same correlation id)")
 
@@ -202,14 +255,14 @@ def _method(name: str) -> str:
 
 
 async def wait_for_all_ended(
-    mes: JobsMes, send: Callable[[CloudEvent], Awaitable[CloudEvent]]
+    mes: JobsMes, send: Callable[[CloudEvent], Awaitable[CloudEvent]], jobs: int
 ) -> dict[str, dict[str, Any]]:
     """Ask for the responses of every ended or aborted job until all jobs are; returns them.
 
     Two requests per round whatever the number of jobs (by state, not by job), so a round
     stays short on a loaded machine even when requests reach a killed instance and are retried.
     """
-    wanted = {f"J{number}" for number in range(JOBS)}
+    wanted = {f"J{number}" for number in range(jobs)}
     ended: dict[str, dict[str, Any]] = {}
     with anyio.move_on_after(300):
         while ended.keys() < wanted:
