@@ -3,7 +3,8 @@
 ``LineFollower`` (a service of every instance that runs recipes) keeps the line's connection to
 the stations' broker, and for each station subscribes to what the gateway publishes for its MES:
 
-- the retained ``state-index``: every job the station holds; the line's jobs among them (by
+- the retained ``state-index`` (and its pages, ``index/+``, when the station's publisher pages
+  it): every job the station holds; the line's jobs among them (by
   their ids, ``orders.upstream_of``) are the ones the upstream controls reach, and each index
   (and every ``reconcile_seconds`` besides) is **reconciled** against the upstream jobs: a
   station job whose upstream job has ended or was aborted meanwhile (a crash, a broker outage)
@@ -89,7 +90,9 @@ class LineFollower:
                 index = await stack.enter_async_context(client.watch(topics.state_index(scope)))
                 results = await stack.enter_async_context(client.watch(topics.result(scope, "+")))
                 events = await stack.enter_async_context(client.watch(topics.events(scope)))
+                pages = await stack.enter_async_context(client.watch(topics.index_page(scope, "+")))
                 tasks.start_soon(self._follow_index, gateway, name, index)
+                tasks.start_soon(self._follow_index_pages, name, pages)
                 tasks.start_soon(self._follow_results, gateway, name, results)
                 tasks.start_soon(self._follow_events, gateway, name, events)
             self.link.connected(client)
@@ -108,19 +111,20 @@ class LineFollower:
         async for message in messages:
             if not message.payload:
                 continue
-            data = from_mqtt(message).data
-            jobs = data.get("jobs") if isinstance(data, Mapping) else None
-            if not isinstance(jobs, list):
-                log.warning("line: station %s publishes a paged state index; not followed", station)
-                continue
-            states = {
-                str(job.get("job_order_id")): ".".join(state_texts(job.get("state"))[:2])
-                for job in jobs
-                if isinstance(job, Mapping)
-            }
-            self.link.replace_jobs(station, states)
+            states = indexed_states(from_mqtt(message).data)
+            if states is not None:  # a paged index lists pages: its jobs come on their own
+                self.link.replace_jobs(station, states)
             await self._reconcile(gateway, station, catching_up=first)
             first = False
+
+    async def _follow_index_pages(
+        self, station: str, messages: ObjectReceiveStream[MqttMessage]
+    ) -> None:
+        """The pages of a station's paged index (``publisher.index_pages``): jobs heard of."""
+        async for message in messages:
+            if message.payload:
+                for job_order_id, state in (indexed_states(from_mqtt(message).data) or {}).items():
+                    self.link.heard(station, job_order_id, state)
 
     async def _follow_results(
         self, gateway: Gateway, station: str, messages: ObjectReceiveStream[MqttMessage]
@@ -242,3 +246,16 @@ def reconciling_method(
     if upstream is JobState.RUNNING and station_state == "Interrupted.Suspended":
         return "Resume"
     return None
+
+
+def indexed_states(data: Any) -> dict[str, str] | None:
+    """Job order id -> state (``Ended.Completed``) of a state index or of one of its pages;
+    ``None`` when it lists no jobs (a paged index lists its pages)."""
+    jobs = data.get("jobs") if isinstance(data, Mapping) else None
+    if not isinstance(jobs, list):
+        return None
+    return {
+        str(job.get("job_order_id")): ".".join(state_texts(job.get("state"))[:2])
+        for job in jobs
+        if isinstance(job, Mapping)
+    }

@@ -103,9 +103,12 @@ class Line:
     def stations_prefix(self) -> str:
         return f"{self.name}-stations"
 
-    def stations(self) -> Gateway:
-        """The downstream gateway: scopes cell1 (the press) and cell2 (the paint shop)."""
-        gateway = station_with(self.equipment, self.mqtt_url, self.redis_url, self.stations_prefix)
+    def stations(self, **more: str) -> Gateway:
+        """The downstream gateway: scopes cell1 (the press) and cell2 (the paint shop);
+        ``more``: further ``GATEWAY_...`` variables."""
+        gateway = station_with(
+            self.equipment, self.mqtt_url, self.redis_url, self.stations_prefix, **more
+        )
         gateway.plugins.register(self.log, name="station-log")
         return gateway
 
@@ -139,14 +142,20 @@ class Line:
             yield line, press, paint
 
 
-async def configure(
-    line_mes: JobsMes, *stations: JobsMes, recipe: dict[str, Any] = LINE_RECIPE
-) -> None:
+async def configure_stations(*stations: JobsMes) -> None:
+    """The stations' Work Master on each of ``stations``."""
     for station in stations:
         reply = await station.configure(
             "workmaster", work_master("WM-STATION", STATION_RECIPE, dataschema=DATASCHEMA)
         )
         assert return_status(reply) == OK, reply.data
+
+
+async def configure(
+    line_mes: JobsMes, *stations: JobsMes, recipe: dict[str, Any] = LINE_RECIPE
+) -> None:
+    """The stations' Work Master on each of ``stations``, then the line's."""
+    await configure_stations(*stations)
     reply = await line_mes.configure(
         "workmaster", work_master("WM-LINE", recipe, dataschema=DATASCHEMA)
     )
@@ -182,3 +191,12 @@ async def press_job(line: Line) -> str:
     """The press's job, once its equipment has the command."""
     await wait_until(lambda: line.equipment.received)
     return line.equipment.received[0].job_order_id
+
+
+async def answers(mes: JobsMes) -> bool:
+    """Whether the gateway answers ``mes`` (a call made while it is away gets no reply)."""
+    try:
+        await mes.call("RequestJobResponseByJobOrderID", {"JobOrderID": "J1"}, timeout=0.5)
+    except TimeoutError:
+        return False
+    return True

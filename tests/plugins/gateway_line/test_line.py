@@ -14,6 +14,7 @@ from gateway.testing import running, wait_until
 from gateway.testing.equipment import EquipmentFailure, silent_first
 from gateway_jobs.testing import (
     final_response,
+    job_order,
     response_data,
     return_status,
     state_texts,
@@ -27,6 +28,7 @@ from tests.plugins.gateway_line.harness import (
     WORK,
     Line,
     configure,
+    configure_stations,
     echo,
     held_work,
     press_job,
@@ -94,6 +96,20 @@ async def test_an_abort_of_the_line_job_aborts_the_running_station_job(line: Lin
         await wait_until(lambda: station_job in line.log.entered(JobState.END))  # cleared
     assert state_texts(response) == ["Aborted"]
     assert (station_job, "Abort", JobState.ABORTED) in line.log.states
+
+
+async def test_a_stop_of_the_line_job_stops_the_running_station_job(line: Line) -> None:
+    release = held_work(line)
+    async with running(line.stations()), running(line.line()), line.mes() as (mes, press, paint):
+        await configure(mes, press, paint)
+        await start_line_job(mes)
+        station_job = await press_job(line)
+        assert return_status(await mes.act("Stop", "J1")) == OK
+        await wait_until(lambda: (station_job, "Stop", JobState.CLOSED) in line.log.states)
+        release.set()
+        response = await final_response(mes)
+        await wait_until(lambda: station_job in line.log.entered(JobState.END))  # cleared
+    assert state_texts(response) == ["Ended", "Closed"]
 
 
 async def test_pause_and_resume_of_the_line_job_pause_and_resume_the_station_job(
@@ -226,3 +242,25 @@ async def test_a_line_gateway_down_while_the_station_finished_catches_up_from_re
     assert state_texts(response)[:2] == ["Ended", "Completed"], response_data(response)
     assert response_data(response)["press_it"]["JobOrderID"] == station_job
     assert line.log.entered(JobState.RUNNING).count(station_job) == 1
+
+
+@pytest.mark.parametrize("paged", [False, True], ids=["index", "paged index"])
+async def test_the_line_learns_of_station_jobs_it_did_not_send_from_the_stations_index(
+    line: Line, paged: bool
+) -> None:
+    release = held_work(line)
+    stations = line.stations(GATEWAY_PUBLISHER_INDEX_PAGES=str(paged).lower())
+    stray = "J1:press_it:9@line"  # a try of the line job the line has no memory of
+    async with running(stations), line.mes() as (mes, press, paint):
+        await configure_stations(press)
+        stored = await press.store(job_order(stray, work_masters=["WM-STATION"]), "StoreAndStart")
+        assert return_status(stored) == OK
+        await wait_until(lambda: line.equipment.received)  # it runs before the line is there
+        async with running(upstream := line.line(GATEWAY_LINE_RECONCILE_SECONDS="0.1")):
+            # The line hears no state change: the station's index alone names the stray job.
+            upstream.plugins.unregister(upstream.state.get(StationLink))
+            await configure(mes, paint)
+            await start_line_job(mes)
+            assert return_status(await mes.act("Abort", "J1")) == OK
+            await wait_until(lambda: (stray, "Abort", JobState.ABORTED) in line.log.states)
+        release.set()

@@ -18,10 +18,11 @@ from gateway.jobstates import JobState
 from gateway.testing import poll_until, running, wait_until
 from gateway.testing.processes import GatewayProcess
 from gateway.testing.services import ServerProcess, mosquitto
-from gateway_jobs.testing import JobsMes, final_response, response_data, state_texts
+from gateway_jobs.testing import final_response, response_data, state_texts
 from tests.plugins.gateway_line.harness import (
     WORK,
     Line,
+    answers,
     configure,
     echo,
     press_job,
@@ -81,15 +82,6 @@ async def test_a_line_gateway_killed_mid_job_finishes_it_after_a_restart_with_on
     assert len(stored) == len(set(stored)) == 2  # each station job stored once
     assert station_job in stored
     assert line.log.entered(JobState.RUNNING).count(station_job) == 1
-
-
-async def answers(mes: JobsMes) -> bool:
-    """Whether the gateway answers ``mes`` (a call made while it is away gets no reply)."""
-    try:
-        await mes.call("RequestJobResponseByJobOrderID", {"JobOrderID": "J1"}, timeout=0.5)
-    except TimeoutError:
-        return False
-    return True
 
 
 @pytest.fixture
