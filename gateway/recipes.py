@@ -293,12 +293,20 @@ class JobControl(Protocol):
         ...
 
     async def request(
-        self, scope: str, job_order_id: str, command: JobCommand, requested_by: str
+        self,
+        scope: str,
+        job_order_id: str,
+        command: JobCommand,
+        requested_by: str,
+        *,
+        reason: str | None = None,
     ) -> RequestOutcome:
         """Call the MES method ``command`` on the job for ``requested_by`` (an operator).
 
         Exactly as if the MES had called it (same checks, state change, status event and
         interpreter hand-off); observers of ``gateway_job_method_called`` see who asked.
+        ``reason``: why, written as the Job Response's ``Description`` with the change (the
+        status event carries it to the MES).
         """
         ...
 

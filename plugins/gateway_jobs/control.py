@@ -88,11 +88,18 @@ class JobsControl:
         return None if job is None else dict(to_json(job.response))
 
     async def request(
-        self, scope: str, job_order_id: str, command: JobCommand, requested_by: str
+        self,
+        scope: str,
+        job_order_id: str,
+        command: JobCommand,
+        requested_by: str,
+        *,
+        reason: str | None = None,
     ) -> RequestOutcome:
         cause = Cause(correlationid=None, causationid=f"operator-{uuid.uuid4()}")
         call = JobOrderIDCall(job_order_id=job_order_id)
-        outcome = await self.manager.act(scope, command.value, call, cause)
+        described = None if reason is None else _response_edit([], description=reason)
+        outcome = await self.manager.act(scope, command.value, call, cause, described)
         self.manager.method_called(
             scope, job_order_id, command.value, outcome, requested_by=requested_by
         )

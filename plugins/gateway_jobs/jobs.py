@@ -151,13 +151,23 @@ class JobManager:
         )
         return await self._finish(scope, order.job_order_id, "Update", result, cause)
 
-    async def act(self, scope: str, method: str, call: JobOrderIDCall, cause: Cause) -> Outcome:
-        """Start, RevokeStart, Pause, Resume, Stop, Abort, Cancel or Clear."""
+    async def act(
+        self,
+        scope: str,
+        method: str,
+        call: JobOrderIDCall,
+        cause: Cause,
+        described: Edit | None = None,
+    ) -> Outcome:
+        """Start, RevokeStart, Pause, Resume, Stop, Abort, Cancel or Clear; ``described``: an
+        edit of the Job Response made with the change (why, for a request on the MES's behalf)."""
         equipment = None
         if method == "Start":  # it enters the queue: what will it hold when it runs?
             job = await self.repository.load(scope, call.job_order_id)
             equipment = None if job is None else await self.equipment(scope, job)
         edit = _awaiting_results(self.settings.results_wait_seconds) if method in _ENDS else None
+        if described is not None:
+            edit = described if edit is None else _both(edit, described)
         result = await self.repository.transition(
             scope, call.job_order_id, Trigger(method), edit, equipment=equipment
         )
@@ -439,6 +449,10 @@ def _interpreter_call(change: Change) -> JobCommand | None:
     if command is None or before is None or before.state.top is TopState.NOT_ALLOWED_TO_START:
         return None
     return command
+
+
+def _both(first: Edit, second: Edit) -> Edit:
+    return lambda job: second(first(job))
 
 
 def _awaiting_results(seconds: float) -> Edit:

@@ -160,7 +160,7 @@ class Breakpoints:
             if step is None:
                 return
         outcome = await self.context.gateway.job_control.request(
-            scope, job, JobCommand.PAUSE, requester(step)
+            scope, job, JobCommand.PAUSE, requester(step), reason=f"Paused: {requester(step)}"
         )
         if outcome.accepted:
             log.info("job %s/%s paused before step %s (breakpoint)", scope, job, step)

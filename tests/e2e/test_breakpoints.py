@@ -128,6 +128,8 @@ async def test_a_breakpoint_set_on_a_running_job_pauses_it_before_its_step_until
             ["b"],
         )
         assert sent(station.equipment) == ["J1:a:1"]  # b held back
+        held = (await mes.job_response("J1")).data["JobResponse"]
+        assert held["Description"]["Text"] == "Paused: breakpoint before b"  # the MES sees why
         assert return_status(await mes.act("Resume", "J1")) == OK
         response = await final_response(mes)
     assert state_of(response)[:2] == ["Ended", "Completed"]
