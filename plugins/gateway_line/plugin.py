@@ -44,7 +44,9 @@ def gateway_register_equipment_drivers(
         log.debug("line off: line.stations is empty")
         return
     link = gateway.state.add(StationLink(config, gateway.source))
-    gateway.plugins.register(link, name=f"line-{uuid.uuid4().hex}")  # per gateway: its observer
+    if gateway.runs(LineFollower.roles):  # elsewhere no follower passes the changes on
+        gateway.plugins.register(link, name=f"line-{uuid.uuid4().hex}")  # this gateway's observer
+    # Everywhere: instances of every role check that a Work Master's actions are routable.
     register(LineDriver(link))
 
 
