@@ -121,14 +121,18 @@ def split_member(name: str) -> tuple[str, str] | None:
     return (action, member) if at and action and member else None
 
 
-def fan_out_uses(action: str, type_id: str, fan_out: FanOut) -> Sequence[EquipmentUse]:
-    """What a fan-out action asks of equipment: each listed member, or every equipment that
-    declares its type (members from a parameter: nothing known before the job starts)."""
+def fan_out_uses(
+    action: str, type_id: str, fan_out: FanOut, declared_by: str | None = None
+) -> Sequence[EquipmentUse]:
+    """What a fan-out action (or a step of a per-member pipeline) asks of equipment: each
+    listed member, or every equipment that declares ``declared_by`` (default: its type; a
+    pipeline's members declare its first step's); members from a parameter: nothing known
+    before the job starts."""
     if fan_out.members is not None:
         return [
             EquipmentUse(member_name(action, member), type_id, member, command=True)
             for member in fan_out.members
         ]
-    if fan_out.declared:
+    if fan_out.declared and (declared_by or type_id) == type_id:
         return [EquipmentUse(action, type_id, None, command=True, every=True)]
     return []

@@ -99,12 +99,20 @@ class ActionSpec:
     # the runtime when the job starts.
     fan_out: FanOut | None = None
     members: tuple[str, ...] = ()
+    # A per-member pipeline: these steps run one after the other for each member, each
+    # member on its own (a fan-out's ``pipeline``); empty: the action's own command.
+    pipeline: tuple[ActionSpec, ...] = ()
 
     def equipment_uses(self) -> list[EquipmentUse]:
         """What it asks of equipment: its own, or each of its fan-out's."""
         if self.fan_out is None:
             return [self.equipment_use()]
-        return list(fan_out_uses(self.name, self.type_id, self.fan_out))
+        steps = self.pipeline or (self,)
+        return [
+            use
+            for step in steps
+            for use in fan_out_uses(step.name, step.type_id, self.fan_out, steps[0].type_id)
+        ]
 
     def equipment_use(self) -> EquipmentUse:
         return EquipmentUse(

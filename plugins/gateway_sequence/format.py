@@ -34,6 +34,7 @@ class SequenceProgram:
                 side_effects=command.side_effects,
                 compensation=command.compensation,
                 fan_out=command.fan_out,
+                pipeline=command.pipeline,
             )
             for command in self.recipe.commands()
         }

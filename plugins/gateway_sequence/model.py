@@ -31,6 +31,7 @@ from gateway.compensation import load_compensation
 from gateway.conditions import Condition, ConditionError, parse_condition
 from gateway.fanout import FanOut, load_fan_out
 from gateway.formats import ActionSpec, RecipeError
+from gateway_sequence.pipeline import load_pipeline, step_specs
 
 DATASCHEMA = "https://station-gateway.github.io/schemas/sequence-recipe/v1/"
 """The Work Master ``DataSchema`` of sequence recipes (the schema file's ``$id``)."""
@@ -62,6 +63,7 @@ class Command:
     assertion: Condition | None = None  # false on its reply: the try failed, with its text
     continue_on_error: bool = False  # failed (after its tries): the sequence goes on
     fan_out: FanOut | None = None  # sent to a set of equipment at once (``gateway.fanout``)
+    pipeline: tuple[ActionSpec, ...] = ()  # a per-member pipeline's steps (``pipeline``)
 
 
 @dataclass(frozen=True)
@@ -151,6 +153,8 @@ def _block(
     if not isinstance(step, Mapping):
         problems.append(f"{where}: must be a JSON object (a command step or a 'par' block)")
         return None
+    if "steps" in step and "par" not in step:
+        return _pipeline(step, index, where, defaults, problems)
     if "par" not in step:
         command = _command(step, where, defaults, problems)
         return None if command is None else Block(command.name, (command,))
@@ -179,6 +183,41 @@ def _block(
 
 
 _NAME_RULE = "must be 1-64 letters, digits or _.- characters"
+
+
+def _pipeline(
+    step: Mapping[str, Any],
+    index: int,
+    where: str,
+    defaults: Mapping[str, Any],
+    problems: list[str],
+) -> Block | None:
+    """A per-member pipeline: one command of the sequence, run by the runtime per member."""
+    name = _text(step.get("name", f"pipeline-{index + 1}"), f"{where}.name", problems)
+    if name is not None and not _NAME.match(name):
+        problems.append(f"{where}.name: {_NAME_RULE} (got {name!r})")
+    loaded = load_pipeline(
+        step, where, lambda inner, at: _command(inner, at, defaults, problems), problems
+    )
+    on_error = _on_error(step.get("on_error", defaults["on_error"]), f"{where}.on_error", problems)
+    continue_on_error = step.get("continue_on_error", False)
+    if not isinstance(continue_on_error, bool):
+        problems.append(f"{where}.continue_on_error: must be true or false")
+    if loaded is None or name is None or on_error is None or not loaded[1]:
+        return None
+    fan_out, commands = loaded
+    command = Command(
+        name=name,
+        type_id=commands[0].type_id,  # "declared" members declare the first step's type
+        # The whole pipeline is bounded by its steps' waits.
+        timeout_seconds=sum(inner.timeout_seconds * inner.max_attempts for inner in commands),
+        on_error=on_error,
+        side_effects=any(inner.side_effects for inner in commands),
+        continue_on_error=continue_on_error,
+        fan_out=fan_out,
+        pipeline=step_specs(commands),
+    )
+    return Block(name, (command,))
 
 
 def _command(
@@ -346,6 +385,7 @@ def _unique_names(blocks: list[Block], problems: list[str]) -> None:
         names.extend(
             command.compensation.name for command in block.commands if command.compensation
         )
+        names.extend(inner.name for command in block.commands for inner in command.pipeline)
         for name in names:
             if name in seen:
                 problems.append(f"recipe.steps: the name {name!r} is used twice")

@@ -409,3 +409,47 @@ async def test_a_fan_out_holds_every_member_while_its_job_runs(station: Station)
     assert set(held) >= {*NUTRUNNERS, "clamp1"}
     assert states(response)[:2] == ["Ended", "Completed"]
     assert set(results(response)["tighten"]) == set(NUTRUNNERS)
+
+
+INSERT = "com.example.insert.v1"
+BENCH_TEST = "com.example.bench_test.v1"
+
+
+async def test_a_per_member_pipeline_where_one_member_fails_and_the_others_complete(
+    station: Station,
+) -> None:
+    """A test bench: each slot inserts, then tests, on its own; slot2 has no part, which stops
+    its pipeline alone."""
+
+    def insert(command: EquipmentCommand) -> Any:
+        if command.equipment == "slot2":
+            raise EquipmentFailure("no part")
+        return {"inserted": True}
+
+    station.equipment.behaviours = {
+        INSERT: insert,
+        BENCH_TEST: lambda command: {"passed": True},
+    }
+    recipe = {
+        "timeout_seconds": 5,
+        "steps": [
+            {
+                "name": "per_slot",
+                "fan_out": {"members": ["slot1", "slot2", "slot3"], "policy": 2},
+                "steps": [
+                    {"name": "insert", "type_id": INSERT},
+                    {"name": "bench", "type_id": BENCH_TEST},
+                ],
+            },
+            {"name": "release", "type_id": CLAMP, "equipment": "clamp1"},
+        ],
+    }
+    async with running(station.gateway()), station.mes() as mes:
+        await store_and_start(mes, recipe, dataschema=SEQUENCE)
+        response = await final_response(mes)
+    assert states(response)[:2] == ["Ended", "Completed"]
+    per_slot = results(response)["per_slot"]
+    assert per_slot["slot1"] == {"insert": {"inserted": True}, "bench": {"passed": True}}
+    assert per_slot["slot2"] == {"error": "insert: no part", "data": None, "results": {}}
+    sent = sorted(c.correlation_id for c in station.equipment.received if c.type == BENCH_TEST)
+    assert sent == ["J1:bench@slot1:1", "J1:bench@slot3:1"]  # slot2 never got that far

@@ -165,3 +165,72 @@ def test_a_fan_out_names_no_equipment() -> None:
     assert caught.value.problems[0].startswith(
         "recipe.steps[0].fan_out: a fan-out step names no equipment"
     )
+
+
+SLOTS = ["s1", "s2", "s3"]
+
+
+def pipeline(policy: Any = "any") -> dict[str, Any]:
+    return {
+        "steps": [
+            {
+                "name": "per_slot",
+                "fan_out": {"members": SLOTS, "policy": policy},
+                "steps": [
+                    {"name": "insert", "type_id": "i.v1", "timeout_seconds": 5},
+                    {"name": "test", "type_id": "t.v1", "timeout_seconds": 5, "max_attempts": 2},
+                ],
+            },
+            {"name": "report", "type_id": "r.v1", "timeout_seconds": 5},
+        ]
+    }
+
+
+class PipelineJob(Job):
+    def __init__(self, data: dict[str, Any]) -> None:
+        program = FannedProgram(SequenceFormat().compile(data), {"per_slot": SLOTS})
+        self.program = program
+        self.executor = fanning(program.executor({}, ExecutorOptions()), program)
+        self.execution, self.effects = self.executor.start("cell1", "J1", T0)
+        self.sent = list(self.effects.sends)
+        self.history = {}
+        self._commit()
+
+
+def test_each_member_runs_its_pipeline_on_its_own() -> None:
+    job = PipelineJob(pipeline())
+    assert job.sent == ["insert@s1", "insert@s2", "insert@s3"]
+    assert job.reply("insert@s2", {"ok": 1}).sends == ["test@s2"]  # s2 moves on alone
+    spec = member_spec(job.program, "test@s2")
+    assert spec is not None
+    assert (spec.equipment, spec.type_id, spec.max_attempts) == ("s2", "t.v1", 2)
+    assert job.reply("test@s2", error="flaky").sends == ["test@s2"]  # that step's own retry
+    job.reply("test@s2", {"pass": True})
+    # s1 fails its first step: only its pipeline stops.
+    assert job.reply("insert@s1", error="no part").sends == []
+    job.reply("insert@s3", {"ok": 1})
+    job.reply("test@s3", error="fail")
+    effects = job.reply("test@s3", error="fail again")
+    assert effects.sends == ["report"]  # "any": s2 made it
+    result = job.execution.results["per_slot"]
+    assert result["s2"] == {"insert": {"ok": 1}, "test": {"pass": True}}
+    assert result["s1"] == {"error": "insert: no part", "data": None, "results": {}}
+    assert result["s3"]["error"] == "test: fail again"
+    assert result["s3"]["results"] == {"insert": {"ok": 1}}
+
+
+def test_a_pipeline_policy_not_met_fails_the_block() -> None:
+    job = PipelineJob(pipeline(policy="all"))
+    effects = job.reply("insert@s3", error="no part")
+    assert effects.report is Report.ABORT
+    assert job.execution.error == "step per_slot: 0 of 3 succeeded, 3 needed (s3: insert: no part)"
+
+
+def test_a_pipeline_step_names_no_equipment() -> None:
+    data = pipeline()
+    data["steps"][0]["steps"][0]["equipment"] = "x"
+    with pytest.raises(RecipeError) as caught:
+        load_sequence(data)
+    assert caught.value.problems == [
+        "recipe.steps[0].steps[0].equipment: not for a pipeline's step (the block's own)"
+    ]

@@ -13,6 +13,7 @@ from gateway.formats import RecipeError
 from gateway.testing.jsonschema import schema_errors, unknown_keywords
 from gateway_sequence import model
 from gateway_sequence.model import DATASCHEMA, OnError, load_sequence
+from gateway_sequence.pipeline import PIPELINE_FIELDS
 
 SCHEMA: dict[str, Any] = json.loads(
     (Path(__file__).parents[3] / "plugins" / "gateway_sequence" / "schema.json").read_text()
@@ -60,6 +61,7 @@ def test_the_schema_and_the_loader_know_the_same_fields() -> None:
     assert set(definitions["Command"]["properties"]) == model.COMMAND_FIELDS
     assert set(definitions["Par"]["properties"]) == model.PAR_FIELDS
     assert set(definitions["Compensation"]["properties"]) == COMPENSATION_FIELDS
+    assert set(definitions["Pipeline"]["properties"]) == PIPELINE_FIELDS
     assert definitions["OnError"]["enum"] == [member.value for member in OnError]
     assert definitions["Recipe"]["properties"]["timeout_seconds"]["default"] == (
         model.DEFAULT_TIMEOUT_SECONDS
