@@ -20,6 +20,7 @@ import pytest
 
 from gateway.app import Gateway
 from gateway.equipment import EquipmentCommand, EquipmentReply
+from gateway.recipes import RecipeViewer
 from gateway.testing import poll_until, running
 from gateway.testing.cli import run_gateway
 from gateway.testing.equipment import EquipmentFailure, NoAnswer, TestEquipment
@@ -453,3 +454,42 @@ async def test_a_per_member_pipeline_where_one_member_fails_and_the_others_compl
     assert per_slot["slot2"] == {"error": "insert: no part", "data": None, "results": {}}
     sent = sorted(c.correlation_id for c in station.equipment.received if c.type == BENCH_TEST)
     assert sent == ["J1:bench@slot1:1", "J1:bench@slot3:1"]  # slot2 never got that far
+
+
+async def test_a_rollback_under_way_when_its_gateway_stops_is_resumed_by_the_next(
+    station: Station,
+) -> None:
+    """The gateway stops while the unclamp is out (its equipment silent); the next one resumes
+    the rollback from the stored state: the same unclamp is sent again (same correlation id),
+    answered, and the job ends once, FAILED_SAFE."""
+    unclamps: list[str] = []
+
+    def unclamp(command: EquipmentCommand) -> Any:
+        unclamps.append(command.correlation_id)
+        if len(unclamps) == 1:
+            raise NoAnswer  # the first gateway stops before any answer
+        return {"open": True}
+
+    station.equipment.behaviours = {TIGHTEN: fails("torque not reached"), UNCLAMP: unclamp}
+    async with station.mes() as mes:
+        async with running(station.gateway()) as first:
+            await store_and_start(mes, SEQUENCE_RECIPE, dataschema=SEQUENCE)
+
+            async def out() -> bool:
+                return bool(unclamps)
+
+            await poll_until(out)
+            viewer = first.recipe_interpreters[SEQUENCE]
+            assert isinstance(viewer, RecipeViewer)
+            progress = await viewer.progress("cell1", "J1")
+            assert progress is not None
+            assert progress.status == "compensating"
+        async with running(station.gateway()):
+            response = await final_response(mes)
+    assert states(response)[0] == "Aborted"
+    data = results(response)
+    assert (data["Rollback"], data["SideEffects"]) == ("FAILED_SAFE", False)
+    assert data["Compensations"] == [
+        {"action": "clamp", "compensation": "unclamp", "outcome": "done"}
+    ]
+    assert unclamps == ["J1:unclamp:1", "J1:unclamp:1"]  # sent again, the same try
