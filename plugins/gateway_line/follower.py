@@ -61,6 +61,7 @@ class LineFollower:
         self._settling: set[str] = set()  # station jobs whose reply is being recorded here
         # Station jobs settled lately: their status event and retained result both say so.
         self._settled: deque[str] = deque(maxlen=SETTLED_REMEMBERED)
+        self._uncleared: dict[str, str] = {}  # settled station job -> its station: Clear failed
 
     async def run(self, gateway: Gateway, *, task_status: TaskStatus[None]) -> None:
         task_status.started()
@@ -177,11 +178,22 @@ class LineFollower:
             except NotPermitted as refused:  # the try ended already (aborted, timed out)
                 log.info("line: station %s job %s: %s", station, job_order_id, refused)
             self._settled.append(job_order_id)
-            answer = await self.link.call(station, "Clear", {"JobOrderID": job_order_id})
-            if answer.ok:
-                self.link.jobs[station].pop(job_order_id, None)
+            await self._clear(station, job_order_id)
         finally:
             self._settling.discard(job_order_id)
+
+    async def _clear(self, station: str, job_order_id: str) -> None:
+        """Clear a station job whose end the line has recorded; one the station could not be
+        asked to clear is cleared again with the next reconciliation."""
+        self._uncleared[job_order_id] = station
+        try:
+            answer = await self.link.call(station, "Clear", {"JobOrderID": job_order_id})
+        except GatewayError as error:
+            log.warning("line: station %s job %s not cleared yet: %s", station, job_order_id, error)
+            return
+        del self._uncleared[job_order_id]
+        if answer.ok:
+            self.link.jobs[station].pop(job_order_id, None)
 
     # -- the upstream controls --------------------------------------------------------------
 
@@ -209,9 +221,12 @@ class LineFollower:
 
     async def _reconcile_now_and_then(self, gateway: Gateway) -> None:
         """Between the stations' index updates too: a line job that ended while its Abort or
-        Stop was lost (the instance that made the change died first) ends its station jobs."""
+        Stop was lost (the instance that made the change died first) ends its station jobs, and
+        a Clear the station did not get is sent again."""
         while True:
             await anyio.sleep(self.link.settings.reconcile_seconds)
+            for job_order_id, station in list(self._uncleared.items()):
+                await self._clear(station, job_order_id)
             for station in self.link.stations:
                 await self._reconcile(gateway, station, catching_up=False)
 
