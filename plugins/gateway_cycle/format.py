@@ -7,7 +7,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gateway.drawing import column_mermaid, column_svg
+from gateway.drawing import column, rows_mermaid, rows_svg
 from gateway.formats import ActionSpec, ExecutorOptions, Program, RecipeError
 from gateway_cycle.executor import CycleExecutor
 
@@ -99,9 +99,9 @@ class CycleFormat:
         return f"OK: {len(program.commands)} commands, {program.cycles} cycles"
 
     def render_svg(self, program: Program, active: Collection[str] = ()) -> str:
-        return column_svg(list(program.actions), active)  # one box per command
+        return rows_svg(column(list(program.actions)), active, kind="cycle")
 
     def render_mermaid(self, program: Program) -> str:
         assert isinstance(program, CycleProgram)
-        cycles = program.cycles
-        return column_mermaid(list(program.actions), f"{cycles} cycles" if cycles > 1 else None)
+        loop = f"{program.cycles} cycles" if program.cycles > 1 else None  # back to the first
+        return rows_mermaid(column(list(program.actions)), loop)

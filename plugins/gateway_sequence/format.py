@@ -8,11 +8,11 @@ from functools import cached_property
 from typing import Any
 
 from gateway.controls import StepEdit
+from gateway.drawing import Box, Row, rows_mermaid, rows_svg
 from gateway.formats import ActionSpec, Execution, ExecutorOptions, Program
 from gateway_sequence.editing import edit_sequence
 from gateway_sequence.executor import SequenceExecutor
 from gateway_sequence.model import DATASCHEMA, SequenceRecipe, load_sequence
-from gateway_sequence.view import render_mermaid, render_svg
 
 
 class SequenceProgram:
@@ -82,13 +82,25 @@ class SequenceFormat:
         return f"OK: {len(recipe.blocks)} blocks ({parallel} par), {len(program.actions)} steps"
 
     def render_svg(self, program: Program, active: Collection[str] = ()) -> str:
-        return render_svg(_recipe(program), active)
+        return rows_svg(_rows(_recipe(program)), active, kind="sequence")
 
     def render_mermaid(self, program: Program) -> str:
-        return render_mermaid(_recipe(program))
+        return rows_mermaid(_rows(_recipe(program)))
 
     def edit_steps(self, recipe: Any, edit: StepEdit, execution: Execution | None) -> Any:
         return edit_sequence(recipe, edit, execution)
+
+
+def _rows(recipe: SequenceRecipe) -> list[Row]:
+    """A row per block, a ``par`` block's side by side; a box names where its command goes."""
+    return [
+        Row(
+            block.name,
+            [Box(c.name, c.equipment or c.type_id) for c in block.commands],
+            block.parallel,
+        )
+        for block in recipe.blocks
+    ]
 
 
 def _recipe(program: Program) -> SequenceRecipe:

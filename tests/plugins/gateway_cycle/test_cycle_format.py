@@ -111,6 +111,6 @@ def test_the_drawings_show_each_command_and_the_loop() -> None:
     groups = {g.get("data-step"): g.get("class") for g in svg.iter("{http://www.w3.org/2000/svg}g")}
     assert groups == {"position": "step action", "tighten": "step action active"}
     assert FORMAT.render_mermaid(program) == (
-        'flowchart TD\n    n0["position"]\n    n1["tighten"]\n    n0 --> n1\n'
-        '    n1 -->|"3 cycles"| n0\n'
+        'flowchart TD\n    b0["position"]\n    b1["tighten"]\n    b0 --> b1\n'
+        '    b1 -->|"3 cycles"| b0\n'
     )
