@@ -57,6 +57,13 @@ def reached(execution: Execution, was_active: Collection[str]) -> str | None:
     return hits[0] if hits else None
 
 
+def left_pause(execution: Execution) -> None:
+    """Forget the breakpoint a job was paused before once it is not paused any more (Stop,
+    Abort, or a Resume into a step an edit put in its place)."""
+    if execution.paused_before is not None and execution.status is not Status.PAUSED:
+        execution.paused_before = None
+
+
 def stop_before(
     executor: Executor, before: str, apply: Apply, step: str, now: float
 ) -> tuple[Execution, Effects]:

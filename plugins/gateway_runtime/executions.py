@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from gateway.errors import GatewayError
 from gateway.formats import Effects, Execution, Executor, Phase, Status, Timer, TimerKind
-from gateway_runtime.breakpoints import reached, stop_before, watched
+from gateway_runtime.breakpoints import left_pause, reached, stop_before, watched
 from gateway_runtime.context import EngineContext
 from gateway_runtime.memory import JobMemory, Lru
 from gateway_runtime.scripts import COMMIT
@@ -111,6 +111,7 @@ class ExecutionStore:
             stop = None if before is None else reached(execution, was_active)
             if before is not None and stop is not None:
                 execution, effects = stop_before(executor, before, apply, stop, now)
+            left_pause(execution)
             note_reached(execution, was_active)
             if not (effects.changed or effects.sends or effects.timers or effects.report):
                 if fresh:

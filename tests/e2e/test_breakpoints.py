@@ -260,3 +260,23 @@ async def test_a_cycle_recipe_pauses_before_its_step_in_every_cycle(station: Sta
         response = await final_response(mes)
     assert state_of(response)[:2] == ["Ended", "Completed"]
     assert sent(station.equipment) == ["J1:p:1", "J1:t:1", "J1:p:2", "J1:t:2"]
+
+
+async def test_a_step_held_at_a_breakpoint_can_be_replaced_and_its_replacement_runs(
+    station: Station,
+) -> None:
+    async with running(gateway := station.gateway()), station.mes() as mes:
+        await configure(mes)
+        assert return_status(await mes.store(job_order("J1", work_masters=["WM"]))) == OK
+        assert return_status(await mes.set_breakpoint("b", job="J1")) == OK
+        assert return_status(await mes.act("Start", "J1")) == OK
+        await poll_until(lambda: suspended(mes))
+        replaced = await mes.edit_steps("J1", "replace", "b", step("y"))
+        assert return_status(await mes.act("Resume", "J1")) == OK
+        response = await final_response(mes)
+        shown = await progress(gateway)
+    assert return_status(replaced) == OK
+    assert state_of(response)[:2] == ["Ended", "Completed"]
+    assert sent(station.equipment) == ["J1:a:1", "J1:y:1", "J1:c:1"]
+    assert shown is not None
+    assert shown.paused_before is None
