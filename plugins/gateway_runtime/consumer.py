@@ -18,6 +18,7 @@ from typing import Any, cast
 import anyio
 from anyio.abc import TaskGroup
 
+from gateway.equipment import CorrelationId
 from gateway.errors import ValidationError
 from gateway.logs import log_context
 from gateway.resilience import is_transient
@@ -127,7 +128,9 @@ class WorkConsumer:
         scope = scope_of_stream(stream)
         job = fields.get("job")
         correlation = (
-            f"{job}:{fields['action']}:{fields['attempt']}" if "attempt" in fields else None
+            str(CorrelationId(job, fields["action"], int(fields["attempt"])))
+            if job and "attempt" in fields
+            else None
         )
         gateway = self.context.gateway
         resilience, stopping = gateway.resilience, gateway.stopping

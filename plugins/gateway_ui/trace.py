@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, cast
 
-from gateway.equipment import EquipmentCommand, EquipmentEvent, EquipmentReply
+from gateway.equipment import CorrelationId, EquipmentCommand, EquipmentEvent, EquipmentReply
 from gateway.hookspecs import hookimpl
 from gateway.jobstates import JobState
 
@@ -209,9 +209,11 @@ def _data(value: Any) -> Any:
 
 
 def _job_of(correlation_id: str) -> str | None:
-    """The job of a ``{job}:{action}:{attempt}`` correlation id (``None``: not one of ours)."""
-    parts = correlation_id.rsplit(":", 2)
-    return parts[0] if len(parts) == 3 and parts[2].isdigit() else None
+    """The job of a correlation id (``None``: not one of ours)."""
+    try:
+        return CorrelationId.parse(correlation_id).job
+    except ValueError:
+        return None
 
 
 class TraceObserver:
