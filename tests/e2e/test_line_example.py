@@ -1,10 +1,11 @@
 """docs/line.md's example, as shipped in examples/line/: a line gateway (its settings file) runs
-the line Work Master over two scopes of a simulated station's gateway, over real mosquitto and
-Redis, and the line job's result holds both stations' results."""
+the line Work Master over two scopes of a simulated station's gateway, each gateway with a Redis
+of its own, one mosquitto; the line job's result holds both stations' results."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 
 from gateway.app import Gateway
 from gateway.testing import running
+from gateway.testing.services import ServerProcess, redis_server
 from gateway_jobs.model import ReturnStatus
 from gateway_jobs.testing import (
     connect_mes,
@@ -31,15 +33,25 @@ def example(path: str) -> Any:
     return json.loads((EXAMPLES / path).read_text())
 
 
+@pytest.fixture
+def stations_redis() -> Iterator[ServerProcess]:
+    """The station gateway's own redis-server (the line's is the session's)."""
+    server = redis_server().start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
 async def test_the_example_line_runs_a_job_on_each_station(
-    mqtt_url: str, redis_url: str, unique: str, tmp_path: Path
+    mqtt_url: str, redis_url: str, stations_redis: ServerProcess, unique: str, tmp_path: Path
 ) -> None:
     stations = f"{unique}-stations"
     station = Gateway.from_environment(
         None,
         station_environ(
             mqtt_url=mqtt_url,
-            redis_url=redis_url,
+            redis_url=f"redis://127.0.0.1:{stations_redis.port}/0",
             name=stations,
             simulator=fast_devices(f"{stations}-sim"),
         ),

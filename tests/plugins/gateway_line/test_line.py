@@ -213,7 +213,7 @@ async def test_a_new_try_of_a_line_action_aborts_the_station_job_of_the_try_time
     line: Line,
 ) -> None:
     line.equipment.behaviours = {WORK: silent_first({"done": True})}
-    press_step = {**LINE_RECIPE["steps"][0], "timeout_seconds": 2, "max_attempts": 2}
+    press_step = {**LINE_RECIPE["steps"][0], "timeout_seconds": 3, "max_attempts": 2}
     async with running(line.stations()), running(line.line()), line.mes() as (mes, press, paint):
         await configure(mes, press, paint, recipe={"steps": [press_step]})
         await start_line_job(mes)
