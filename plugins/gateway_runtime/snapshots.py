@@ -143,8 +143,8 @@ class RecipeCache:
             data["parameters"],
             data["run"],
             data["equipment"],
-            data.get("version", ""),
-            data.get("members"),  # a snapshot written before fan-outs has none
+            data["version"],
+            data["members"],
         )
         key = (scope, job)
         self._keep(key, snapshot)
