@@ -16,7 +16,8 @@ Grammar, lowest precedence first::
     product    := unary (("*" | "/" | "%") unary)*
     unary      := "-" unary | primary
     primary    := number | string | "true" | "false" | "null" | "always"
-                | "(" condition ")" | reference
+                | "(" condition ")" | helper | reference
+    helper     := ("all" | "any" | "count") "(" reference ")"
     reference  := name ("." name | "[" string "]")*
 
 - Numbers: ``12``, ``1.5``, ``2e-3``. Strings: ``'single'`` or ``"double"`` quoted, with the
@@ -26,6 +27,10 @@ Grammar, lowest precedence first::
   field that is not a name is written ``["torque-spec"]``.
 - Comparisons chain as in Python: ``80 <= tighten.torque <= 90`` means
   ``80 <= tighten.torque and tighten.torque <= 90``.
+
+Helpers over a fan-out's result (one entry per member, ``gateway.fanout``): ``all(tighten)``
+(every member succeeded), ``any(tighten)`` (one did), ``count(tighten)`` (how many did), also
+of a path inside it (``count(per_slot)``); a member that failed is an entry holding ``error``.
 
 References:
 
@@ -74,6 +79,9 @@ MAX_LENGTH = 2000  # characters of condition text
 MAX_DEPTH = 50  # nested parentheses, ``not`` and unary minus
 
 KEYWORDS = frozenset({"and", "or", "not", "true", "false", "null", "always"})
+# Helpers over a fan-out's result, when followed by '(' (else plain names: an action may be
+# called ``count``).
+HELPERS = frozenset({"all", "any", "count"})
 RESERVED = KEYWORDS | {"step", "params", "parameters"}
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -122,7 +130,8 @@ ReferenceKind = Literal["result", "parameter", "elapsed", "bare"]
 class Reference:
     """A name a condition uses: ``kind`` says where its value comes from.
 
-    ``result``: ``name`` is the action, ``field`` the path in its result (at least one part);
+    ``result``: ``name`` is the action, ``field`` the path in its result (at least one part,
+    except in a helper, ``count(tighten)``);
     ``parameter``: ``name`` is the parameter ID, ``field`` a path inside its value;
     ``elapsed``: ``step.elapsed`` (``name`` ``"elapsed"``); ``bare``: a named condition or a
     result field of the source step.
@@ -222,6 +231,37 @@ class ResultRef(Expr):
         if result is None:
             raise _Unavailable
         return _descend(result, self.reference.field, f"the result of action {action!r}", action)
+
+    def references(self) -> Iterator[Reference]:
+        yield self.reference
+
+
+@dataclass(frozen=True, slots=True)
+class Members(Expr):
+    """``all(tighten)``, ``any(tighten)``, ``count(tighten)`` over a fan-out's result (one entry
+    per member, ``gateway.fanout``): whether every member succeeded, whether one did, how many
+    did. A member that failed is an entry holding ``error``."""
+
+    helper: str  # "all", "any" or "count"
+    reference: Reference  # the action, and a path inside its result (may be empty)
+
+    def compute(self, context: _Context) -> Any:
+        action = self.reference.name
+        result = context.scope.results.get(action)
+        if result is None:
+            raise _Unavailable
+        value = _descend(result, self.reference.field, f"the result of action {action!r}", action)
+        if not isinstance(value, Mapping) or not value:
+            raise _Problem(
+                f"{self.helper}({self.reference}) needs a fan-out's result (an object with "
+                f"an entry per member), got {_kind(value)}"
+            )
+        succeeded = sum(
+            1 for entry in value.values() if not (isinstance(entry, Mapping) and "error" in entry)
+        )
+        if self.helper == "count":
+            return succeeded
+        return succeeded == len(value) if self.helper == "all" else succeeded > 0
 
     def references(self) -> Iterator[Reference]:
         yield self.reference
@@ -707,6 +747,8 @@ class _Parser:
             return Const(constants[token.text])
         if token.text in KEYWORDS:
             raise self.error(f"expected a value, found {token.describe()}", token)
+        if token.text in HELPERS and self.accept("("):
+            return self.helper(token)
         path = self.fields()
         if token.text == "step":
             if path != ("elapsed",):
@@ -721,6 +763,19 @@ class _Parser:
         if path:
             return ResultRef(Reference("result", token.text, path))
         return NameRef(Reference("bare", token.text))
+
+    def helper(self, token: _Token) -> Expr:
+        """``all(`` / ``any(`` / ``count(`` taken: the action (and a path in its result)."""
+        action = self.take()
+        if action.kind != "name" or action.text in (*KEYWORDS, "step", "params", "parameters"):
+            raise self.error(
+                f"expected the name of a fan-out action in {token.text}(), found "
+                f"{action.describe()}",
+                action,
+            )
+        path = self.fields()
+        self.expect(")", "')'")
+        return Members(token.text, Reference("result", action.text, path))
 
     def fields(self) -> tuple[str, ...]:
         path: list[str] = []
@@ -845,6 +900,8 @@ def unparse(expression: Expr) -> str:
         return _literal(expression.value)
     if isinstance(expression, ElapsedRef | ResultRef | ParameterRef | NameRef):
         return str(expression.reference)
+    if isinstance(expression, Members):
+        return f"{expression.helper}({expression.reference})"
     if isinstance(expression, Not):
         return f"(not {unparse(expression.operand)})"
     if isinstance(expression, Negate):

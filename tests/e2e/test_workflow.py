@@ -312,7 +312,12 @@ def fan_out_recipe(dataschema: str, policy: Any) -> dict[str, Any]:
             "timeout_seconds": 5,
             "steps": [
                 {"name": "tighten", "type_id": TIGHTEN, "fan_out": fan_out},
-                {"name": "release", "type_id": CLAMP, "equipment": "clamp1"},
+                {
+                    "name": "release",
+                    "type_id": CLAMP,
+                    "equipment": "clamp1",
+                    "condition": "count(tighten) >= 3",  # three of the four tightened
+                },
             ],
         }
     return {
@@ -334,6 +339,7 @@ def fan_out_recipe(dataschema: str, policy: Any) -> dict[str, Any]:
                 "type_id": CLAMP,
                 "equipment": "clamp1",
                 "timeout_seconds": 5,
+                "condition": "count(tighten) >= 3",
             },
         ],
     }

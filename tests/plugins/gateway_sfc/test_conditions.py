@@ -485,3 +485,43 @@ def test_printed_expressions_reparse_to_the_same_meaning(expression: Expr) -> No
     assert unparse(parse_condition(unparse(reparsed.expression)).expression) == unparse(
         reparsed.expression
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("all(tighten)", False),
+        ("any(tighten)", True),
+        ("count(tighten) >= 2", True),
+        ("count(tighten) == 3", False),
+        ("count(per_slot.left) == 1", True),
+        ("tighten.nr1.torque > 80 and not all(tighten)", True),
+    ],
+)
+def test_helpers_count_the_members_of_a_fan_out_that_succeeded(text: str, expected: bool) -> None:
+    scope = ConditionScope(
+        results={
+            "tighten": {
+                "nr1": {"torque": 85},
+                "nr2": {"torque": 86},
+                "nr3": {"error": "torque not reached", "data": None},
+            },
+            "per_slot": {"left": {"s1": {"ok": True}}},
+        }
+    )
+    assert parse_condition(text).evaluate(scope) is expected
+
+
+def test_a_helper_needs_a_fan_out_result_and_is_a_plain_name_otherwise() -> None:
+    with pytest.raises(ConditionError, match=r"count\(tighten.nr1.torque\) needs a fan-out"):
+        parse_condition("count(tighten.nr1.torque) > 1").evaluate(
+            ConditionScope(results={"tighten": {"nr1": {"torque": 85}}})
+        )
+    # Not followed by '(': an action (or field) of that name.
+    assert parse_condition("count.total > 1").evaluate(
+        ConditionScope(results={"count": {"total": 2}})
+    )
+    assert unparse(parse_condition("all(tighten)").expression) == "all(tighten)"
+    assert parse_condition("all(tighten)").references() == {Reference("result", "tighten")}
+    with pytest.raises(ConditionError, match="expected the name of a fan-out action"):
+        parse_condition("all(3)")
