@@ -32,6 +32,7 @@ ANSWERS_KEPT = 10_000  # correlation ids a device remembers for repetitions
 UNKNOWN_COMMAND = "unknown-command"
 INVALID_REQUEST = "invalid-request"
 TIGHTENING_FAILED = "tightening-failed"
+INJECTED_FAULT = "injected-fault"  # simulator.faults
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,14 @@ class StationTypes:
         return self._type("position")
 
     @property
+    def clamp(self) -> str:
+        return self._type("clamp")
+
+    @property
+    def unclamp(self) -> str:
+        return self._type("unclamp")
+
+    @property
     def tighten(self) -> str:
         return self._type("tighten")
 
@@ -151,6 +160,7 @@ class Device:
         try:
             self.handled += 1
             try:
+                self._injected_fault(command)
                 answer = Answer(data=await self.handle(command))
             except DeviceError as error:
                 answer = Answer(error.data, error_code=error.code, error_message=error.message)
@@ -165,6 +175,13 @@ class Device:
     async def handle(self, command: DeviceCommand) -> Any:
         """Carry out ``command`` and return the reply data; ``DeviceError`` to fail it."""
         raise DeviceError(UNKNOWN_COMMAND, f"{self.name} takes no commands")
+
+    def _injected_fault(self, command: DeviceCommand) -> None:
+        """``simulator.faults``: this device, or this command of it, fails."""
+        faults = self.settings.faults
+        verb = command.type.rsplit(".", 2)[-2] if command.type.count(".") >= 2 else command.type
+        if self.name in faults or f"{self.name}.{verb}" in faults:
+            raise DeviceError(INJECTED_FAULT, f"{self.name}: injected fault ({verb})")
 
     def expect(self, command: DeviceCommand, *types: str) -> None:
         if command.type not in types:
@@ -234,6 +251,18 @@ class TighteningController(Device):
         return result
 
 
+class Clamp(Device):
+    """Part clamp: closes on ``clamp``, opens on ``unclamp`` (what undoes it)."""
+
+    kind = "clamp"
+
+    async def handle(self, command: DeviceCommand) -> Any:
+        types = self.station.types
+        self.expect(command, types.clamp, types.unclamp)
+        await anyio.sleep(self.settings.position_seconds)
+        return {"closed": command.type == types.clamp}
+
+
 class CameraStation(Device):
     """Camera QA station: inspects each part the positioner puts in place, or on command.
 
@@ -276,6 +305,8 @@ class SimulatedStation:
             (self.settings.positioner, Positioner),
             (self.settings.tightener, TighteningController),
             (self.settings.camera, CameraStation),
+            (self.settings.clamp, Clamp),
+            *((name, TighteningController) for name in self.settings.nutrunners),
         ]
         self.devices = {name: kind(name, self) for name, kind in kinds if name}
 

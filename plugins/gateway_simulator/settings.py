@@ -34,6 +34,17 @@ class SimulatorSettings:
         "tightener", "Equipment name of the tightening controller; empty: none"
     )
     camera: str = setting("camera", "Equipment name of the camera QA station; empty: none")
+    clamp: str = setting(
+        "", "Equipment name of a part clamp (clamp.v1, unclamp.v1 commands); empty: none"
+    )
+    nutrunners: list[str] = setting(
+        [], "Names of more tightening controllers (identical nutrunners, for fan-outs)"
+    )
+    faults: list[str] = setting(
+        [],
+        "Injected faults: '<device>' fails every command to it, '<device>.<command>' only "
+        "that command (clamp.unclamp: the clamp's unclamp commands)",
+    )
     position_seconds: float = setting(0.2, "How long positioning takes", minimum=0)
     tighten_seconds: float = setting(0.3, "How long a tightening takes", minimum=0)
     inspect_seconds: float = setting(0.6, "How long a camera inspection takes", minimum=0)
@@ -103,7 +114,9 @@ class SimulatorSettings:
             check_topic_level("equipment", name)
         check_topic_prefix("topic_prefix", self.topic_prefix)
         if len(set(names)) != len(names):
-            raise ValueError(f"positioner, tightener, camera: names must differ, got {names}")
+            raise ValueError(
+                f"positioner, tightener, camera, clamp, nutrunners: names must differ, got {names}"
+            )
         if self.rpc_port > 65535:
             raise ValueError(f"rpc_port: expected a TCP port (1..65535), got {self.rpc_port}")
         for name in self.rpc_devices:
@@ -127,7 +140,8 @@ class SimulatorSettings:
     @property
     def equipment(self) -> list[str]:
         """The names of the simulated equipment (the ones not switched off)."""
-        return [name for name in (self.positioner, self.tightener, self.camera) if name]
+        named = (self.positioner, self.tightener, self.camera, self.clamp, *self.nutrunners)
+        return [name for name in named if name]
 
     @property
     def mqtt_devices(self) -> list[str]:
