@@ -34,6 +34,7 @@ import anyio
 import pytest
 from redis.asyncio import Redis
 
+from gateway.changes import ChangeRecord
 from gateway.cloudevents import CloudEvent
 from gateway.testing import poll_until as poll_until  # the fault tests import it from here
 from gateway.testing import wait_until
@@ -338,7 +339,7 @@ async def endings(station: FaultStation) -> Counter[str]:
             await client.xrange(f"{station.name}:{{{SCOPE}}}:changes"),
         )
     return Counter(
-        fields["job_order_id"]
-        for _, fields in changes
-        if fields.get("state", "").startswith(("Ended", "Aborted")) and fields.get("job_order_id")
+        record.job_order_id
+        for record in (ChangeRecord.parse(entry_id, fields) for entry_id, fields in changes)
+        if record.state.final
     )

@@ -20,7 +20,9 @@ from typing import Any, TypeVar, cast
 import anyio
 import pytest
 
+from gateway.changes import ChangeRecord
 from gateway.cloudevents import CloudEvent
+from gateway.jobstates import TopState
 from gateway.testing import wait_until
 from gateway.testing.mqtt import connect_test_client
 from gateway.testing.processes import GatewayProcess
@@ -242,9 +244,8 @@ async def killed_while_running(
         )
     expected = {f"J{n}:{action}:1" for n in range(jobs) for action in ACTIONS}
     assert set(dispatched) == expected  # all dispatched; never a second attempt number
-    endings = Counter(
-        fields["job_order_id"] for _, fields in changes if fields["state"].startswith("Ended")
-    )
+    records = [ChangeRecord.parse(entry_id, fields) for entry_id, fields in changes]
+    endings = Counter(r.job_order_id for r in records if r.state.top is TopState.ENDED)
     assert endings == Counter({f"J{n}": 1 for n in range(jobs)})  # each job ended exactly once
     repeats = sum(count - 1 for count in dispatched.values())
     print(f"chaos: {chaos.kills} kills, {repeats} re-dispatched commands (same correlation id)")
