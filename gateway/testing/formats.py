@@ -17,11 +17,12 @@ program describes its actions and can be bound to equipment, and the executor ke
 the runtime relies on (pure, time injected: ``now`` arguments): a start dispatches the first
 command; only the current try's reply moves on, and applying it twice changes nothing more; a
 timeout fails the try; Pause holds back the next command until Resume; Stop and Abort end with
-the results so far; the state survives its stored form (JSON) at every step. One more test runs
-a job of ``two_commands`` through a whole gateway on the runtime, over real Redis and mosquitto
-(the ``mqtt_url``, ``redis_url`` and ``unique`` fixtures of ``gateway.testing``), as an MES
-does: the Work Master configured, the job stored and started, its Job Response asked for until
-it has ended.
+the results so far; a new run of a job id numbers its tries after the earlier runs; a timer
+fired early is set again; recovery sends what is out again as the same try; the state survives
+its stored form (JSON) at every step. One more test runs a job of ``two_commands`` through a
+whole gateway on the runtime, over real Redis and mosquitto (the ``mqtt_url``, ``redis_url``
+and ``unique`` fixtures of ``gateway.testing``), as an MES does: the Work Master configured, the
+job stored and started, its Job Response asked for until it has ended.
 """
 
 from __future__ import annotations
@@ -190,6 +191,34 @@ class FormatContract:
         assert effects.report is Report.ABORT
         assert execution.error
         assert "E42: stalled" in execution.error
+
+    def test_a_run_of_a_job_id_numbers_its_tries_after_the_earlier_runs(self) -> None:
+        """The same job id stored again: a late reply of the earlier run matches no try."""
+        first = self.action_of(FIRST)
+        execution, effects = self.executor().start("cell1", "J1", T0, {first: 3})
+        assert effects.sends == [first]
+        assert execution.actions[first].attempt == 4
+        assert execution.attempts[first] == 4
+
+    def test_a_timer_fired_early_is_set_again_and_changes_nothing(self) -> None:
+        """Another instance's clock may be ahead: the timer comes back, unchanged."""
+        executor, execution, effects = self.started()
+        [timeout] = [t for t in effects.timers if t.kind is TimerKind.TIMEOUT]
+        before = self.stored(execution)
+        early = executor.on_timer(execution, timeout, timeout.due - 1)
+        assert early.timers == [timeout]
+        assert early.report is None
+        assert execution == before
+
+    def test_recovery_sends_the_commands_out_again_as_the_same_tries(self) -> None:
+        """After a crash the runtime cannot know what reached the equipment: what is out goes
+        again with the same correlation id (the equipment's idempotency contract)."""
+        executor, execution, _ = self.started()
+        first = self.action_of(FIRST)
+        execution = self.stored(execution)
+        effects = executor.on_resume(execution, T0 + 1)
+        assert effects.sends == [first]
+        assert execution.actions[first].attempt == 1
 
     # -- on the runtime -----------------------------------------------------------------------
 
