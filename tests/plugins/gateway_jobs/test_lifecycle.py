@@ -17,6 +17,7 @@ from gateway.recipes import JobCommand
 from gateway.testing import running, wait_until
 from gateway_jobs.events import STATUS_EVENT_TYPE
 from gateway_jobs.model import ReturnStatus
+from gateway_jobs.processor import CONFIG_TYPES
 from gateway_jobs.testing import JobsMes, Station, job_order, return_status, work_master
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
@@ -136,7 +137,8 @@ async def test_metadata_is_retained_for_late_subscribers(station: Station) -> No
     attributes = dict(from_mqtt(message).data["additionalAttributes"])
     assert "StoreAndStart" in attributes["supported_commands"]
     assert "RequestJobResponseByJobOrderState" in attributes["supported_commands"]
-    assert len(attributes["configuration_types"]) == 8
+    assert set(attributes["configuration_types"]) == set(CONFIG_TYPES)
+    assert any(kind.endswith(".config.workmaster.v1") for kind in CONFIG_TYPES)
     assert attributes["topics"]["commands"] == f"{station.topic_prefix}/{{scope}}/commands"
 
 

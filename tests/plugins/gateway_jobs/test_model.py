@@ -12,6 +12,8 @@ import pytest
 from gateway.errors import ValidationError
 from gateway.jobstates import JobState, TopState
 from gateway_jobs import model
+from gateway_jobs.breakpoints import BREAKPOINT_TYPE
+from gateway_jobs.editing import EDIT_TYPE
 from gateway_jobs.model import (
     EUInformation,
     JobOrder,
@@ -192,7 +194,8 @@ def test_schemas_cover_every_cloudevent_type_the_processor_handles() -> None:
             for event_type in definition.get("x-cloudevent-types", [])
         }
 
-    assert types_in("methods") == set(METHOD_TYPES) | set(QUERY_TYPES)
+    extensions = {BREAKPOINT_TYPE, EDIT_TYPE}  # the project's own job controls
+    assert types_in("methods") == set(METHOD_TYPES) | set(QUERY_TYPES) | extensions
     assert types_in("config") == set(CONFIG_TYPES)
 
 
@@ -207,7 +210,15 @@ def test_every_schema_reference_resolves() -> None:
             return [ref for value in node for ref in references(value)]
         return []
 
+    def resolve(document: Any, pointer: str) -> Any:
+        for part in pointer.split("/"):
+            document = document[part.replace("~1", "/").replace("~0", "~")]
+        return document
+
     for name, schema in schemas.items():
         for reference in references(schema):
-            file, _, pointer = reference.partition("#/$defs/")
-            assert pointer in schemas[file or name]["$defs"], f"{name}: {reference}"
+            file, _, pointer = reference.partition("#/")
+            try:
+                resolve(schemas[file or name], pointer)
+            except (KeyError, IndexError, TypeError):
+                raise AssertionError(f"{name}: {reference} does not resolve") from None
