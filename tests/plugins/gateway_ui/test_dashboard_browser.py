@@ -147,7 +147,7 @@ async def test_the_job_page_offers_only_the_actions_its_state_allows(
         url = f"http://127.0.0.1:{station.port}/ui/scopes/cell1/jobs/J1"
         await anyio.to_thread.run_sync(browser.get, url)
         visible = (
-            "return [...document.querySelectorAll('#operator form')]"
+            "return [...document.querySelectorAll('#operator form[data-states]')]"
             ".filter(f => !f.hidden).map(f => f.querySelector('button').value)"
         )
         await until_js(browser, "return document.getElementById('state').textContent === 'Running'")
