@@ -72,6 +72,23 @@ class ExecutionStore:
     async def exists(self, scope: str, job: str) -> bool:
         return bool(await self.context.client.exists(self.context.keys.execution(scope, job)))
 
+    async def still_going(self, execution: Execution) -> bool:
+        """Whether the stored state of ``execution``'s run has not begun to end since it was
+        read (neither finishing nor ended).
+
+        For a look at an execution and then at its job's state, the state being newer: the
+        MES's command the execution has not taken yet (missed, or on its way: applying it
+        again changes nothing), or the end the execution itself committed meanwhile (it
+        finished, then job management completed the job), which is no Stop it missed. The
+        execution, read again, tells the second: an end comes before its job's.
+        """
+        now = await self.read(execution.scope, execution.job)
+        return (
+            now is not None
+            and now.run == execution.run
+            and now.status not in (Status.FINISHING, Status.ENDED)
+        )
+
     async def create(self, execution: Execution, effects: Effects, snapshot: str) -> bool:
         """Write a new job's first state, with its recipe ``snapshot`` (``False``: another
         instance started it first)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from gateway.formats import Execution, Status
+from gateway.formats import Status
 from gateway.jobstates import JobState, TopState
 from gateway.recipes import JobCommand, missed_command
 from gateway_runtime.breakpoints import Breakpoints
@@ -86,7 +86,7 @@ class Reconciler:
                     # written with the stop does): only a Running job that stays so from one
                     # pass to the next was resumed, its Resume lost.
                     continue
-                if command is not None and await self._unchanged(execution):
+                if command is not None and await self.executions.still_going(execution):
                     log.info("job %s/%s: the execution missed %s; applying it", scope, job, command)
                     await self.work.command(scope, job, command, execution.run)
             await self._parked(scope)
@@ -115,18 +115,6 @@ class Reconciler:
                 log.info("job %s/%s resumed before its first step: starting it", scope, job)
                 await self.breakpoints.unpark(scope, job, str(parked["run"]))
                 await self.work.start(scope, job)
-
-    async def _unchanged(self, execution: Execution) -> bool:
-        """Whether the stored execution is still the one read before its job's state.
-
-        The state is read after the execution, so it may be newer: a command of the MES the
-        execution has not taken yet (missed, or on its way: applying it again changes
-        nothing), or the end the execution itself reported meanwhile (it committed its end,
-        then job management completed the job). The second is no missed Stop: an execution
-        that changed since it was read is left to the next pass.
-        """
-        now = await self.executions.read(execution.scope, execution.job)
-        return now is not None and now.version == execution.version and now.run == execution.run
 
 
 class Lingering:

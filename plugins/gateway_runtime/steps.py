@@ -173,8 +173,16 @@ class StepHandlers:
         # An MES command that came while the execution was being created found none, and was
         # dropped; one that came between a first handling of this start and a crash, likewise.
         # It applies now (reconciliation would, but later); applied twice, it changes nothing.
+        # The execution is read before the job's state: a start handled twice, late, may find
+        # the job ended by the execution's own end, committed between the two looks: no Stop.
+        execution = await self.executions.read(scope, job)
         command = await self._missed_command(scope, job, run)
-        if command is not None:
+        if (
+            command is not None
+            and execution is not None
+            and execution.status not in (Status.FINISHING, Status.ENDED)
+            and await self.executions.still_going(execution)
+        ):
             log.info("job %s/%s: %s came as it started; applying it", scope, job, command)
             await self.executions.mutate(
                 scope,

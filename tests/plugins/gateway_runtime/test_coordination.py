@@ -355,6 +355,14 @@ async def test_an_mes_command_that_comes_while_the_chart_is_created_is_applied_a
         if method == "Pause":
             await poll_until(lambda: _at_least(creating, 2))  # the claimed start's too
         release.set()
+
+        async def applied() -> bool:
+            execution = await coordinator.executions.read("cell1", "J1")
+            return execution is not None and execution.status is status
+
+        # Not ``engine_settled``: the start entry was claimed and acknowledged by its second
+        # handling, so the stream looks settled while the held first one still works.
+        await poll_until(applied)
         await engine_settled(station, "cell1")
         execution = await coordinator.executions.read("cell1", "J1")
     assert execution is not None

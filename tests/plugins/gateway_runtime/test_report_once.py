@@ -136,3 +136,59 @@ async def test_the_reconciler_takes_an_end_committed_while_it_looks_for_no_misse
 async def _ended(coordinator: Coordinator, scope: str, job: str) -> bool:
     execution = await coordinator.executions.read(scope, job)
     return execution is not None and execution.status is Status.ENDED
+
+
+async def test_a_late_second_start_takes_the_end_committed_meanwhile_for_no_missed_stop(
+    mqtt_url: str, redis_url: str, unique: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A start handled twice (the dispatcher's and the reconciler's, say), the second while
+    the job runs: it looks at the job's state before creating the execution (Running), and
+    again after to apply what the MES sent meanwhile; by then the recipe has completed. That
+    is no Stop: nothing is applied, and the end is reported once."""
+    pending: list[EquipmentCommand] = []
+
+    def hold(command: EquipmentCommand) -> Any:
+        pending.append(command)
+        raise NoAnswer
+
+    gateway = station_with(
+        TestEquipment(behaviours={"bench": hold}),
+        mqtt_url,
+        redis_url,
+        unique,
+        GATEWAY_RUNTIME_RECONCILE_SECONDS="3600",
+    )
+    coordinator = gateway.state.get(Coordinator)
+    control = gateway.job_control
+    summary = control.summary
+    looks = 0  # the second start's looks at the job
+
+    async def summary_once_the_job_ended(scope: str, job_order_id: str) -> Any:
+        nonlocal looks
+        if looks:
+            looks += 1
+            if looks == 3:  # its second look: the recipe ends just before
+                command = pending[0]
+                reply = EquipmentReply(command.correlation_id, data={"ok": True}, scope=scope)
+                await gateway.equipment.reply(reply)
+                await poll_until(lambda: _ended(coordinator, scope, job_order_id))
+        return await summary(scope, job_order_id)
+
+    control.summary = summary_once_the_job_ended  # type: ignore[method-assign]
+    with caplog.at_level(logging.INFO, logger="gateway_runtime"):
+        async with running(gateway), connect_test_client(mqtt_url) as client:
+            mes = JobsMes(client, unique, SCOPE)
+            wm = work_master("WM1", linear_recipe(1), dataschema=DATASCHEMA)
+            assert return_status(await mes.configure("workmaster", wm)) == 1
+            order = job_order("J1", work_masters=["WM1"])
+            assert return_status(await mes.store(order, method="StoreAndStart")) == 1
+            await wait_until(lambda: pending)
+            looks = 1
+            await coordinator.steps.start(SCOPE, "J1")
+            assert looks == 3
+            assert state_of(await final_response(mes, "J1"))[:2] == ["Ended", "Completed"]
+    said = [r.getMessage() for r in caplog.records]
+    assert not [line for line in said if "came as it started" in line]
+    assert [line for line in said if "recipe completed" in line] == [
+        f"job {SCOPE}/J1: recipe completed"
+    ]
