@@ -161,7 +161,7 @@ async def test_revoke_update_and_cancel_work_on_a_queued_job(jobs: LocalJobs) ->
 
 
 async def test_entries_of_jobs_no_longer_there_are_dropped(store: Store) -> None:
-    """What a crash or an older version left behind cannot hold a slot for ever."""
+    """What a crash or a hand edit left behind cannot hold a slot for ever."""
     jobs = local_jobs(store)
     await configured(jobs)
     await submit(jobs, "gone")

@@ -587,8 +587,8 @@ async def test_a_job_that_cannot_take_events_does_not_keep_them_from_the_others(
     ):
         await run_job(mes, waits_for(QA_RESULT), job="J1")
         await wait_until(lambda: ("cell1", "J1", "Wait") in steps.entered)
-        # J0 has waited longest, and its state has no recipe beside it (what an older version
-        # could leave when Redis restarted empty): asking it about an event fails for good.
+        # J0 has waited longest, and its state has no recipe beside it (what a partial loss of
+        # Redis's data could leave): asking it about an event fails for good.
         keys = f"{station.name}:{{cell1}}:rt"
         await redis.set(f"{keys}:exec:J0", dump_execution(Execution(scope="cell1", job="J0")))
         await redis.zadd(f"{keys}:waiting", {"J0": 0})
