@@ -114,3 +114,11 @@ def test_the_drawings_show_each_command_and_the_loop() -> None:
         'flowchart TD\n    b0["position"]\n    b1["tighten"]\n    b0 --> b1\n'
         '    b1 -->|"3 cycles"| b0\n'
     )
+
+
+def test_the_example_to_copy_stays_small() -> None:
+    """What a vendor copies to write a format (issue 37: under 250 lines of Python): what the
+    cycle format needs beyond that belongs in the runtime or the host, for every format."""
+    sources = sorted((ROOT / "plugins/gateway_cycle").glob("*.py"))
+    lines = sum(len(path.read_text().splitlines()) for path in sources)
+    assert lines < 250, f"plugins/gateway_cycle has {lines} lines of Python"
