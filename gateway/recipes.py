@@ -280,6 +280,11 @@ class JobControl(Protocol):
         ``acknowledged_by``; returns what was released (traced with who did it)."""
         ...
 
+    async def release(self, scope: str, job_order_id: str) -> None:
+        """The job's rollback made the station safe: what the job itself blocked while it was
+        rolled back (``block``) takes jobs again; other jobs' blocks stay."""
+        ...
+
     async def jobs(self, scope: str) -> Sequence[JobSummary]:
         """The scope's jobs, highest priority first (for displays; not a consistent snapshot)."""
         ...

@@ -193,6 +193,16 @@ class JobsControl:
             )
         return True
 
+    async def release(self, scope: str, job_order_id: str) -> None:
+        released = await self.manager.dispatcher.acknowledge(scope, None, blocked_by=job_order_id)
+        if released:
+            log.info(
+                "job %s/%s rolled back safely: %s released",
+                scope,
+                job_order_id,
+                ", ".join(sorted(released)),
+            )
+
     async def acknowledge(
         self, scope: str, equipment: Sequence[str] | None, acknowledged_by: str
     ) -> Sequence[Acknowledgement]:

@@ -125,25 +125,32 @@ class Dispatcher:
     async def block(
         self, scope: str, job_order_id: str, equipment: Sequence[str], reason: str
     ) -> None:
-        """Block ``equipment`` for new jobs until acknowledged (what blocked it first stays
-        the reason; a report handled twice blocks nothing more)."""
+        """Block ``equipment`` for new jobs until acknowledged. Equipment another job's failure
+        blocked keeps that reason; this job's own block takes the new one (a rollback under way
+        that ended unsafe)."""
         if not equipment:
             return
+        key = self.keys.blocked(scope)
         entry = Blocked(job_order_id, reason, self.clock()).json()
-        pipeline = self.store.client.pipeline(transaction=True)
         for item in sorted(set(equipment)):
-            pipeline.hsetnx(self.keys.blocked(scope), item, entry)
-        await pipeline.execute()
+            held = await self.store.client.hget(key, item)
+            if held is None or Blocked.of(held).job_order_id == job_order_id:
+                await self.store.client.hset(key, item, entry)
 
-    async def acknowledge(self, scope: str, equipment: Sequence[str] | None) -> dict[str, Blocked]:
-        """Release blocked ``equipment`` (``None``: all); what was released. A pass follows:
-        the jobs waiting for it may start."""
+    async def acknowledge(
+        self, scope: str, equipment: Sequence[str] | None, *, blocked_by: str | None = None
+    ) -> dict[str, Blocked]:
+        """Release blocked ``equipment`` (``None``: all; ``blocked_by``: only what that job
+        blocked); what was released. A pass follows: the jobs waiting for it may start."""
         key = self.keys.blocked(scope)
         released: dict[str, Blocked] = {}
         for name, text in (await self.store.client.hgetall(key)).items():
+            wanted = (equipment is None or name in equipment) and (
+                blocked_by is None or Blocked.of(text).job_order_id == blocked_by
+            )
             # HDEL answers whether this call removed it: two acknowledgements at once release
             # it once.
-            if (equipment is None or name in equipment) and await self.store.client.hdel(key, name):
+            if wanted and await self.store.client.hdel(key, name):
                 released[str(name)] = Blocked.of(text)
         if released:
             await self.request(scope)

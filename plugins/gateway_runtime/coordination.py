@@ -100,6 +100,13 @@ class Coordinator:
         await self.work.start(job.scope, job.job_order_id)
 
     async def command_job(self, job: RecipeJob, command: JobCommand) -> None:
+        if command is JobCommand.ABORT:
+            try:
+                await self.steps.hold_for_rollback(job.scope, job.job_order_id)
+            except Exception:  # the abort itself must not be lost over it
+                log.exception(
+                    "job %s/%s: equipment not held for its rollback", job.scope, job.job_order_id
+                )
         await self.work.command(job.scope, job.job_order_id, command, job.stored_at)
 
     async def reply(self, reply: EquipmentReply) -> None:

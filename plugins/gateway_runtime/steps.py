@@ -315,12 +315,28 @@ class StepHandlers:
             ),
         )
 
-    async def _block_touched(self, scope: str, job: str, execution: Execution) -> None:
-        """Block the equipment the job sent commands to: a rollback left it unsafe."""
+    async def _touched(self, scope: str, job: str, execution: Execution) -> list[str]:
+        """The equipment the job sent commands to."""
         snapshot = await self.recipes.get(scope, job, execution.run)
         specs = (snapshot.spec(name) for name in execution.attempts)
-        touched = sorted({spec.equipment for spec in specs if spec and spec.equipment})
+        return sorted({spec.equipment for spec in specs if spec and spec.equipment})
+
+    async def _block_touched(self, scope: str, job: str, execution: Execution) -> None:
+        """Block the equipment the job sent commands to: a rollback left it unsafe."""
+        touched = await self._touched(scope, job, execution)
         reason = f"job {job} failed unsafe: {execution.error}"
+        await self.context.gateway.job_control.block(scope, job, touched, reason)
+
+    async def hold_for_rollback(self, scope: str, job: str) -> None:
+        """The MES aborts the job: its end frees its equipment at once, while the rollback of
+        what it did is still to run. Block what it touched until the rollback says how it
+        ended (called before the dispatcher's next pass of this instance)."""
+        execution = await self.executions.read(scope, job)
+        undoing = (Status.RUNNING, Status.PAUSED, Status.HELD, Status.COMPENSATING)
+        if execution is None or not execution.compensable or execution.status not in undoing:
+            return
+        touched = await self._touched(scope, job, execution)
+        reason = f"job {job} is being rolled back (aborted by the MES)"
         await self.context.gateway.job_control.block(scope, job, touched, reason)
 
     async def report(self, scope: str, job: str) -> None:
@@ -364,6 +380,10 @@ class StepHandlers:
             await control.abort(scope, job, outcome, run=run)
         else:  # stopped or aborted by the MES: the job's state is already set
             await control.record_results(scope, job, outcome.results, run=run)
+        if execution.rollback is not None and execution.rollback.safe:
+            # What the job held while it was rolled back (``hold_for_rollback``) is safe now;
+            # released once its results say so.
+            await control.release(scope, job)
         # Before the state is closed: if this fails, the report is handled again, and forgets.
         await self.scopes.forget_job(job)
         await self.breakpoints.forget(scope, job)

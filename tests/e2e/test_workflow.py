@@ -499,3 +499,47 @@ async def test_a_rollback_under_way_when_its_gateway_stops_is_resumed_by_the_nex
         {"action": "clamp", "compensation": "unclamp", "outcome": "done"}
     ]
     assert unclamps == ["J1:unclamp:1", "J1:unclamp:1"]  # sent again, the same try
+
+
+async def test_the_mes_abort_holds_the_equipment_until_the_rollback_says_it_is_safe(
+    station: Station,
+) -> None:
+    """The MES aborts a held job: its end frees the clamp at once, but the clamp is held for
+    the rollback (no job may take it meanwhile) and released once the unclamp succeeded."""
+    held_recipe = {**SEQUENCE_RECIPE, "on_error": "hold"}
+
+    def silent(command: EquipmentCommand) -> Any:
+        raise NoAnswer  # answered below
+
+    station.equipment.behaviours = {TIGHTEN: fails("torque not reached"), UNCLAMP: silent}
+    async with running(station.gateway()) as gateway, station.mes() as mes:
+        await store_and_start(mes, held_recipe, dataschema=SEQUENCE)
+        await until(mes, "J1", "Interrupted")
+        assert return_status(await mes.act("Abort", "J1")) == ReturnStatus.NO_ERROR
+
+        async def unclamp_out() -> bool:
+            return any(c.type == UNCLAMP for c in station.equipment.received)
+
+        await poll_until(unclamp_out)
+        queue = await gateway.job_control.queue("cell1")
+        assert queue.blocked["clamp1"] == "job J1 is being rolled back (aborted by the MES)"
+        [unclamp] = [c for c in station.equipment.received if c.type == UNCLAMP]
+        await gateway.equipment.reply(
+            EquipmentReply(unclamp.correlation_id, data={"open": True}, scope="cell1")
+        )
+
+        async def released() -> bool:
+            return not (await gateway.job_control.queue("cell1")).blocked
+
+        await poll_until(released)
+        data = results(await final_response(mes))
+    assert data["Rollback"] == "FAILED_SAFE"
+    assert data["SideEffects"] is False
+
+
+async def until(mes: JobsMes, job: str, top: str) -> None:
+    async def reached() -> bool:
+        response = (await mes.job_response(job)).data["JobResponse"]
+        return states(response)[:1] == [top]
+
+    await poll_until(reached)
