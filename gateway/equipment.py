@@ -46,6 +46,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
+from urllib.parse import urlsplit
 
 from gateway.cloudevents import JSON, CloudEvent, utc_now
 from gateway.errors import GatewayError, NotPermitted, ValidationError
@@ -116,6 +117,35 @@ class EquipmentCommand:
     parameters: Mapping[str, Any] = field(default_factory=dict)
     job_parameters: Mapping[str, Any] = field(default_factory=dict)
     timeout_seconds: float | None = None
+
+
+LINK_SCHEMES = ("http", "https")
+
+
+@dataclass(frozen=True)
+class CommandLink:
+    """Where a command's work can be followed, as the plugin that carried it out tells
+    (``gateway_command_link``): a ``label`` always (a delegated job's id and where it runs),
+    and the ``url`` of a page showing it, when there is one.
+
+    The web UI shows it beside the action. ``url`` is an absolute ``http``/``https`` URL
+    (``ValueError`` otherwise): a ``javascript:`` or ``data:`` link never reaches a page.
+    """
+
+    label: str
+    url: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.url is not None:
+            check_link_url(self.url)
+
+
+def check_link_url(url: str) -> str:
+    """``url`` if it is an absolute http or https URL with a host; ``ValueError`` otherwise."""
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in LINK_SCHEMES or not parts.hostname:
+        raise ValueError(f"{url!r} is no http:// or https:// URL with a host")
+    return url
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from gateway.app import Gateway
     from gateway.cli import Command
     from gateway.equipment import (
+        CommandLink,
         EquipmentCommand,
         EquipmentDriver,
         EquipmentEvent,
@@ -288,4 +289,19 @@ def gateway_transport_connected(binding: str, session_present: bool, reconnect: 
     ``session_present`` is false when the broker kept no session for this client: it may have
     restarted without persistence and lost what was retained too. Plugins that keep retained
     state on the broker (the MES publisher) publish it again. Must not raise or block.
+    """
+
+
+@hookspec(firstresult=True)
+def gateway_command_link(command: EquipmentCommand) -> CommandLink | None:
+    """Where the work of ``command`` can be followed: a ``CommandLink`` (a label, and the URL
+    of a page showing it) from the plugin whose driver carried the command out, ``None`` from
+    the others. The first answer wins.
+
+    Asked when a job's progress is read (``gateway.recipes.ActionProgress.link``, the web UI's
+    job page) for each action sent at least once, with ``command`` as its last try was sent
+    (same correlation id, equipment, parameters). A driver delegating the command to another
+    system (the line plugin: a job on a downstream station) names that system's job here.
+    Called often, on any instance: answer from settings and the command alone, without I/O;
+    must not raise.
     """

@@ -32,6 +32,7 @@ from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 from gateway.controls import StepEdit
+from gateway.equipment import CommandLink
 from gateway.jobstates import JobState, TopState
 from gateway.resilience import TransientError
 from gateway.routing import EquipmentUse
@@ -400,6 +401,8 @@ class ActionProgress:
     deadline: float | None  # Unix time its timeout ends, while it waits
     error: str | None
     result: Any = None
+    # Where the command's work can be followed (``gateway_command_link``): a delegated job.
+    link: CommandLink | None = None
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@ stations`` names a station.
 
 - settings section ``[line]``;
 - the ``LineDriver`` serving the stations (a station is equipment whose commands are jobs);
-- the ``LineFollower`` service, and its ``StationLink`` as an observer of upstream job states.
+- the ``LineFollower`` service, and its ``StationLink`` as an observer of upstream job states;
+- ``StationPages``: the link from a line action to its station job (``gateway_command_link``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from gateway.transport import Service
 from gateway_line.driver import LineDriver
 from gateway_line.follower import LineFollower
 from gateway_line.link import StationLink
+from gateway_line.pages import StationPages
 from gateway_line.settings import LineSettings
 from gateway_mqtt import MqttSettings
 
@@ -46,8 +48,10 @@ def gateway_register_equipment_drivers(
     link = gateway.state.add(StationLink(config, gateway.source))
     if gateway.runs(LineFollower.roles):  # elsewhere no follower passes the changes on
         gateway.plugins.register(link, name=f"line-{uuid.uuid4().hex}")  # this gateway's observer
-    # Everywhere: instances of every role check that a Work Master's actions are routable.
+    # Everywhere: instances of every role check that a Work Master's actions are routable,
+    # and any may serve the web UI, whose job page links an action to its station job.
     register(LineDriver(link))
+    gateway.plugins.register(StationPages(config), name=f"line-pages-{uuid.uuid4().hex}")
 
 
 @hookimpl

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gateway.equipment import check_link_url
 from gateway.settings import Secret, setting
 from gateway.topics import JOBS_PREFIX, MES_REPLY_PREFIX, check_topic_level, check_topic_prefix
 
@@ -61,6 +62,12 @@ class LineSettings:
         "lost to a crash is passed on then)",
         minimum=0.05,
     )
+    station_ui_urls: list[str] = setting(
+        [],
+        "Web UIs of the stations' gateways as <equipment>=<base URL> (http:// or https://, "
+        "press=http://cell1-gw:8080): the line's job page links a delegated action to the "
+        "station's job page there; a station without one shows the station job's id and scope",
+    )
     reconnect_max_seconds: float = setting(
         10.0, "Longest wait between attempts to reach the broker (exponential backoff)", minimum=0.1
     )
@@ -73,7 +80,24 @@ class LineSettings:
         twice = sorted({name for name in equipment if equipment.count(name) > 1})
         if twice:
             raise ValueError(f"stations: {', '.join(twice)} named twice")
+        unknown = sorted(set(self.ui_urls()) - set(equipment))
+        if unknown:
+            raise ValueError(f"station_ui_urls: {', '.join(unknown)} is no station")
 
     def line(self) -> list[Station]:
         """The stations, parsed."""
         return [parse_station(text) for text in self.stations]
+
+    def ui_urls(self) -> dict[str, str]:
+        """The stations' web UI base URLs by equipment, parsed (``ValueError``: not http(s))."""
+        return dict(parse_ui_url(text) for text in self.station_ui_urls)
+
+
+def parse_ui_url(text: str) -> tuple[str, str]:
+    """``press=http://cell1-gw:8080/`` -> ("press", "http://cell1-gw:8080")."""
+    equipment, _, url = text.partition("=")
+    try:
+        check_link_url(url.strip())
+    except ValueError as error:
+        raise ValueError(f"station_ui_urls: {equipment.strip()}: {error}") from None
+    return equipment.strip(), url.strip().rstrip("/")

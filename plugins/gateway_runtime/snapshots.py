@@ -9,6 +9,7 @@ from functools import cached_property
 from typing import Any
 
 from gateway.compensation import compensations
+from gateway.equipment import CorrelationId, EquipmentCommand
 from gateway.formats import ActionSpec, Executor, Program
 from gateway_runtime.context import EngineContext
 from gateway_runtime.fanout import FannedProgram, member_spec
@@ -44,6 +45,22 @@ class Snapshot:
         if spec is None:
             spec = member_spec(self.program, name)
         return spec
+
+    def command(self, scope: str, job: str, name: str, attempt: int) -> EquipmentCommand:
+        """The command of try ``attempt`` of action ``name`` (``KeyError``: no such action),
+        the same each time it is sent again."""
+        action = self.action(name)
+        return EquipmentCommand(
+            correlation_id=str(CorrelationId(job, name, attempt)),
+            type=action.type_id,
+            equipment=action.equipment,
+            scope=scope,
+            job_order_id=job,
+            action=name,
+            parameters=action.parameters,
+            job_parameters=self.parameters,
+            timeout_seconds=action.timeout_seconds,
+        )
 
     @cached_property
     def _compensations(self) -> dict[str, tuple[str, ActionSpec]]:
@@ -111,6 +128,19 @@ class RecipeCache:
             dict(members or {}),
         )
 
+    def parse(self, text: str | bytes) -> Snapshot:
+        """A snapshot from its stored document (``Snapshot.document``), not kept."""
+        data = json.loads(text)
+        return self.snapshot(
+            data["dataschema"],
+            data["recipe"],
+            data["parameters"],
+            data["run"],
+            data["equipment"],
+            data["version"],
+            data["members"],
+        )
+
     def keep(self, scope: str, job: str, snapshot: Snapshot) -> None:
         """The snapshot of a job this instance just started."""
         self._keep((scope, job), snapshot)
@@ -136,16 +166,7 @@ class RecipeCache:
         text = await self.context.client.get(self.context.keys.recipe(scope, job))
         if text is None:
             raise ValueError(f"job {scope}/{job} has an execution state but no recipe snapshot")
-        data = json.loads(text)
-        snapshot = self.snapshot(
-            data["dataschema"],
-            data["recipe"],
-            data["parameters"],
-            data["run"],
-            data["equipment"],
-            data["version"],
-            data["members"],
-        )
+        snapshot = self.parse(text)
         key = (scope, job)
         self._keep(key, snapshot)
         return snapshot

@@ -15,7 +15,7 @@ from gateway.compensation import (
     ROLLBACK_ID,
     SIDE_EFFECTS_ID,
 )
-from gateway.equipment import CorrelationId, EquipmentCommand
+from gateway.equipment import CorrelationId
 from gateway.errors import GatewayError, ValidationError
 from gateway.formats import Effects, Execution, Phase, Status, Timer, TimerKind
 from gateway.jobstates import TopState
@@ -278,18 +278,7 @@ class StepHandlers:
     async def _publish(self, scope: str, job: str, action_name: str, attempt: int) -> bool:
         """Send one try's command (``False``: it could not be delivered, and the try failed)."""
         snapshot = await self.recipes.get(scope, job)
-        action = snapshot.action(action_name)
-        command = EquipmentCommand(
-            correlation_id=str(CorrelationId(job, action_name, attempt)),
-            type=action.type_id,
-            equipment=action.equipment,
-            scope=scope,
-            job_order_id=job,
-            action=action_name,
-            parameters=action.parameters,
-            job_parameters=snapshot.parameters,
-            timeout_seconds=action.timeout_seconds,
-        )
+        command = snapshot.command(scope, job, action_name, attempt)
         try:
             # The snapshot names the equipment: replies are checked against it (``Coordinator.
             # checked_reply``), so the hub keeps no record of its own.

@@ -242,7 +242,7 @@ def job_page(
 </div></div>
 <h2>Actions</h2>
 <table id="actions"><thead><tr><th>Action</th><th>Step</th><th>Phase</th><th>Tries</th>
-<th>Timeout</th><th>Result / error</th></tr></thead><tbody></tbody></table>
+<th>Timeout</th><th>Delegated to</th><th>Result / error</th></tr></thead><tbody></tbody></table>
 <h2>Trace</h2>
 <table id="trace"><thead><tr><th>Time (UTC)</th><th>Kind</th><th>What</th><th>Latency</th></tr>
 </thead><tbody></tbody></table>

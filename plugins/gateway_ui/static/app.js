@@ -88,6 +88,25 @@
     }
   }
 
+  // Where a delegated command runs (a station's job): its label, a link when it has an http(s)
+  // URL, opened in a new tab that gets no hold on this page.
+  function linkCell(row, link) {
+    const td = row.insertCell();
+    td.className = "delegated";
+    if (!link) return td;
+    if (link.url && /^https?:\/\//i.test(link.url)) {
+      const a = document.createElement("a");
+      a.href = link.url;
+      a.target = "_blank";
+      a.rel = "noopener noreferrer";
+      a.textContent = link.label;
+      td.append(a);
+    } else {
+      td.textContent = text(link.label);
+    }
+    return td;
+  }
+
   function showActions(progress) {
     const body = document.querySelector("#actions tbody");
     body.replaceChildren();
@@ -100,6 +119,7 @@
       cell(row, action.tries + " / " + action.max_attempts, "num");
       const timeout = cell(row, action.deadline ? "" : "–", "num");
       if (action.deadline) timeout.dataset.deadline = action.deadline;
+      linkCell(row, action.link);
       if (action.error) cell(row, action.error, "phase-failed text");
       else valueCell(row, action.result, "value");
     }
