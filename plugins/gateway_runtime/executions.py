@@ -10,6 +10,7 @@ on a fresh read before it is dropped (the memory may be behind, never ahead).
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from enum import IntEnum
@@ -26,6 +27,8 @@ from gateway_runtime.state import dump_action_run, dump_execution, load_executio
 
 if TYPE_CHECKING:
     from redis.commands.core import AsyncScript
+
+log = logging.getLogger(__name__)
 
 Apply = Callable[[Executor, Execution, float], Effects]
 WaitStarted = Callable[[str, str], Awaitable[None]]
@@ -122,6 +125,7 @@ class ExecutionStore:
             executor = await self.recipes.executor(scope, job, execution.run, execution.recipe)
             was_waiting, was_outstanding = in_flight(execution)
             was_active = {name: node.entered_at for name, node in execution.nodes.items()}
+            was_status = execution.status
             now = time.time()
             before = watched(execution)
             effects = apply(executor, execution, now)
@@ -152,6 +156,17 @@ class ExecutionStore:
                 # Observers first: sending waits for the broker, and meanwhile the reply to
                 # what was sent may already be committed and announced by another task.
                 self.announce_steps(execution, was_active, now)
+                if (
+                    execution.status is Status.COMPENSATING
+                    and was_status is not Status.COMPENSATING
+                ):
+                    log.info(
+                        "job %s/%s: rolling back (%s): %s",
+                        scope,
+                        job,
+                        execution.error,
+                        ", ".join(effects.sends) or "nothing to undo",
+                    )
                 if effects.reply is not None:
                     seconds, failed = effects.reply
                     self.context.metrics.replies.labels("error" if failed else "ok").observe(
