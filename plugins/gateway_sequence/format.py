@@ -12,7 +12,7 @@ from gateway.drawing import Box, Row, rows_mermaid, rows_svg
 from gateway.formats import ActionSpec, Execution, ExecutorOptions, Program
 from gateway_sequence.editing import edit_sequence
 from gateway_sequence.executor import SequenceExecutor
-from gateway_sequence.model import DATASCHEMA, SequenceRecipe, load_sequence
+from gateway_sequence.model import DATASCHEMA, Command, SequenceRecipe, load_sequence
 
 
 class SequenceProgram:
@@ -94,13 +94,26 @@ class SequenceFormat:
 def _rows(recipe: SequenceRecipe) -> list[Row]:
     """A row per block, a ``par`` block's side by side; a box names where its command goes."""
     return [
-        Row(
-            block.name,
-            [Box(c.name, c.equipment or c.type_id) for c in block.commands],
-            block.parallel,
-        )
+        Row(block.name, [Box(c.name, _detail(c)) for c in block.commands], block.parallel)
         for block in recipe.blocks
     ]
+
+
+def _detail(command: Command) -> str:
+    """Where the command goes, and what the workflow model adds to it: the members of a
+    fan-out (or a pipeline's steps), the condition, what undoes it."""
+    if command.pipeline:
+        where = "per member: " + " > ".join(step.name for step in command.pipeline)
+    elif command.fan_out is not None:
+        where = f"to each member ({command.fan_out.policy})"
+    else:
+        where = command.equipment or command.type_id
+    parts = [where]
+    if command.condition is not None:
+        parts.append(f"if {command.condition.text}")
+    if command.compensation is not None:
+        parts.append(f"undo: {command.compensation.name}")
+    return " | ".join(parts)
 
 
 def _recipe(program: Program) -> SequenceRecipe:

@@ -205,3 +205,27 @@ def test_a_bad_condition_or_policy_is_named_at_its_path(recipe: Any, problem: st
         load_sequence(recipe)
     problems = caught.value.problems
     assert any(found.startswith(problem) for found in problems), problems
+
+
+def test_the_drawing_shows_what_the_workflow_model_adds_to_a_step() -> None:
+    recipe = {
+        "steps": [
+            step("clamp", equipment="clamp1", compensation={"name": "unclamp", "type_id": "u"}),
+            step("rework", condition="clamp.closed == true"),
+            step("tighten", fan_out={"members": "declared", "policy": 3}),
+            {
+                "name": "per_slot",
+                "fan_out": {"members": ["s1", "s2"]},
+                "steps": [step("insert"), step("test")],
+            },
+        ]
+    }
+    recipe_format = SequenceFormat()
+    program = recipe_format.compile(recipe)
+    svg = recipe_format.render_svg(program)
+    assert "clamp1 | undo: unclamp" in svg
+    assert "if clamp.closed == true" in svg
+    assert "to each member (3)" in svg
+    assert "per member: insert &gt; test" in svg
+    assert 'data-action="per_slot"' in svg
+    assert "undo: unclamp" in recipe_format.render_mermaid(program)
