@@ -16,9 +16,11 @@ stimulus stays a pure function of the state, as the formats' rules require.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from gateway.compensation import compensations
+from gateway.fanout import member_name, split_member
 from gateway.formats import (
     ActionRun,
     ActionSpec,
@@ -88,7 +90,7 @@ class CompensatingExecutor:
             return effects
         run = self._waiting(execution, timer.action, timer.attempt)
         if timer.kind is TimerKind.TIMEOUT and run is not None:
-            seconds = self.compensations[run.name][1].timeout_seconds or 0
+            seconds = self._comp(run.name)[1].timeout_seconds or 0
             reason = f"no reply within {seconds:g} s"
             self._failed(
                 execution, run, f"{offline} ({reason})" if offline else reason, now, effects
@@ -172,14 +174,31 @@ class CompensatingExecutor:
         if any(self._is_compensation(run) and run.active for run in execution.actions.values()):
             return
         failed = any(entry["outcome"] == "failed" for entry in rollback.ran)
-        if rollback.groups and not failed:
+        while rollback.groups and not failed:
+            sent = False
             for action in rollback.groups.pop(0):
-                spec = self.specs[action].compensation
-                assert spec is not None
-                run = execution.actions[spec.name] = ActionRun(spec.name, ROLLBACK_NODE)
-                self._send(execution, run, spec, now, effects)
-            return
+                for spec in self._undoing(execution, action):
+                    run = execution.actions[spec.name] = ActionRun(spec.name, ROLLBACK_NODE)
+                    self._send(execution, run, spec, now, effects)
+                    sent = True
+            if sent:
+                return
         self._end(execution, effects)
+
+    def _undoing(self, execution: Execution, action: str) -> list[ActionSpec]:
+        """The compensations that undo ``action``: its own, or, for a fan-out, one per member
+        that succeeded (sent to that member)."""
+        spec = self.specs[action]
+        compensation = spec.compensation
+        assert compensation is not None
+        if not spec.members:
+            return [compensation]
+        members = execution.fan_out.get(action, {}).get("members", {})
+        return [
+            replace(compensation, name=member_name(compensation.name, member), equipment=member)
+            for member in spec.members
+            if members.get(member, {}).get("ok")
+        ]
 
     def _send(
         self, execution: Execution, run: ActionRun, spec: ActionSpec, now: float, effects: Effects
@@ -201,7 +220,25 @@ class CompensatingExecutor:
         return run if run.attempt == attempt and run.phase is Phase.DISPATCHED else None
 
     def _is_compensation(self, run: ActionRun) -> bool:
-        return run.step == ROLLBACK_NODE and run.name in self.compensations
+        return run.step == ROLLBACK_NODE and self._found(run.name) is not None
+
+    def _found(self, name: str) -> tuple[str, ActionSpec] | None:
+        """(the action undone, the compensation's spec) of a compensation run: its own, or
+        one member's of a fan-out's (``unclamp@nr2``, sent to that member)."""
+        if name in self.compensations:
+            return self.compensations[name]
+        parts = split_member(name)
+        if parts is None or parts[0] not in self.compensations:
+            return None
+        action, spec = self.compensations[parts[0]]
+        if parts[1] not in self.specs[action].members:
+            return None
+        return action, replace(spec, name=name, equipment=parts[1])
+
+    def _comp(self, name: str) -> tuple[str, ActionSpec]:
+        found = self._found(name)
+        assert found is not None, name
+        return found
 
     def _reply(
         self,
@@ -236,7 +273,7 @@ class CompensatingExecutor:
     def _failed(
         self, execution: Execution, run: ActionRun, reason: str, now: float, effects: Effects
     ) -> None:
-        spec = self.compensations[run.name][1]
+        spec = self._comp(run.name)[1]
         run.error = reason
         effects.changed = True
         if run.tries < spec.max_attempts:
@@ -249,7 +286,7 @@ class CompensatingExecutor:
     def _ran(self, execution: Execution, run: ActionRun, outcome: str) -> None:
         assert execution.rollback is not None
         entry: dict[str, Any] = {
-            "action": self.compensations[run.name][0],
+            "action": self._comp(run.name)[0],
             "compensation": run.name,
             "outcome": outcome,
         }
@@ -298,6 +335,17 @@ def _groups(compensable: list[list[Any]]) -> list[list[str]]:
             groups.append([action])
         last_step = step
     return groups
+
+
+def member_compensation_spec(program: Program, name: str) -> ActionSpec | None:
+    """The spec of one member's compensation of a fan-out (``unclamp@nr2``)."""
+    parts = split_member(name)
+    if parts is None:
+        return None
+    for action, spec in compensations(program).values():
+        if spec.name == parts[0] and parts[1] in program.actions[action].members:
+            return replace(spec, name=name, equipment=parts[1])
+    return None
 
 
 def compensating(executor: Executor, program: Program) -> Executor:

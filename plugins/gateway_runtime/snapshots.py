@@ -11,6 +11,7 @@ from typing import Any
 from gateway.compensation import compensations
 from gateway.equipment import CorrelationId, EquipmentCommand
 from gateway.formats import ActionSpec, Executor, Program
+from gateway_runtime.compensation import member_compensation_spec
 from gateway_runtime.context import EngineContext
 from gateway_runtime.fanout import FannedProgram, member_spec
 from gateway_runtime.memory import JobMemory, Lru
@@ -43,7 +44,7 @@ class Snapshot:
         if spec is None and name in self._compensations:
             spec = self._compensations[name][1]
         if spec is None:
-            spec = member_spec(self.program, name)
+            spec = member_spec(self.program, name) or member_compensation_spec(self.program, name)
         return spec
 
     def command(self, scope: str, job: str, name: str, attempt: int) -> EquipmentCommand:

@@ -253,12 +253,11 @@ def _command(
     fan_out = None
     if "fan_out" in step:
         fan_out = load_fan_out(step["fan_out"], f"{where}.fan_out", problems)
-        for field in ("equipment", "compensation"):
-            if field in step:
-                problems.append(
-                    f"{where}.fan_out: a fan-out step names no {field} (its members are "
-                    "its equipment; a compensation per member is not supported)"
-                )
+        if "equipment" in step:
+            problems.append(
+                f"{where}.fan_out: a fan-out step names no equipment (its members are its "
+                "equipment)"
+            )
     compensation = None
     if "compensation" in step:
         if side_effects is False:

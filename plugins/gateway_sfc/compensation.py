@@ -34,12 +34,8 @@ def fan_out_of(action: Action, where: str, problems: list[str]) -> FanOut | None
         return None
     if action.qualifier is Qualifier.R or action.interaction is Interaction.PULL_EVENT:
         problems.append(f"{where}: only a push_command action sends to a set of equipment")
-    for field, value in (("equipment", action.equipment), ("compensation", action.compensation)):
-        if value is not None:
-            problems.append(
-                f"{where}: a fan-out action names no {field} (its members are its equipment; "
-                "a compensation per member is not supported)"
-            )
+    if action.equipment is not None:
+        problems.append(f"{where}: a fan-out action names no equipment (its members are)")
     return load_fan_out(action.fan_out, where, problems)
 
 

@@ -543,3 +543,32 @@ async def until(mes: JobsMes, job: str, top: str) -> None:
         return states(response)[:1] == [top]
 
     await poll_until(reached)
+
+
+async def test_a_fan_out_is_undone_on_each_member_that_succeeded(station: Station) -> None:
+    untighten = "com.example.untighten.v1"
+    recipe = {
+        "timeout_seconds": 5,
+        "steps": [
+            {
+                "name": "tighten",
+                "type_id": TIGHTEN,
+                "fan_out": {"members": "declared", "policy": "any"},
+                "compensation": {"name": "untighten", "type_id": untighten},
+            },
+            {"name": "release", "type_id": CLAMP, "equipment": "clamp1"},
+        ],
+    }
+    # nr3 fails its tightening ("any" goes on), then the release fails the job.
+    station.equipment.behaviours = {TIGHTEN: nr3_fails, CLAMP: fails("jammed")}
+    async with running(station.gateway()), station.mes() as mes:
+        await declare_nutrunners(mes)
+        await store_and_start(mes, recipe, dataschema=SEQUENCE)
+        response = await final_response(mes)
+    data = results(response)
+    assert (data["Rollback"], data["SideEffects"]) == ("FAILED_SAFE", False)
+    undone = sorted(
+        (c.correlation_id, c.equipment) for c in station.equipment.received if c.type == untighten
+    )
+    assert undone == [(f"J1:untighten@{m}:1", m) for m in ("nr1", "nr2", "nr4")]
+    assert {entry["outcome"] for entry in data["Compensations"]} == {"done"}

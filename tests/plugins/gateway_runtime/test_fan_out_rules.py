@@ -18,7 +18,9 @@ from gateway.formats import (
     TimerKind,
 )
 from gateway_runtime import dump_execution, load_execution, take_done
+from gateway_runtime.compensation import compensating
 from gateway_runtime.fanout import FannedProgram, fanning, member_spec
+from gateway_runtime.snapshots import Snapshot
 from gateway_sequence.format import SequenceFormat
 from gateway_sequence.model import load_sequence
 
@@ -234,3 +236,31 @@ def test_a_pipeline_step_names_no_equipment() -> None:
     assert caught.value.problems == [
         "recipe.steps[0].steps[0].equipment: not for a pipeline's step (the block's own)"
     ]
+
+
+def test_a_rollback_undoes_each_member_that_succeeded_on_that_member() -> None:
+    data = recipe(policy=2)
+    data["steps"][0]["compensation"] = {"name": "untighten", "type_id": "u.v1"}
+    data["steps"][1]["max_attempts"] = 1
+    program = FannedProgram(SequenceFormat().compile(data), {"tighten": MEMBERS})
+    job = Job.__new__(Job)
+    job.program = program
+    job.executor = compensating(fanning(program.executor({}, ExecutorOptions()), program), program)
+    job.execution, job.effects = job.executor.start("cell1", "J1", T0)
+    job.sent, job.history = list(job.effects.sends), {}
+    job._commit()
+    job.reply("tighten@nr1", {"torque": 85})
+    job.reply("tighten@nr2", error="torque not reached")
+    job.reply("tighten@nr3", {"torque": 86})
+    effects = job.reply("release", error="jammed")  # the job fails after the fan-out
+    assert sorted(effects.sends) == ["untighten@nr1", "untighten@nr3"]  # not nr2: it failed
+    spec = Snapshot(program, {}, data, "", members={"tighten": MEMBERS}).spec("untighten@nr3")
+    assert spec is not None
+    assert (spec.equipment, spec.type_id) == ("nr3", "u.v1")
+    job.reply("untighten@nr1", {})
+    effects = job.reply("untighten@nr3", {})
+    assert effects.report is Report.ABORT
+    rollback = job.execution.rollback
+    assert rollback is not None
+    assert rollback.safe is True
+    assert [entry["compensation"] for entry in rollback.ran] == ["untighten@nr1", "untighten@nr3"]
