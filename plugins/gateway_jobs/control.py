@@ -37,7 +37,15 @@ from gateway_jobs.breakpoints import BREAKPOINT_METHOD, set_breakpoint
 from gateway_jobs.editing import EDIT_METHOD, edit_steps, traced
 from gateway_jobs.events import Cause
 from gateway_jobs.jobs import JobManager, results_received
-from gateway_jobs.model import EUInformation, JobOrderIDCall, LocalizedText, Parameter, to_json
+from gateway_jobs.model import (
+    EUInformation,
+    JobOrderIDCall,
+    LocalizedText,
+    Outcome,
+    Parameter,
+    ReturnStatus,
+    to_json,
+)
 from gateway_jobs.repository import Edit
 from gateway_jobs.stored import StoredJob
 
@@ -47,6 +55,8 @@ ERROR_ID = "Error"
 SIDE_EFFECTS_ID = "SideEffects"
 # Job Response entry of a job that failed unsafe: who acknowledged it, when, what was released.
 ACKNOWLEDGED_ID = "Acknowledged"
+# As observers of ``gateway_job_method_called`` (the failed job's trace) see an acknowledgement.
+ACKNOWLEDGE_METHOD = "Acknowledge"
 
 
 class JobsControl:
@@ -211,8 +221,8 @@ class JobsControl:
         for name, blocked in sorted(released.items()):
             by_job.setdefault(blocked.job_order_id, []).append(name)
         for job_order_id, names in by_job.items():
-            # Traced where the failure is: in the failed job's Job Response (if it is still
-            # there), and in the log, with who acknowledged.
+            # Traced where the failure is, with who acknowledged: in the failed job's Job
+            # Response (if it is still there), its trace (the web UI's) and the log.
             with log_context(scope=scope, job=job_order_id):
                 log.warning(
                     "%s acknowledged the unsafe failure of job %s/%s: %s released",
@@ -223,6 +233,10 @@ class JobsControl:
                 )
             entry = {"By": acknowledged_by, "At": utc_text(), "Equipment": names}
             await self.record_results(scope, job_order_id, [ProcessValue(ACKNOWLEDGED_ID, entry)])
+            released_text = Outcome(ReturnStatus.NO_ERROR, f"released {', '.join(names)}")
+            self.manager.method_called(
+                scope, job_order_id, ACKNOWLEDGE_METHOD, released_text, requested_by=acknowledged_by
+            )
         return [
             Acknowledgement(name, blocked.job_order_id, blocked.reason)
             for name, blocked in sorted(released.items())

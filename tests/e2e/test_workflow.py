@@ -37,6 +37,7 @@ from gateway_jobs.testing import state_texts as states
 from gateway_sequence import DATASCHEMA as SEQUENCE
 from gateway_sfc.model import DATASCHEMA as SFC
 from gateway_simulator.testing import station_environ
+from gateway_ui.trace import read_trace
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
@@ -211,9 +212,36 @@ async def test_an_unsafe_failure_blocks_its_equipment_until_acknowledged(
         assert return_status(reply) == ReturnStatus.NO_ERROR
         assert states(await final_response(mes, "J2"))[:2] == ["Ended", "Completed"]
         acknowledged = results(await final_response(mes, "J1"))["Acknowledged"]
+        traced = await acknowledgements_traced(gateway, "J1", count=2)
     # The last acknowledgement is traced in the failed job's Job Response, with who gave it.
     assert acknowledged["By"] == "MES shift lead"
     assert acknowledged["Equipment"] == ["nutrunner1"]
+    # Each one is in the failed job's trace (the web UI's), with who gave it and what it released.
+    assert traced == [
+        ("Ana", "released clamp1"),
+        ("MES shift lead", "released nutrunner1"),
+    ]
+
+
+async def acknowledgements_traced(
+    gateway: Gateway, job: str, *, count: int
+) -> list[tuple[str, str]]:
+    """The acknowledgements in ``job``'s trace, once there are ``count`` of them: (who, what)."""
+    assert gateway.store is not None
+    store = gateway.store
+    found: list[tuple[str, str]] = []
+
+    async def written() -> bool:
+        entries = await read_trace(store, "cell1", job)
+        found[:] = [
+            (entry["requested_by"], entry["message"])
+            for entry in entries
+            if entry["kind"] == "method" and entry["method"] == "Acknowledge"
+        ]
+        return len(found) >= count
+
+    await poll_until(written)
+    return found
 
 
 async def test_a_station_may_choose_not_to_block(station: Station) -> None:
