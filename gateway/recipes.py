@@ -403,6 +403,10 @@ class ActionProgress:
     result: Any = None
     # Where the command's work can be followed (``gateway_command_link``): a delegated job.
     link: CommandLink | None = None
+    # A member's run of a fan-out (``tighten@nr2``, a pipeline's ``lift@slot3``): the fan-out
+    # action it belongs to and the member, so that a display groups each member's runs.
+    fan_out: str | None = None
+    member: str | None = None
 
 
 @dataclass(frozen=True)

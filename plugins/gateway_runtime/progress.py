@@ -13,10 +13,12 @@ downstream station), asked with the command of its last try as it was sent.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from gateway.compensation import compensations
 from gateway.equipment import CommandLink
+from gateway.fanout import split_member
 from gateway.formats import ActionRun, ActionSpec, Interaction
 from gateway.recipes import ActionProgress, RecipeProgress, StepProgress
 from gateway_runtime.snapshots import Snapshot
@@ -49,12 +51,13 @@ async def read_progress(coordinator: Coordinator, scope: str, job: str) -> Recip
         program = coordinator.recipes.parse(snapshot)  # its actions routed as the job started
         specs = dict(program.program.actions)
         specs.update((name, spec) for name, (_, spec) in compensations(program.program).items())
-    order = {name: index for index, name in enumerate(specs)}
     # The actions done are in the history, the others (and a new activation of one done
-    # before) in the state; shown in the recipe's order.
+    # before) in the state; shown in the recipe's order, each fan-out's member runs after it,
+    # member by member (a member's pipeline steps in their order).
     runs = {name: load_action_run(text) for name, text in history.items()}
     runs.update(execution.actions)
-    shown = sorted(runs.values(), key=lambda run: order.get(run.name, len(order)))
+    places = Places(specs, program)
+    shown = sorted(runs.values(), key=lambda run: places.key(run.name))
     return RecipeProgress(
         status=str(execution.status),
         active=[
@@ -74,6 +77,8 @@ async def read_progress(coordinator: Coordinator, scope: str, job: str) -> Recip
                 error=run.error,
                 result=execution.results.get(run.name),
                 link=command_link(coordinator, program, scope, job, run),
+                fan_out=places.fan_out(run.name),
+                member=places.member(run.name),
             )
             for run in shown
         ],
@@ -83,6 +88,52 @@ async def read_progress(coordinator: Coordinator, scope: str, job: str) -> Recip
         paused_before=execution.paused_before,
         breakpoints=tuple(execution.breakpoints),
     )
+
+
+class Places:
+    """Where each action run is listed: the recipe's order, a fan-out's member runs grouped
+    after their action by member (``<action>@<member>``, ``<pipeline step>@<member>``,
+    ``<compensation>@<member>``)."""
+
+    def __init__(self, specs: Mapping[str, ActionSpec], snapshot: Snapshot | None) -> None:
+        self.order = {name: index for index, name in enumerate(specs)}
+        # A member run's base name -> (its fan-out action, the members, its pipeline step)
+        self.groups: dict[str, tuple[str, tuple[str, ...], int]] = {}
+        if snapshot is None:
+            return
+        actions = snapshot.program.actions
+        for name, spec in actions.items():
+            if not spec.members:
+                continue
+            for index, step in enumerate(spec.pipeline or (spec,)):
+                self.groups[step.name] = (name, spec.members, index)
+        for undo, (action, _) in compensations(snapshot.program).items():
+            if actions[action].members:
+                self.groups[undo] = (undo, actions[action].members, 0)
+
+    def _group(self, name: str) -> tuple[str, tuple[str, ...], int, str] | None:
+        parts = split_member(name)
+        if parts is None or parts[0] not in self.groups:
+            return None
+        action, members, step = self.groups[parts[0]]
+        return action, members, step, parts[1]
+
+    def key(self, name: str) -> tuple[int, int, int, str, int]:
+        last = len(self.order)
+        group = self._group(name)
+        if group is None:
+            return self.order.get(name, last), 0, 0, "", 0
+        action, members, step, member = group
+        place = members.index(member) if member in members else len(members)
+        return self.order.get(action, last), 1, place, member, step
+
+    def fan_out(self, name: str) -> str | None:
+        group = self._group(name)
+        return None if group is None else group[0]
+
+    def member(self, name: str) -> str | None:
+        group = self._group(name)
+        return None if group is None else group[3]
 
 
 def command_link(

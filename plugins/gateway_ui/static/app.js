@@ -110,9 +110,26 @@
   function showActions(progress) {
     const body = document.querySelector("#actions tbody");
     body.replaceChildren();
+    let group = null; // the fan-out member whose runs the rows are showing
+    let banded = false;
     for (const action of progress ? progress.actions : []) {
       const row = body.insertRow();
       row.dataset.action = action.name;
+      if (action.member) {
+        // A fan-out's member runs follow it member by member: each member a band of its own.
+        const key = action.fan_out + "@" + action.member;
+        if (key !== group) {
+          group = key;
+          banded = !banded;
+          row.classList.add("member-first");
+        }
+        row.classList.add("member", banded ? "member-banded" : "member-plain");
+        row.dataset.fanOut = action.fan_out;
+        row.dataset.member = action.member;
+      } else {
+        group = null;
+        banded = false;
+      }
       cell(row, action.name);
       cell(row, action.step);
       cell(row, action.phase, "phase-" + action.phase);
