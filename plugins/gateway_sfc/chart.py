@@ -35,9 +35,9 @@ Actions: ``step`` names a step (not a branch); names are unique (R aside); L and
 ``time_seconds`` > 0 and the other qualifiers must not have it; ``timeout_seconds`` is > 0 when
 given; a pull_event cannot be a pulse (P, P0, P1: nothing would wait for the event); an R
 association names an action that has an S association somewhere in the recipe (its own
-interaction and type_id are ignored); retry policies (the recipe's and the actions') have
-``max_attempts`` >= 1, ``backoff_seconds`` and ``max_backoff_seconds`` >= 0 and
-``backoff_multiplier`` >= 1.
+interaction and type_id are ignored); retry policies (the recipe's, the actions' and the steps')
+have ``max_attempts`` >= 1, ``backoff_seconds`` and ``max_backoff_seconds`` >= 0 and
+``backoff_multiplier`` >= 1; a step with a retry has actions.
 
 Conditions: every transition condition and named condition parses; ``<action>.<field>`` names
 an existing action; named conditions have names usable as bare words and do not refer to
@@ -199,6 +199,7 @@ class _Compiler:
             self.check_action(action)
         self.check_duplicate_actions()
         self.check_retry("recipe", self.recipe.retry)
+        self.check_step_retries()
         self.compile_named_conditions()
         for transition in self.recipe.transitions:
             self.compile_transition(transition)
@@ -374,6 +375,15 @@ class _Compiler:
             if first is not action:
                 where = "in the step" if first.step == action.step else f"in step {first.step!r}"
                 self.problem(_action(action), f"duplicate action name (already used {where})")
+
+    def check_step_retries(self) -> None:
+        for index, step in enumerate(self.recipe.steps):
+            if step.retry is None:
+                continue
+            element = f"recipe.steps[{index}]"
+            self.check_retry(element, step.retry)
+            if not self.recipe.actions_of(step.name):
+                self.problem(f"{element}.retry", "the step has no action to run again")
 
     def check_retry(self, element: str, retry: RetryPolicy) -> None:
         if retry.max_attempts < 1:

@@ -38,6 +38,8 @@ from gateway_sfc.model import Action, BranchType, Interaction, OnError, Qualifie
 
 # Entering more nodes than this in one settle means transitions loop without ever waiting.
 MAX_ENTRIES_PER_SETTLE = 1000
+# ``Execution.memo`` key: per step run again by its ``retry``, how many times it has run.
+STEP_RUNS = "step_runs"
 
 
 class ChartLoopError(Exception):
@@ -353,6 +355,9 @@ class Executor:
         effects.changed = True
         node = NodeRun(name=name, entered_at=now, branch=name in self.chart.branches)
         execution.nodes[name] = node
+        runs = execution.memo.get(STEP_RUNS)
+        if runs and runs.pop(name, None) is not None and not runs:
+            del execution.memo[STEP_RUNS]  # entered afresh (a loop): its retries start over
         if not node.branch:
             self._start_actions(execution, name, now, effects)
             return
@@ -435,8 +440,12 @@ class Executor:
         if self.recipe.on_error_of(action) is OnError.CONTINUE:
             run.phase = Phase.DONE  # with its error: the chart goes on
             return
+        if self._retry_step(execution, run, now, effects):
+            return
         run.phase = Phase.FAILED
-        message = f"action {run.name} (step {run.step}) failed after {run.tries} tries: {error}"
+        runs = execution.memo.get(STEP_RUNS, {}).get(run.step, 1)
+        step = f"step {run.step}" + (f", run {runs} times" if runs > 1 else "")
+        message = f"action {run.name} ({step}) failed after {run.tries} tries: {error}"
         if self.recipe.on_error_of(action).value == "hold":
             execution.status = Status.HELD
             execution.failed_action = run.name
@@ -444,6 +453,34 @@ class Executor:
             effects.report = Report.HOLD
         else:
             finish(execution, effects, "aborted", message)
+
+    def _retry_step(
+        self, execution: Execution, run: ActionRun, now: float, effects: Effects
+    ) -> bool:
+        """Run the failed action's step again when its ``retry`` has runs left: every action
+        it started on entry starts afresh (the tries still out are dropped: their late replies
+        match no try) once the backoff has passed (a durable ``DUE`` timer)."""
+        step = self.recipe.step(run.step)
+        policy = None if step is None else step.retry
+        if policy is None or run.step not in execution.nodes:
+            return False  # no step retry, or a stored (S) action failing after its step
+        runs = execution.memo.setdefault(STEP_RUNS, {})
+        done = int(runs.get(run.step, 1))
+        if done >= policy.max_attempts:
+            return False
+        runs[run.step] = done + 1
+        actions = self.recipe.actions_of(run.step)
+        for action in actions:  # replaced as a step entered again replaces them, in order
+            execution.actions.pop(action.name, None)
+        start = now + policy.delay_before(done + 1)
+        self._start_actions(execution, run.step, start, effects)
+        for action in actions:
+            again = execution.actions.get(action.name)
+            fresh = again is not None and again.phase is Phase.PENDING and again.tries == 0
+            if fresh and again is not None and again.not_before is None and start > now:
+                again.not_before = start
+                effects.timers.append(Timer(start, TimerKind.DUE, again.name))
+        return True
 
     def _retry_held_actions(self, execution: Execution) -> None:
         """MES Resume of a held job: every action that failed and holds it is tried again

@@ -73,6 +73,9 @@ class RetryPolicy:
 class Step:
     name: str
     initial: bool = False
+    # The whole step run again when one of its actions failed (after the action's own tries):
+    # every action it started is started afresh, after the policy's backoff.
+    retry: RetryPolicy | None = None
 
 
 @dataclass(frozen=True)
