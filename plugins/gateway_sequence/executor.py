@@ -2,10 +2,11 @@
 
 The rules, in the ESW sequencer's terms: blocks run in order; a ``par`` block sends all its
 commands at once and is done when every one succeeded. A step that fails (an error reply, no
-reply within ``timeout_seconds``, a command no driver could deliver) is tried again at once, up
-to ``max_attempts``; then ``on_error: abort`` ends the sequence (the job is aborted, the other
-commands of its block are cancelled) and ``on_error: hold`` holds it (commands already out
-finish; the MES's Resume tries the failed steps again). The MES's Pause lets commands out finish
+reply within ``timeout_seconds``, a command no driver could deliver) is tried again, up to
+``max_attempts``, ``backoff_seconds`` later (a durable ``DUE`` timer; 0: at once); then
+``on_error: abort`` ends the sequence (the job is aborted, the other commands of its block are
+cancelled) and ``on_error: hold`` holds it (commands already out finish; the MES's Resume tries
+the failed steps again). The MES's Pause lets commands out finish
 and starts no new block until Resume (the end, too, waits: job control completes only a Running
 job); Stop and Abort cancel what is out.
 
@@ -101,6 +102,9 @@ class SequenceExecutor:
         if timer.due > now:  # fired early by another instance's clock: set it again
             effects.timers.append(timer)
             return effects
+        if timer.kind is TimerKind.DUE:
+            self._due(execution, timer.action, now, effects)
+            return effects
         run = self._waiting(execution, timer.action, timer.attempt)
         if timer.kind is TimerKind.TIMEOUT and run is not None:
             command = self._commands[run.name]
@@ -181,7 +185,16 @@ class SequenceExecutor:
             execution.memo.pop("block_try", None)
             effects.changed = True
 
-    def _enter(self, execution: Execution, block: Block, now: float, effects: Effects) -> None:
+    def _enter(
+        self,
+        execution: Execution,
+        block: Block,
+        now: float,
+        effects: Effects,
+        *,
+        send_at: float | None = None,
+    ) -> None:
+        """``send_at``: when its commands go out (a block run again after its backoff)."""
         execution.nodes[block.name] = NodeRun(block.name, now, branch=block.parallel)
         if block.max_attempts > 1:  # which run of the block this is (it may be run again)
             execution.memo["block_try"] = execution.memo.get("block_try", 0) + 1
@@ -196,7 +209,7 @@ class SequenceExecutor:
                 run.error = skip
                 effects.changed = True
             else:
-                self._send(execution, run, command, now, effects)
+                self._send_at(execution, run, command, send_at or now, now, effects)
             if execution.status is Status.FINISHING:
                 return
 
@@ -237,6 +250,33 @@ class SequenceExecutor:
         timeout, side_effects = command.timeout_seconds, command.side_effects
         dispatch(execution, run, now, effects, timeout=timeout, side_effects=side_effects)
 
+    def _send_at(
+        self,
+        execution: Execution,
+        run: ActionRun,
+        command: Command,
+        at: float,
+        now: float,
+        effects: Effects,
+    ) -> None:
+        """Send ``run``'s next try at ``at``: now, or on a durable ``DUE`` timer (a backoff)."""
+        if at <= now:
+            self._send(execution, run, command, now, effects)
+            return
+        run.phase = Phase.PENDING
+        run.not_before, run.deadline = at, None
+        effects.timers.append(Timer(at, TimerKind.DUE, run.name))
+        effects.changed = True
+
+    def _due(self, execution: Execution, action: str, now: float, effects: Effects) -> None:
+        """A backoff is over: the try waiting for it goes out (unless the job moved on)."""
+        run = execution.actions.get(action)
+        if run is None or run.phase is not Phase.PENDING or execution.status not in ACTIVE:
+            return
+        if run.not_before is not None and run.not_before > now:
+            return  # a timer of an earlier backoff: this one has its own
+        self._send(execution, run, self._commands[run.name], now, effects)
+
     def _failed(
         self,
         execution: Execution,
@@ -252,7 +292,7 @@ class SequenceExecutor:
         run.error = reason
         effects.changed = True
         if retry and run.tries < command.max_attempts:
-            self._send(execution, run, command, now, effects)
+            self._send_at(execution, run, command, now + command.backoff_seconds, now, effects)
             return
         if data is not None:  # what the equipment read when it failed, beside the error
             execution.results[run.name] = data
@@ -280,14 +320,15 @@ class SequenceExecutor:
         self, execution: Execution, block: Block, now: float, effects: Effects
     ) -> None:
         """Run the whole par block again: what is still out is cancelled (its late replies
-        match no try), every command is sent afresh (new correlation ids)."""
+        match no try), every command is sent afresh (new correlation ids) once the block's
+        backoff has passed."""
         for command in block.commands:
             run = execution.actions.get(command.name)
             if run is not None and run.active:
                 run.phase = Phase.CANCELLED
             execution.results.pop(command.name, None)
         del execution.nodes[block.name]
-        self._enter(execution, block, now, effects)
+        self._enter(execution, block, now, effects, send_at=now + block.backoff_seconds)
 
     def _retry_failed(self, execution: Execution, now: float, effects: Effects) -> None:
         execution.status = Status.RUNNING

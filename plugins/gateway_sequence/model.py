@@ -56,6 +56,7 @@ class Command:
     parameters: Mapping[str, Any] = field(default_factory=dict)
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
     max_attempts: int = 1  # tries before the step fails (a new correlation id each)
+    backoff_seconds: float = 0.0  # the wait before each further try (0: at once)
     on_error: OnError = OnError.ABORT
     side_effects: bool = True  # whether sending it may change the product or equipment
     compensation: ActionSpec | None = None  # what undoes it when the job fails
@@ -74,8 +75,9 @@ class Block:
     commands: tuple[Command, ...]
     parallel: bool = False
     # A par block whose command failed (after its own tries) is run again, all of it, up to
-    # this many times in all.
+    # this many times in all, each run ``backoff_seconds`` after the failure.
     max_attempts: int = 1
+    backoff_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,15 @@ class SequenceRecipe:
             yield from block.commands
 
 
-RECIPE_FIELDS = {"name", "description", "steps", "on_error", "timeout_seconds", "max_attempts"}
+RECIPE_FIELDS = {
+    "name",
+    "description",
+    "steps",
+    "on_error",
+    "timeout_seconds",
+    "max_attempts",
+    "backoff_seconds",
+}
 COMMAND_FIELDS = {
     "name",
     "type_id",
@@ -105,6 +115,7 @@ COMMAND_FIELDS = {
     "parameters",
     "timeout_seconds",
     "max_attempts",
+    "backoff_seconds",
     "on_error",
     "side_effects",
     "compensation",
@@ -113,7 +124,7 @@ COMMAND_FIELDS = {
     "continue_on_error",
     "fan_out",
 }
-PAR_FIELDS = {"name", "par", "max_attempts"}
+PAR_FIELDS = {"name", "par", "max_attempts", "backoff_seconds"}
 
 
 def load_sequence(data: Any) -> SequenceRecipe:
@@ -128,6 +139,9 @@ def load_sequence(data: Any) -> SequenceRecipe:
             data.get("timeout_seconds", DEFAULT_TIMEOUT_SECONDS), "recipe.timeout_seconds", problems
         ),
         "max_attempts": _attempts(data.get("max_attempts", 1), "recipe.max_attempts", problems),
+        "backoff_seconds": _backoff(
+            data.get("backoff_seconds", 0.0), "recipe.backoff_seconds", problems
+        ),
     }
     name = _text(data.get("name"), "recipe.name", problems, optional=True)
     description = _text(data.get("description"), "recipe.description", problems, optional=True)
@@ -167,6 +181,7 @@ def _block(
         problems.append(f"{where}.par: must list at least two command steps to run in parallel")
         return None
     attempts = _attempts(step.get("max_attempts", 1), f"{where}.max_attempts", problems)
+    backoff = _backoff(step.get("backoff_seconds", 0.0), f"{where}.backoff_seconds", problems)
     commands = []
     for position, branch in enumerate(branches):
         inner = f"{where}.par[{position}]"
@@ -179,7 +194,13 @@ def _block(
         command = _command(branch, inner, defaults, problems)
         if command is not None:
             commands.append(command)
-    return Block(name or "par", tuple(commands), parallel=True, max_attempts=attempts or 1)
+    return Block(
+        name or "par",
+        tuple(commands),
+        parallel=True,
+        max_attempts=attempts or 1,
+        backoff_seconds=backoff or 0.0,
+    )
 
 
 _NAME_RULE = "must be 1-64 letters, digits or _.- characters"
@@ -244,6 +265,11 @@ def _command(
     attempts = _attempts(
         step.get("max_attempts", defaults["max_attempts"]), f"{where}.max_attempts", problems
     )
+    backoff = _backoff(
+        step.get("backoff_seconds", defaults["backoff_seconds"]),
+        f"{where}.backoff_seconds",
+        problems,
+    )
     on_error = _on_error(step.get("on_error", defaults["on_error"]), f"{where}.on_error", problems)
     condition = _condition(step.get("condition"), f"{where}.condition", problems, own=None)
     assertion = _condition(step.get("assertion"), f"{where}.assertion", problems, own=name)
@@ -284,6 +310,7 @@ def _command(
         parameters=dict(parameters),
         timeout_seconds=timeout,
         max_attempts=attempts,
+        backoff_seconds=backoff or 0.0,
         on_error=on_error,
         side_effects=side_effects,
         compensation=compensation,
@@ -348,6 +375,16 @@ def _attempts(value: Any, where: str, problems: list[str]) -> int | None:
         problems.append(f"{where}: must be a whole number >= 1, got {value!r}")
         return None
     return value
+
+
+def _backoff(value: Any, where: str, problems: list[str]) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        problems.append(f"{where}: must be a number of seconds >= 0, got {value!r}")
+        return None
+    if value < 0:
+        problems.append(f"{where}: must be >= 0, got {value}")
+        return None
+    return float(value)
 
 
 def _on_error(value: Any, where: str, problems: list[str]) -> OnError | None:

@@ -21,7 +21,16 @@ from gateway.formats import ActionSpec
 PIPELINE_FIELDS = {"name", "fan_out", "steps", "on_error", "continue_on_error"}
 # What a pipeline's step may not have: the member is its equipment, and the rest is the
 # block's (or not supported per member).
-NOT_IN_PIPELINE = ("equipment", "condition", "assertion", "compensation", "fan_out", "on_error")
+# A member's step is tried again at once (the runtime's pipeline has no backoff).
+NOT_IN_PIPELINE = (
+    "equipment",
+    "condition",
+    "assertion",
+    "compensation",
+    "fan_out",
+    "on_error",
+    "backoff_seconds",
+)
 
 Loader = Callable[[Mapping[str, Any], str], Any]  # a command step, or None (problems added)
 

@@ -1,6 +1,6 @@
 """Retries of a whole step or block, end to end (real mosquitto and Redis, ``TestEquipment``):
-the failed tightening runs its step again (the clamp too) after the backoff, which the runtime
-keeps as a durable timer."""
+the failed tightening runs its step (SFC) or its par block (sequence) again, the clamp too,
+after the backoff, which the runtime keeps as a durable timer."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from gateway.testing.equipment import EquipmentFailure
 from gateway_jobs.testing import final_response, store_and_start
 from gateway_jobs.testing import response_data as results
 from gateway_jobs.testing import state_texts as states
+from gateway_sequence import DATASCHEMA as SEQUENCE
 from gateway_sfc.model import DATASCHEMA as SFC
 from tests.e2e.test_workflow import CLAMP, TIGHTEN, Station
 
@@ -87,3 +88,43 @@ async def test_a_failed_tightening_runs_its_sfc_step_again_after_the_backoff(
     failed_at = next(at for action, at in recorded.times if action == "tighten")
     again_at = min(at for _, at in recorded.times[2:])
     assert again_at - failed_at >= BACKOFF  # not before the backoff passed
+
+
+STEP_BACKOFF = 0.2
+PAR_RETRY_SEQUENCE = {
+    "timeout_seconds": 5,
+    "steps": [
+        {
+            "name": "work",
+            "max_attempts": 2,
+            "backoff_seconds": BACKOFF,
+            "par": [
+                {"name": "clamp", "type_id": CLAMP, "equipment": "clamp1"},
+                {
+                    "name": "tighten",
+                    "type_id": TIGHTEN,
+                    "equipment": "nutrunner1",
+                    "max_attempts": 2,
+                    "backoff_seconds": STEP_BACKOFF,
+                },
+            ],
+        }
+    ],
+}
+
+
+async def test_a_sequence_tries_its_step_then_its_par_block_again_after_their_backoffs(
+    station: Station,
+) -> None:
+    recorded = Recorded(failures=2)  # both tries of the tightening: the block runs again
+    station.equipment.behaviours = {CLAMP: recorded.behaviour, TIGHTEN: recorded.behaviour}
+    async with running(station.gateway()), station.mes() as mes:
+        await store_and_start(mes, PAR_RETRY_SEQUENCE, dataschema=SEQUENCE)
+        response = await final_response(mes)
+    assert states(response)[:2] == ["Ended", "Completed"]
+    tightenings = [at for action, at in recorded.times if action == "tighten"]
+    clampings = [at for action, at in recorded.times if action == "clamp"]
+    assert (len(tightenings), len(clampings)) == (3, 2)
+    assert tightenings[1] - tightenings[0] >= STEP_BACKOFF  # the step's own backoff
+    assert clampings[1] - tightenings[1] >= BACKOFF  # then the block's, clamp and all
+    assert tightenings[2] - tightenings[1] >= BACKOFF
