@@ -179,6 +179,7 @@ class Sample:
     dedupe_markers: int
     global_markers: int  # markers of no scope: what heartbeats used to leave
     change_entries: int  # the scope's change stream: it grows to its cap, then stays
+    jobs_ended: int = 0  # jobs this MES has seen ended so far
 
 
 def _proc(pid: int) -> tuple[int, int] | None:
@@ -417,7 +418,9 @@ async def _drive(station: Station, options: Options) -> dict[str, Any]:
 
         async def sampler() -> None:
             while not finished.is_set():
-                samples.append(await sample(station, client, began))
+                taken = await sample(station, client, began)
+                taken.jobs_ended = len(tally.seen_ended)
+                samples.append(taken)
                 with anyio.move_on_after(options.sample_every):
                     await finished.wait()
 
@@ -510,6 +513,9 @@ def report(
             # Keys without a TTL at the end, every job cleared: what lasts for ever.
             "lasting_keys": usage["keys"] - usage["expiring_keys"] if "keys" in usage else None,
             "measured_from_second": round((plateau or warm)[0].at) if (plateau or warm) else None,
+            "keys_over_retention_most": keys_over_retention(
+                samples, plateau, usage, options.concurrency
+            ),
         },
         "store_usage": usage,
         "samples": len(samples),
@@ -524,6 +530,29 @@ def report(
             for item in samples
         ],
     }
+
+
+def keys_over_retention(
+    samples: list[Sample], plateau: list[Sample], usage: dict[str, Any], workers: int
+) -> float | None:
+    """The most keys Redis held over what the retention implies at that moment: the jobs
+    ended within the last ``kept_seconds`` times an ended job's keys (``gateway store
+    usage``), plus the keys that last and the jobs in progress' own (at most twice an ended
+    job's, per MES worker: the pace of the run changes, so the count of keys does too).
+    1.0: as implied; a leak makes it grow past that as the run goes on."""
+    per_job = usage.get("per_job")
+    if not per_job or not plateau:
+        return None
+    kept, keys_per_job = float(per_job["kept_seconds"]), float(per_job["keys"])
+    lasting = int(usage["keys"]) - int(usage["expiring_keys"])
+    ratios: list[float] = []
+    for item in plateau:
+        before = next((s for s in reversed(samples) if s.at <= item.at - kept), samples[0])
+        ended_within = item.jobs_ended - before.jobs_ended
+        in_progress = 2 * keys_per_job * workers
+        implied = keys_per_job * ended_within + lasting + in_progress
+        ratios.append(item.redis_keys / implied)
+    return round(max(ratios), 2)
 
 
 def redis_plateau(samples: list[Sample], options: Options) -> list[Sample]:
@@ -602,7 +631,8 @@ def print_report(figures: dict[str, Any]) -> None:
         f" now {redis['memory_mb_last']} MB, {redis['keys_last']} keys (most "
         f"{redis['keys_most']}); de-duplication markers {redis['dedupe_markers_last']}, "
         f"of no scope (heartbeats) at most {redis['global_markers_most']}; keys without a TTL "
-        f"(every job cleared) {redis['lasting_keys']}"
+        f"(every job cleared) {redis['lasting_keys']}; keys held at most "
+        f"{redis['keys_over_retention_most']} x what the retention implies"
     )
     usage = figures["store_usage"]
     if "per_job" in usage:
