@@ -358,7 +358,7 @@ class _Compiler:
                 f"a pull_event action cannot have qualifier {action.qualifier}: "
                 "pulses do not wait, so nothing would wait for the event",
             )
-        if not action.type_id:
+        if not action.type_id and action.pipeline is None:  # a pipeline's steps have theirs
             self.problem(element, "type_id must not be empty")
         if action.equipment == "":
             self.problem(element, "equipment must not be empty (leave it out for the default)")

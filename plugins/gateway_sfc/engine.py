@@ -35,6 +35,7 @@ from gateway.recipes import JobCommand
 from gateway_sfc.chart import Chart, Edge
 from gateway_sfc.guards import assertion_error, skip_reason
 from gateway_sfc.model import Action, BranchType, Interaction, OnError, Qualifier
+from gateway_sfc.pipeline import pipeline_timeout
 
 # Entering more nodes than this in one settle means transitions loop without ever waiting.
 MAX_ENTRIES_PER_SETTLE = 1000
@@ -272,12 +273,15 @@ class Executor:
 
     def _dispatch(self, execution: Execution, run: ActionRun, now: float, effects: Effects) -> None:
         action = self._action(run)
+        timeout = action.timeout_seconds
+        if action.pipeline is not None:  # its steps wait, one after the other
+            timeout = pipeline_timeout(action)
         dispatch(
             execution,
             run,
             now,
             effects,
-            timeout=action.timeout_seconds,
+            timeout=timeout,
             side_effects=action.has_side_effects,
             command=action.interaction is Interaction.PUSH_COMMAND,
         )

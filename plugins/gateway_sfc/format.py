@@ -14,6 +14,7 @@ from gateway_sfc.compensation import compensation_of, fan_out_of
 from gateway_sfc.editing import edit_chart
 from gateway_sfc.engine import Executor
 from gateway_sfc.model import DATASCHEMA, Action, Qualifier
+from gateway_sfc.pipeline import pipeline_of
 from gateway_sfc.render import render_mermaid
 from gateway_sfc.svg import render_svg
 from gateway_sfc.validation import load_chart
@@ -51,10 +52,13 @@ class SfcProgram:
 
 
 def _spec(action: Action, max_attempts: int) -> ActionSpec:
-    """The action as the runtime sees it (the recipe was checked: its compensation loads)."""
+    """The action as the runtime sees it (the recipe was checked: its compensation and its
+    pipeline load)."""
+    pipeline = pipeline_of(action, "", [])
     return ActionSpec(
         name=action.name,
-        type_id=action.type_id,
+        # A pipeline's "declared" members are the equipment declaring its first step's type.
+        type_id=pipeline[0].type_id if pipeline else action.type_id,
         interaction=action.interaction,
         equipment=action.equipment,
         parameters=action.parameters,
@@ -63,6 +67,7 @@ def _spec(action: Action, max_attempts: int) -> ActionSpec:
         side_effects=action.has_side_effects,
         compensation=compensation_of(action, "", []),
         fan_out=fan_out_of(action, "", []),
+        pipeline=pipeline,
     )
 
 

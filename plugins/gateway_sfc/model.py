@@ -93,7 +93,7 @@ class Action:
     name: str
     step: str
     interaction: Interaction
-    type_id: str
+    type_id: str = ""  # required, but for a pipeline action (its steps have theirs)
     qualifier: Qualifier = Qualifier.N
     equipment: str | None = None  # target device; default: the action's ``type_id`` routing
     timeout_seconds: float | None = None
@@ -108,6 +108,8 @@ class Action:
     condition: str | None = None  # false when due: skipped (``gateway_sfc.guards``)
     assertion: str | None = None  # false on its reply: the try failed
     fan_out: dict[str, Any] | None = None  # to a set of equipment at once (``gateway.fanout``)
+    # Steps each fan-out member runs on its own (``gateway_sfc.pipeline``), as recipe JSON.
+    pipeline: list[Any] | None = None
 
     @property
     def has_side_effects(self) -> bool:

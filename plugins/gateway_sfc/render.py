@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from gateway_sfc.chart import Chart, Edge
 from gateway_sfc.model import Action, BranchType, Qualifier
+from gateway_sfc.pipeline import what_it_sends
 
 FORK = "═══"
 
@@ -106,7 +107,7 @@ def _action_line(action: Action) -> str:
         return escape(f"{action.name} [R]")
     timing = f" {action.time_seconds:g}s" if action.time_seconds is not None else ""
     return escape(
-        f"{action.name} [{action.qualifier}{timing}] {action.interaction} {action.type_id}"
+        f"{action.name} [{action.qualifier}{timing}] {action.interaction} {what_it_sends(action)}"
     )
 
 

@@ -25,6 +25,7 @@ from html import escape as _escape
 
 from gateway_sfc.chart import Chart, Edge
 from gateway_sfc.model import Action, BranchType, Qualifier
+from gateway_sfc.pipeline import what_it_sends
 
 STEP_W, STEP_H = 150, 36
 ACTION_GAP, ACTION_W, ACTION_ROW, QUALIFIER_W = 18, 280, 30, 30
@@ -168,7 +169,7 @@ def _action(action: Action, x: float, y: float) -> Iterator[str]:
     qualifier = str(action.qualifier)
     if action.time_seconds is not None:
         qualifier += f" {action.time_seconds:g}s"
-    kind = f"{action.interaction} {action.type_id}"
+    kind = f"{action.interaction} {what_it_sends(action)}"
     if action.qualifier is Qualifier.R:
         kind = "reset"
     elif action.timeout_seconds:
@@ -189,7 +190,8 @@ def _action(action: Action, x: float, y: float) -> Iterator[str]:
     yield f'<text x="{x + QUALIFIER_W + 5:.1f}" y="{y + 13:.1f}">{_text(action.name)}</text>'
     yield (
         f'<text class="kind" x="{x + QUALIFIER_W + 5:.1f}" y="{y + 25:.1f}">'
-        f"<title>{_text(f'{action.interaction} {action.type_id}')}</title>{_text(kind)}</text>"
+        f"<title>{_text(f'{action.interaction} {what_it_sends(action)}')}</title>"
+        f"{_text(kind)}</text>"
     )
     yield "</g>"
 

@@ -15,6 +15,7 @@ from gateway_sfc.chart import Chart, RecipeError, compile_chart
 from gateway_sfc.compensation import compensation_check, compensation_of
 from gateway_sfc.guards import guard_problems
 from gateway_sfc.model import Interaction, Qualifier, Recipe, load_recipe
+from gateway_sfc.pipeline import pipeline_problems
 
 
 def load_chart(data: Any) -> Chart:
@@ -28,8 +29,9 @@ def load_chart(data: Any) -> Chart:
         chart = compile_chart(recipe)
     except RecipeError as error:
         more = [*_compensation_problems(recipe), *guard_problems(recipe)]
-        raise RecipeError([*error.problems, *more]) from None
+        raise RecipeError([*error.problems, *more, *pipeline_problems(recipe)]) from None
     problems = [*_compensation_problems(recipe), *guard_problems(recipe)]
+    problems += pipeline_problems(recipe)
     if problems:
         raise RecipeError(problems)
     return chart

@@ -450,11 +450,52 @@ INSERT = "com.example.insert.v1"
 BENCH_TEST = "com.example.bench_test.v1"
 
 
+SLOTS = {"members": ["slot1", "slot2", "slot3"], "policy": 2}
+PIPELINE_STEPS = [{"name": "insert", "type_id": INSERT}, {"name": "bench", "type_id": BENCH_TEST}]
+PIPELINE_SEQUENCE = {
+    "timeout_seconds": 5,
+    "steps": [
+        {"name": "per_slot", "fan_out": SLOTS, "steps": PIPELINE_STEPS},
+        {"name": "release", "type_id": CLAMP, "equipment": "clamp1"},
+    ],
+}
+PIPELINE_CHART = {
+    "steps": [{"name": "Test", "initial": True}, {"name": "Release"}, {"name": "Done"}],
+    "transitions": [
+        {"source": "Test", "target": "Release"},
+        {"source": "Release", "target": "Done"},
+    ],
+    "actions": [
+        {
+            "name": "per_slot",
+            "step": "Test",
+            "interaction": "push_command",
+            "timeout_seconds": 5,
+            "fan_out": SLOTS,
+            "pipeline": PIPELINE_STEPS,
+        },
+        {
+            "name": "release",
+            "step": "Release",
+            "interaction": "push_command",
+            "type_id": CLAMP,
+            "equipment": "clamp1",
+            "timeout_seconds": 5,
+        },
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    ("dataschema", "recipe"),
+    [(SEQUENCE, PIPELINE_SEQUENCE), (SFC, PIPELINE_CHART)],
+    ids=["seq", "sfc"],
+)
 async def test_a_per_member_pipeline_where_one_member_fails_and_the_others_complete(
-    station: Station,
+    station: Station, dataschema: str, recipe: dict[str, Any]
 ) -> None:
     """A test bench: each slot inserts, then tests, on its own; slot2 has no part, which stops
-    its pipeline alone."""
+    its pipeline alone. The same recipe as a sequence and as an SFC chart."""
 
     def insert(command: EquipmentCommand) -> Any:
         if command.equipment == "slot2":
@@ -465,22 +506,8 @@ async def test_a_per_member_pipeline_where_one_member_fails_and_the_others_compl
         INSERT: insert,
         BENCH_TEST: lambda command: {"passed": True},
     }
-    recipe = {
-        "timeout_seconds": 5,
-        "steps": [
-            {
-                "name": "per_slot",
-                "fan_out": {"members": ["slot1", "slot2", "slot3"], "policy": 2},
-                "steps": [
-                    {"name": "insert", "type_id": INSERT},
-                    {"name": "bench", "type_id": BENCH_TEST},
-                ],
-            },
-            {"name": "release", "type_id": CLAMP, "equipment": "clamp1"},
-        ],
-    }
     async with running(station.gateway()), station.mes() as mes:
-        await store_and_start(mes, recipe, dataschema=SEQUENCE)
+        await store_and_start(mes, recipe, dataschema=dataschema)
         response = await final_response(mes)
     assert states(response)[:2] == ["Ended", "Completed"]
     per_slot = results(response)["per_slot"]
