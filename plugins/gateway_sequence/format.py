@@ -101,7 +101,7 @@ def _rows(recipe: SequenceRecipe) -> list[Row]:
 
 def _detail(command: Command) -> str:
     """Where the command goes, and what the workflow model adds to it: the members of a
-    fan-out (or a pipeline's steps), the condition, what undoes it."""
+    fan-out (or a pipeline's steps), the condition, its tries, what undoes it."""
     if command.pipeline:
         where = "per member: " + " > ".join(step.name for step in command.pipeline)
     elif command.fan_out is not None:
@@ -111,6 +111,9 @@ def _detail(command: Command) -> str:
     parts = [where]
     if command.condition is not None:
         parts.append(f"if {command.condition.text}")
+    if command.max_attempts > 1 and not command.pipeline:
+        apart = f", {command.backoff_seconds:g} s apart" if command.backoff_seconds else ""
+        parts.append(f"{command.max_attempts} tries{apart}")
     if command.compensation is not None:
         parts.append(f"undo: {command.compensation.name}")
     return " | ".join(parts)

@@ -124,6 +124,8 @@ class _Step(_Block):
         self.initial = name == chart.initial
         self.is_active = name in active
         self.actions = chart.recipe.actions_of(name)
+        step = chart.recipe.step(name)
+        self.retry = None if step is None else step.retry
         rows = len(self.actions)
         super().__init__(
             left=STEP_W / 2,
@@ -154,6 +156,16 @@ class _Step(_Block):
             f'<text class="name" x="{x:.1f}" y="{box_y + STEP_H / 2 + 4.5:.1f}">'
             f"{_text(self.name)}</text>"
         )
+        if self.retry is not None and self.retry.max_attempts > 1:
+            # Its step retry: the whole step runs up to this many times.
+            retry = self.retry
+            tip = (
+                f"runs up to {retry.max_attempts} times, {retry.backoff_seconds:g} s apart at first"
+            )
+            yield (
+                f'<text class="retry" x="{x + STEP_W / 2 - 4:.1f}" y="{box_y + 11:.1f}" '
+                f'text-anchor="end"><title>{_text(tip)}</title>↻{retry.max_attempts}</text>'
+            )
         if self.height > STEP_H:  # the link runs through the padding above and below the box
             yield _line(x, y, x, box_y)
             yield _line(x, box_y + STEP_H, x, y + self.height)

@@ -9,6 +9,7 @@ import pytest
 
 from gateway.formats import Effects, Phase, RecipeError, Report, Status, Timer, TimerKind
 from gateway.recipes import JobCommand
+from gateway_sequence.format import SequenceFormat
 from gateway_sequence.model import load_sequence
 from tests.plugins.gateway_sequence.test_sequence_executor import Job, step
 
@@ -33,6 +34,12 @@ def test_a_failed_step_is_tried_again_after_its_backoff() -> None:
     assert job.run("a").attempt == first + 1
     job.reply("a")
     assert job.block == ["b"]
+
+
+def test_the_drawing_says_how_often_and_how_far_apart_a_step_is_tried() -> None:
+    recipe = {"steps": [step("a", max_attempts=3, backoff_seconds=2.5), step("b")]}
+    program = SequenceFormat().compile(recipe)
+    assert "3 tries, 2.5 s apart" in SequenceFormat().render_svg(program)
 
 
 def test_the_recipe_s_backoff_is_every_step_s_default() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.formats import Phase, Status, TimerKind
+from gateway_sfc.format import SfcFormat
 from gateway_sfc.validation import validate_recipe
 from tests.plugins.gateway_sfc.test_engine import Run, chain, push, steps
 
@@ -114,3 +115,9 @@ def test_a_step_without_actions_cannot_retry_and_bad_retries_are_named_at_their_
     recipe["steps"] = [*steps("Init"), {"name": "Work", "retry": {"max_attempts": "2"}}]
     (problem,) = validate_recipe(recipe)
     assert problem.startswith("recipe.steps[1].retry.max_attempts: ")
+
+
+def test_the_drawing_marks_a_step_that_runs_again() -> None:
+    program = SfcFormat().compile(clamp_and_tighten({"max_attempts": 3, "backoff_seconds": 2}))
+    svg = SfcFormat().render_svg(program)
+    assert "<title>runs up to 3 times, 2 s apart at first</title>↻3</text>" in svg
