@@ -100,11 +100,18 @@ def pipeline_timeout(action: Action) -> float:
 
 
 def what_it_sends(action: Action) -> str:
-    """For drawings: its type, or a pipeline's steps (``pipeline insert → bench``)."""
+    """For drawings: its type, or a pipeline's steps (``pipeline insert → bench``), and what
+    the workflow model adds: to whom a fan-out sends, what undoes it."""
     if action.pipeline is None:
-        return action.type_id
-    names = [step.get("name") for step in action.pipeline if isinstance(step, Mapping)]
-    return "pipeline " + " → ".join(str(name) for name in names)
+        what = action.type_id
+    else:
+        names = [step.get("name") for step in action.pipeline if isinstance(step, Mapping)]
+        what = "pipeline " + " → ".join(str(name) for name in names)
+    if isinstance(action.fan_out, Mapping):
+        what += f" to each member ({action.fan_out.get('policy', 'all')})"
+    if isinstance(action.compensation, Mapping):
+        what += f" | undo: {action.compensation.get('name', f'{action.name}.undo')}"
+    return what
 
 
 def _is_number(value: Any) -> bool:

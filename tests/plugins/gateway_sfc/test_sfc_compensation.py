@@ -127,3 +127,10 @@ def test_a_fan_out_is_part_of_its_actions_spec() -> None:
     assert spec.fan_out is not None
     assert (spec.fan_out.members, spec.fan_out.policy) == (("nr1", "nr2"), "any")
     assert [use.equipment for use in spec.equipment_uses()] == ["nr1", "nr2"]
+
+
+def test_the_drawing_says_what_undoes_an_action() -> None:
+    program = SfcFormat().compile(chart(compensation={"name": "unclamp", "type_id": "x.v1"}))
+    assert "<title>push_command com.example.clamp.v1 | undo: unclamp</title>" in (
+        SfcFormat().render_svg(program)
+    )

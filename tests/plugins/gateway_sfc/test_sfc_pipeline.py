@@ -47,12 +47,11 @@ def test_the_runtime_gets_the_steps_the_first_one_s_type_and_a_wait_for_them_all
     assert timeout.due == 1000.0 + 5 + 20 * 2  # each step's wait, for each of its tries
 
 
-def test_the_drawings_name_a_pipeline_s_steps() -> None:
+def test_the_drawings_name_a_pipeline_s_steps_and_its_members() -> None:
     program = SfcFormat().compile(chart())
-    assert "push_command pipeline insert → bench" in SfcFormat().render_svg(program)
-    assert "per_slot [N] push_command pipeline insert → bench" in SfcFormat().render_mermaid(
-        program
-    )
+    drawn = "push_command pipeline insert → bench to each member (all)"
+    assert f"<title>{drawn}</title>" in SfcFormat().render_svg(program)
+    assert f"per_slot [N] {drawn}" in SfcFormat().render_mermaid(program)
 
 
 def test_pipeline_problems_are_named_at_their_path() -> None:
