@@ -102,6 +102,8 @@ class ActionSpec:
     # A per-member pipeline: these steps run one after the other for each member, each
     # member on its own (a fan-out's ``pipeline``); empty: the action's own command.
     pipeline: tuple[ActionSpec, ...] = ()
+    # A pipeline step's wait before each further try (a durable ``DUE`` timer; 0: at once).
+    backoff_seconds: float = 0.0
 
     def equipment_uses(self) -> list[EquipmentUse]:
         """What it asks of equipment: its own, or each of its fan-out's."""

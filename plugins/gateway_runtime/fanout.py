@@ -14,8 +14,9 @@ starts (``FannedProgram``: the program with ``ActionSpec.members`` set).
 
 A **per-member pipeline** (``ActionSpec.pipeline``) is a fan-out whose members each run a list
 of steps on their own: member ``nr2`` may be on its third step while ``nr4`` is still on its
-first, and a member whose step failed (after that step's tries) stops only its own pipeline.
-Each step of each member is a run ``<step>@<member>``; the action's result is, per member, the
+first, and a member whose step failed (after that step's tries, each further one after its
+``backoff_seconds`` on a durable ``DUE`` timer) stops only its own pipeline. Each step of each
+member is a run ``<step>@<member>``; the action's result is, per member, the
 results of its steps by name.
 """
 
@@ -149,7 +150,15 @@ class FanOutExecutor:
             effects.timers.append(timer)
             return effects
         run = execution.actions.get(timer.action)
-        out = run is not None and run.attempt == timer.attempt and run.phase is Phase.DISPATCHED
+        current = run is not None and run.attempt == timer.attempt
+        if timer.kind is TimerKind.DUE and run is not None and current:
+            if run.phase is Phase.PENDING:  # a pipeline step's backoff is over: its next try
+                _, member, step, _ = located
+                self._send(
+                    execution, step, member, run.step, now, effects, effects.sends, again=True
+                )
+            return effects
+        out = current and run is not None and run.phase is Phase.DISPATCHED
         if timer.kind is not TimerKind.TIMEOUT or run is None or not out:
             return effects
         step = located[2]
@@ -269,7 +278,14 @@ class FanOutExecutor:
         effects.changed = True
         if error is not None and run.tries < step.max_attempts:
             run.error = error
-            self._send(execution, step, member, run.step, now, effects, effects.sends, again=True)
+            if step.backoff_seconds > 0:  # its next try waits on a durable timer
+                run.phase = Phase.PENDING
+                run.not_before, run.deadline = now + step.backoff_seconds, None
+                effects.timers.append(Timer(run.not_before, TimerKind.DUE, run.name, run.attempt))
+            else:
+                self._send(
+                    execution, step, member, run.step, now, effects, effects.sends, again=True
+                )
             return effects
         run.phase = Phase.DONE  # done either way: the fan-out keeps how it went
         run.error = error

@@ -230,8 +230,12 @@ def _pipeline(
     command = Command(
         name=name,
         type_id=commands[0].type_id,  # "declared" members declare the first step's type
-        # The whole pipeline is bounded by its steps' waits.
-        timeout_seconds=sum(inner.timeout_seconds * inner.max_attempts for inner in commands),
+        # The whole pipeline is bounded by its steps' waits (and their backoffs).
+        timeout_seconds=sum(
+            inner.timeout_seconds * inner.max_attempts
+            + inner.backoff_seconds * (inner.max_attempts - 1)
+            for inner in commands
+        ),
         on_error=on_error,
         side_effects=any(inner.side_effects for inner in commands),
         continue_on_error=continue_on_error,

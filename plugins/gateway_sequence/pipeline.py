@@ -21,16 +21,7 @@ from gateway.formats import ActionSpec
 PIPELINE_FIELDS = {"name", "fan_out", "steps", "on_error", "continue_on_error"}
 # What a pipeline's step may not have: the member is its equipment, and the rest is the
 # block's (or not supported per member).
-# A member's step is tried again at once (the runtime's pipeline has no backoff).
-NOT_IN_PIPELINE = (
-    "equipment",
-    "condition",
-    "assertion",
-    "compensation",
-    "fan_out",
-    "on_error",
-    "backoff_seconds",
-)
+NOT_IN_PIPELINE = ("equipment", "condition", "assertion", "compensation", "fan_out", "on_error")
 
 Loader = Callable[[Mapping[str, Any], str], Any]  # a command step, or None (problems added)
 
@@ -76,6 +67,7 @@ def step_specs(commands: tuple[Any, ...]) -> tuple[ActionSpec, ...]:
             timeout_seconds=command.timeout_seconds,
             max_attempts=command.max_attempts,
             side_effects=command.side_effects,
+            backoff_seconds=command.backoff_seconds,
         )
         for command in commands
     )

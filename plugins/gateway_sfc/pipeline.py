@@ -24,7 +24,15 @@ from typing import Any
 from gateway.formats import ActionSpec
 from gateway_sfc.model import Action, Recipe
 
-STEP_FIELDS = {"name", "type_id", "parameters", "timeout_seconds", "max_attempts", "side_effects"}
+STEP_FIELDS = {
+    "name",
+    "type_id",
+    "parameters",
+    "timeout_seconds",
+    "max_attempts",
+    "backoff_seconds",
+    "side_effects",
+}
 # A step's name is part of its runs' names and correlation ids (``<job>:<step>@<member>:<n>``).
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 DEFAULT_TIMEOUT_SECONDS = 60.0  # a member never waits forever
@@ -77,6 +85,11 @@ def _step(value: Any, where: str, timeout: float | None, problems: list[str]) ->
     attempts = value.get("max_attempts", 1)
     if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
         problems.append(f"{where}.max_attempts: must be a whole number >= 1, got {attempts!r}")
+    backoff = value.get("backoff_seconds", 0.0)
+    if not _is_number(backoff) or backoff < 0:
+        problems.append(
+            f"{where}.backoff_seconds: must be a number of seconds >= 0, got {backoff!r}"
+        )
     side_effects = value.get("side_effects", True)
     if not isinstance(side_effects, bool):
         problems.append(f"{where}.side_effects: must be true or false")
@@ -89,14 +102,19 @@ def _step(value: Any, where: str, timeout: float | None, problems: list[str]) ->
         timeout_seconds=float(seconds),
         max_attempts=attempts,
         side_effects=side_effects,
+        backoff_seconds=float(backoff),
     )
 
 
 def pipeline_timeout(action: Action) -> float:
-    """How long a pipeline action waits in all: each step's wait, for each of its tries (the
-    members run their steps at once, each waiting for its own)."""
+    """How long a pipeline action waits in all: each step's wait, for each of its tries, and
+    the backoffs between them (the members run their steps at once, each waiting for its own)."""
     steps = pipeline_of(action, "", [])
-    return sum((step.timeout_seconds or 0.0) * step.max_attempts for step in steps)
+    return sum(
+        (step.timeout_seconds or 0.0) * step.max_attempts
+        + step.backoff_seconds * (step.max_attempts - 1)
+        for step in steps
+    )
 
 
 def what_it_sends(action: Action) -> str:

@@ -264,3 +264,22 @@ def test_a_rollback_undoes_each_member_that_succeeded_on_that_member() -> None:
     assert rollback is not None
     assert rollback.safe is True
     assert [entry["compensation"] for entry in rollback.ran] == ["untighten@nr1", "untighten@nr3"]
+
+
+def test_a_pipeline_step_waits_its_backoff_before_its_next_try() -> None:
+    data = pipeline()
+    data["steps"][0]["steps"][1]["backoff_seconds"] = 4
+    job = PipelineJob(data)
+    job.reply("insert@s1", {"ok": 1})
+    first = job.run("test@s1").attempt
+    effects = job.reply("test@s1", error="flaky")
+    assert effects.sends == []  # not at once
+    (due,) = [timer for timer in effects.timers if timer.kind is TimerKind.DUE]
+    assert (due.action, due.due) == ("test@s1", T0 + 4)
+    early = job.executor.on_timer(job.execution, due, T0 + 3)
+    assert (early.timers, early.sends) == ([due], [])  # fired early: set again
+    again = job._record(job.executor.on_timer(job.execution, due, T0 + 4))
+    assert again.sends == ["test@s1"]
+    assert job.run("test@s1").attempt == first + 1
+    late = job._record(job.executor.on_timer(job.execution, due, T0 + 5))
+    assert late.sends == []  # that backoff is over: its timer fires in vain

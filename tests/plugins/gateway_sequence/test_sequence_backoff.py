@@ -88,18 +88,6 @@ def test_a_try_waiting_for_its_backoff_is_cancelled_by_an_abort() -> None:
             {"steps": [{"par": [step("a"), step("b")], "backoff_seconds": True}]},
             "recipe.steps[0].backoff_seconds: must be a number of seconds >= 0, got True",
         ),
-        (
-            {
-                "steps": [
-                    {
-                        "name": "p",
-                        "fan_out": {"members": ["m1"]},
-                        "steps": [step("a", backoff_seconds=1)],
-                    }
-                ]
-            },
-            "recipe.steps[0].steps[0].backoff_seconds: not for a pipeline's step (the block's own)",
-        ),
     ],
 )
 def test_a_bad_backoff_is_named_at_its_path(recipe: dict[str, Any], problem: str) -> None:

@@ -22,7 +22,13 @@ def chart(**per_slot: Any) -> dict[str, Any]:
         "fan_out": {"members": ["slot1", "slot2"]},
         "pipeline": [
             {"name": "insert", "type_id": INSERT},
-            {"name": "bench", "type_id": BENCH, "max_attempts": 2, "timeout_seconds": 20},
+            {
+                "name": "bench",
+                "type_id": BENCH,
+                "max_attempts": 2,
+                "timeout_seconds": 20,
+                "backoff_seconds": 3,
+            },
         ],
         **per_slot,
     }
@@ -44,7 +50,8 @@ def test_the_runtime_gets_the_steps_the_first_one_s_type_and_a_wait_for_them_all
     assert spec.type_id == INSERT  # "declared" members declare the first step's type
     _, effects = program.executor({}, ExecutorOptions()).start("cell1", "J1", 1000.0)
     (timeout,) = [timer for timer in effects.timers if timer.kind is TimerKind.TIMEOUT]
-    assert timeout.due == 1000.0 + 5 + 20 * 2  # each step's wait, for each of its tries
+    assert spec.pipeline[1].backoff_seconds == 3
+    assert timeout.due == 1000.0 + 5 + 20 * 2 + 3  # each step's waits and backoffs
 
 
 def test_the_drawings_name_a_pipeline_s_steps_and_its_members() -> None:
@@ -66,8 +73,8 @@ def test_pipeline_problems_are_named_at_their_path() -> None:
     ]
     bad_steps = [{"name": "per_slot", "type_id": INSERT, "equipment": "x"}, {"name": "a:b"}]
     assert validate_recipe(chart(pipeline=bad_steps)) == [
-        "recipe.actions[0].pipeline[0]: unknown field 'equipment' (fields: max_attempts, name, "
-        "parameters, side_effects, timeout_seconds, type_id)",
+        "recipe.actions[0].pipeline[0]: unknown field 'equipment' (fields: backoff_seconds, "
+        "max_attempts, name, parameters, side_effects, timeout_seconds, type_id)",
         "recipe.actions[0].pipeline[1].name: must be 1-64 letters, digits or _.- characters, "
         "got 'a:b'",
         "recipe.actions[0].pipeline[1].type_id: must be a non-empty string, got None",
