@@ -232,7 +232,9 @@ class JobsControl:
                     ", ".join(names),
                 )
             entry = {"By": acknowledged_by, "At": utc_text(), "Equipment": names}
-            await self.record_results(scope, job_order_id, [ProcessValue(ACKNOWLEDGED_ID, entry)])
+            recorded = ProcessValue(ACKNOWLEDGED_ID, entry)
+            if not await self.record_results(scope, job_order_id, [recorded]):
+                continue  # the job was cleared: its trace goes (or went) with it
             released_text = Outcome(ReturnStatus.NO_ERROR, f"released {', '.join(names)}")
             self.manager.method_called(
                 scope, job_order_id, ACKNOWLEDGE_METHOD, released_text, requested_by=acknowledged_by

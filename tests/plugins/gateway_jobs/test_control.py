@@ -299,3 +299,21 @@ async def test_why_a_job_failed_is_logged_at_warning_with_scope_job_and_correlat
     [record] = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert "action tighten failed: no reply" in record.getMessage()
     assert (record.scope, record.job, record.correlationid) == (SCOPE, "j1", "j1:tighten:2")  # type: ignore[attr-defined]
+
+
+async def test_an_acknowledgement_is_a_method_call_of_the_failed_job_while_it_is_there(
+    jobs: LocalJobs,
+) -> None:
+    await prepared(jobs)
+    assert await jobs.control.run(SCOPE, "j1")
+    await jobs.control.abort(SCOPE, "j1", JobOutcome(error="jammed", side_effects=True))
+    await jobs.control.block(SCOPE, "j1", ["clamp"], "job j1 failed unsafe: jammed")
+    await jobs.control.block(SCOPE, "gone", ["nutrunner"], "job gone failed unsafe: jammed")
+    released = await jobs.control.acknowledge(SCOPE, None, "operator ana")
+    assert sorted(item.equipment for item in released) == ["clamp", "nutrunner"]
+    # Traced (observers of gateway_job_method_called: the web UI's trace) for j1 alone: a job
+    # no longer there has no trace to add to.
+    assert [
+        (call["job_order_id"], call["method"], call["requested_by"], call["message"])
+        for call in jobs.methods
+    ] == [("j1", "Acknowledge", "operator ana", "released clamp")]
