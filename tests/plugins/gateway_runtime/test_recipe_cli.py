@@ -233,3 +233,20 @@ def test_render_as_json_carries_the_drawing(capsys: pytest.CaptureFixture[str]) 
     document = json.loads(out)
     assert (document["format"], document["as"]) == ("sfc", "svg")
     assert document["drawing"].startswith("<svg")
+
+
+def test_validate_names_a_bad_fan_out_and_a_compensation_that_cannot_be(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    recipe = json.loads(REAR_AXLE.read_text())
+    push = next(a for a in recipe["actions"] if a["interaction"] == "push_command")
+    push.pop("equipment", None)
+    push["fan_out"] = {"members": ["nr1", "nr2"], "policy": "most"}
+    pull = next(a for a in recipe["actions"] if a["interaction"] == "pull_event")
+    pull["compensation"] = {"type_id": "com.example.undo.v1"}
+    status, out, err = run(capsys, "validate", write(tmp_path, recipe))
+    assert (status, out) == (1, "")
+    push_at = recipe["actions"].index(push)
+    pull_at = recipe["actions"].index(pull)
+    assert f"recipe.actions[{push_at}].fan_out.policy: must be 'all', 'any'" in err
+    assert f"recipe.actions[{pull_at}].compensation: a pull_event action sends nothing" in err
