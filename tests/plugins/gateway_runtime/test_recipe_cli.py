@@ -75,8 +75,22 @@ def test_validate_reports_shape_errors(capsys: pytest.CaptureFixture[str], tmp_p
     assert err.splitlines() == [
         "recipe.steps[0].name: invalid value for type, expected str",
         "recipe.actions[0].interaction: required field missing",
-        "recipe.actions[0].type_id: required field missing",
     ]
+
+
+def test_a_command_without_its_type_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``type_id`` may be left out of the shape (a fan-out pipeline names its steps' types
+    instead), but a plain command needs one."""
+    data = {
+        "steps": [{"name": "A", "initial": True}, {"name": "B"}],
+        "transitions": [{"source": "A", "target": "B"}],
+        "actions": [{"name": "a", "step": "A", "interaction": "push_command"}],
+    }
+    status, out, err = run(capsys, "validate", write(tmp_path, data))
+    assert (status, out) == (1, "")
+    assert err.splitlines() == ["action 'a' of step 'A': type_id must not be empty"]
 
 
 @pytest.mark.parametrize(
