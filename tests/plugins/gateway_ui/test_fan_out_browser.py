@@ -9,7 +9,7 @@ import anyio
 import pytest
 from selenium.webdriver.chrome.webdriver import WebDriver
 
-from gateway.testing import running
+from gateway.testing import poll_until, running
 from gateway_jobs.testing import store_and_start
 from gateway_sequence import DATASCHEMA as SEQUENCE
 from tests.plugins.gateway_ui.test_fan_out_lanes import (
@@ -31,12 +31,14 @@ ROWS = (
 
 async def rows(browser: WebDriver) -> list[list[Any]]:
     """The actions table's rows once it lists every run: [action, member, classes]."""
-    with anyio.fail_after(20):
-        while True:
-            found: list[list[Any]] = await anyio.to_thread.run_sync(browser.execute_script, ROWS)
-            if len(found) >= 9:
-                return found
-            await anyio.sleep(0.05)
+    found: list[list[Any]] = []
+
+    async def listed() -> bool:
+        found[:] = await anyio.to_thread.run_sync(browser.execute_script, ROWS)
+        return len(found) >= 9
+
+    await poll_until(listed, timeout=20)
+    return found
 
 
 async def test_the_job_page_groups_a_fan_outs_runs_by_member(

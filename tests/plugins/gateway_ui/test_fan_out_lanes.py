@@ -6,10 +6,9 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-import anyio
 import pytest
 
-from gateway.testing import running
+from gateway.testing import poll_until, running
 from gateway_jobs.testing import store_and_start
 from gateway_sequence import DATASCHEMA as SEQUENCE
 
@@ -47,14 +46,18 @@ PIPELINE_RUNS = ["snug@nr2", "final@nr2", "snug@nr1", "final@nr1"]
 async def ended_with_every_command(station: Station) -> tuple[dict[str, Any], dict[str, Any]]:
     """The job J1 and the timeline, once J1 ended and each of its commands has its answer (the
     job's end may be traced before the last reply)."""
-    with anyio.fail_after(20):
-        while True:
-            job = await station.get_json(f"/api/scopes/{SCOPE}/jobs/J1")
-            timeline = await station.get_json(f"/api/scopes/{SCOPE}/timeline?minutes=15")
-            closed = [bar for bar in timeline["commands"] if bar["outcome"] in ("ok", "error")]
-            if job["state"].startswith("Ended") and len(closed) == 7:
-                return job, timeline
-            await anyio.sleep(0.05)
+    read: dict[str, dict[str, Any]] = {}
+
+    async def ended() -> bool:
+        read["job"] = job = await station.get_json(f"/api/scopes/{SCOPE}/jobs/J1")
+        read["timeline"] = timeline = await station.get_json(
+            f"/api/scopes/{SCOPE}/timeline?minutes=15"
+        )
+        closed = [bar for bar in timeline["commands"] if bar["outcome"] in ("ok", "error")]
+        return bool(job["state"].startswith("Ended") and len(closed) == 7)
+
+    await poll_until(ended, timeout=20)
+    return read["job"], read["timeline"]
 
 
 def lane_actions(svg: str) -> dict[str, list[str]]:

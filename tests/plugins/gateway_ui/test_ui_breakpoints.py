@@ -7,7 +7,6 @@ import json
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-import anyio
 import pytest
 
 from gateway.testing import poll_until, running
@@ -26,19 +25,17 @@ OK = ReturnStatus.NO_ERROR
 
 async def methods(station: Station, count: int) -> list[tuple[str, str, str]]:
     """The job's method calls in its trace, once there are ``count`` of them."""
-    with anyio.fail_after(10):
-        while True:
-            entries: list[dict[str, Any]] = (await station.get_json(f"{JOB_API}/J1/trace"))[
-                "entries"
-            ]
-            found = [
-                (e["method"], e["status"], e["requested_by"])
-                for e in entries
-                if e["kind"] == "method"
-            ]
-            if len(found) >= count:
-                return found
-            await anyio.sleep(0.05)
+    found: list[tuple[str, str, str]] = []
+
+    async def traced() -> bool:
+        entries: list[dict[str, Any]] = (await station.get_json(f"{JOB_API}/J1/trace"))["entries"]
+        found[:] = [
+            (e["method"], e["status"], e["requested_by"]) for e in entries if e["kind"] == "method"
+        ]
+        return len(found) >= count
+
+    await poll_until(traced)
+    return found
 
 
 async def test_an_operator_sets_a_breakpoint_and_the_job_pauses_before_that_step(
