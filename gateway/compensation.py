@@ -22,13 +22,12 @@ recipe's ``compensation`` object the same way in every format.
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from gateway.formats import ActionSpec, Program
+from gateway.recipefields import Fields
 
 ROLLBACK_ID = "Rollback"
 """``ID`` of the Job Response entry saying how the rollback of a failed job ended."""
@@ -49,8 +48,6 @@ COMPENSATION_FIELDS = {
     "max_attempts",
 }
 DEFAULT_TIMEOUT_SECONDS = 60.0
-# A compensation's name is part of its command's correlation id ``{job}:{name}:{attempt}``.
-_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 
 
 def load_compensation(
@@ -59,49 +56,25 @@ def load_compensation(
     """The compensation of ``action`` from its recipe JSON ``value`` (at ``where``); problems
     are added to ``problems``, each named at its field. ``timeout``: the default wait for its
     reply (the action's own), else 60 s: a rollback never waits forever."""
-    if not isinstance(value, Mapping):
-        problems.append(f"{where}: must be a JSON object with at least 'type_id'")
+    fields = Fields.read(
+        value, where, problems, COMPENSATION_FIELDS, "a JSON object with at least 'type_id'"
+    )
+    if fields is None:
         return None
-    before = len(problems)
-    for key in value:
-        if key not in COMPENSATION_FIELDS:
-            known = ", ".join(sorted(COMPENSATION_FIELDS))
-            problems.append(f"{where}: unknown field {key!r} (fields: {known})")
-    name = value.get("name", f"{action}.undo")
-    if not isinstance(name, str) or not _NAME.match(name):
-        problems.append(
-            f"{where}.name: must be 1-64 letters, digits or _.- characters, got {name!r}"
-        )
-    type_id = value.get("type_id")
-    if not isinstance(type_id, str) or not type_id:
-        problems.append(f"{where}.type_id: must be a non-empty string, got {type_id!r}")
-    equipment = value.get("equipment")
-    if equipment is not None and (not isinstance(equipment, str) or not equipment):
-        problems.append(f"{where}.equipment: must be a non-empty string, got {equipment!r}")
-    parameters = value.get("parameters", {})
-    if not isinstance(parameters, Mapping):
-        problems.append(f"{where}.parameters: must be a JSON object")
-    seconds = value.get("timeout_seconds", timeout or DEFAULT_TIMEOUT_SECONDS)
-    if (
-        isinstance(seconds, bool)
-        or not isinstance(seconds, int | float)
-        or not math.isfinite(seconds)
-        or seconds <= 0
-    ):
-        problems.append(
-            f"{where}.timeout_seconds: must be a number of seconds > 0, got {seconds!r}"
-        )
-    attempts = value.get("max_attempts", 1)
-    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
-        problems.append(f"{where}.max_attempts: must be a whole number >= 1, got {attempts!r}")
-    if len(problems) > before:
+    name = fields.name("name", f"{action}.undo")
+    type_id = fields.text("type_id")
+    equipment = fields.text("equipment", optional=True)
+    parameters = fields.mapping()
+    seconds = fields.seconds("timeout_seconds", timeout or DEFAULT_TIMEOUT_SECONDS)
+    attempts = fields.attempts()
+    if not fields.ok or name is None or type_id is None or seconds is None or attempts is None:
         return None
     return ActionSpec(
         name=name,
-        type_id=str(type_id),
+        type_id=type_id,
         equipment=equipment,
-        parameters=dict(parameters),
-        timeout_seconds=float(seconds),
+        parameters=parameters or {},
+        timeout_seconds=seconds,
         max_attempts=attempts,
     )
 

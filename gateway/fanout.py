@@ -21,10 +21,11 @@ from a job parameter are known only when the job starts, and are not allocated).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.recipefields import Fields
 from gateway.routing import EquipmentUse
 
 FAN_OUT_FIELDS = {"members", "policy"}
@@ -55,27 +56,21 @@ class FanOut:
 
 def load_fan_out(value: Any, where: str, problems: list[str]) -> FanOut | None:
     """The fan-out of recipe JSON ``value`` (at ``where``); problems are added, named."""
-    if not isinstance(value, Mapping):
-        problems.append(f"{where}: must be a JSON object {{members, policy}}")
+    fields = Fields.read(value, where, problems, FAN_OUT_FIELDS, "a JSON object {members, policy}")
+    if fields is None:
         return None
-    before = len(problems)
-    for key in value:
-        if key not in FAN_OUT_FIELDS:
-            problems.append(f"{where}: unknown field {key!r} (fields: members, policy)")
-    members, parameter = _members(value.get("members", DECLARED), f"{where}.members", problems)
+    members, parameter = _members(value.get("members", DECLARED), fields.path("members"), problems)
     policy = value.get("policy", "all")
     if policy not in ("all", "any") and (
         isinstance(policy, bool) or not isinstance(policy, int) or policy < 1
     ):
-        problems.append(
-            f"{where}.policy: must be 'all', 'any' or a whole number >= 1 (at least that "
-            f"many), got {policy!r}"
+        fields.problem(
+            "policy",
+            f"must be 'all', 'any' or a whole number >= 1 (at least that many), got {policy!r}",
         )
     elif isinstance(policy, int) and members is not None and policy > len(members):
-        problems.append(
-            f"{where}.policy: at least {policy} of {len(members)} members can never succeed"
-        )
-    if len(problems) > before:
+        fields.problem("policy", f"at least {policy} of {len(members)} members can never succeed")
+    if not fields.ok:
         return None
     return FanOut(members, parameter, policy)
 

@@ -27,7 +27,7 @@ anything else it needs in ``Execution.memo`` (JSON values only).
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
@@ -104,6 +104,16 @@ class ActionSpec:
     pipeline: tuple[ActionSpec, ...] = ()
     # A pipeline step's wait before each further try (a durable ``DUE`` timer; 0: at once).
     backoff_seconds: float = 0.0
+
+    def spec(self) -> ActionSpec:
+        """Only what the runtime reads: a format may subclass ``ActionSpec`` with its own rules
+        (a sequence step's condition), which the program's ``actions`` leave out."""
+        return ActionSpec(**{item.name: getattr(self, item.name) for item in fields(ActionSpec)})
+
+    def longest_wait(self) -> float:
+        """How long its tries may take in all: each try's wait and the backoffs between."""
+        tries = self.max_attempts
+        return (self.timeout_seconds or 0.0) * tries + self.backoff_seconds * (tries - 1)
 
     def equipment_uses(self) -> list[EquipmentUse]:
         """What it asks of equipment: its own, or each of its fan-out's."""

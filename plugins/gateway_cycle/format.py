@@ -2,35 +2,21 @@
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from gateway.drawing import column, rows_mermaid, rows_svg
 from gateway.formats import ActionSpec, ExecutorOptions, Program, RecipeError
+from gateway.recipefields import Fields
 from gateway_cycle.executor import CycleExecutor
 
 DATASCHEMA = "https://station-gateway.github.io/schemas/cycle-recipe/v1/"
 DEFAULT_TIMEOUT_SECONDS = 60.0
-# A name is part of its command's correlation id ``{job}:{name}:{attempt}``: no colon.
-_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
-# Each field: whether a value is right, and what a right one is (the problem's text says).
-Check = tuple[Callable[[Any], bool], str]
-RECIPE_FIELDS: dict[str, Check] = {
-    "commands": (lambda v: isinstance(v, list) and bool(v), "a non-empty list of commands"),
-    "cycles": (lambda v: type(v) is int and 1 <= v <= 1000, "a whole number from 1 to 1000"),
-}
-COMMAND_FIELDS: dict[str, Check] = {
-    "name": (lambda v: isinstance(v, str) and bool(_NAME.match(v)), "1-64 letters, digits, _.-"),
-    "type_id": (lambda v: isinstance(v, str) and bool(v), "a non-empty string"),
-    "equipment": (lambda v: isinstance(v, str) and bool(v), "a non-empty string"),
-    "parameters": (lambda v: isinstance(v, dict), "a JSON object"),
-    "timeout_seconds": (
-        lambda v: type(v) in (int, float) and 0 < v <= 86400,
-        "seconds, > 0 and <= 86400",
-    ),
-}
+MAX_CYCLES = 1000
+MAX_TIMEOUT_SECONDS = 86400.0
+RECIPE_FIELDS = {"commands", "cycles"}
+COMMAND_FIELDS = {"name", "type_id", "equipment", "parameters", "timeout_seconds"}
 
 
 @dataclass(frozen=True)
@@ -56,16 +42,23 @@ class CycleProgram:
         return replace(self, commands=commands)
 
 
-def _check(data: Any, fields: dict[str, Check], required: set[str], where: str) -> list[str]:
-    if not isinstance(data, Mapping):
-        return [f"{where}: must be a JSON object"]
-    problems = [f"{where}.{key}: required" for key in sorted(required - data.keys())]
-    for key, value in data.items():
-        if key not in fields:
-            problems.append(f"{where}: unknown field {key!r} (fields: {', '.join(fields)})")
-        elif not fields[key][0](value):
-            problems.append(f"{where}.{key}: must be {fields[key][1]}, got {value!r}")
-    return problems
+def _command(item: Any, where: str, problems: list[str]) -> ActionSpec | None:
+    """One command, checked with ``gateway.recipefields`` as every format checks its fields."""
+    fields = Fields.read(item, where, problems, COMMAND_FIELDS)
+    if fields is None:
+        return None
+    fields.require("name", "type_id")
+    name, type_id = fields.name(), fields.text("type_id")
+    equipment = fields.text("equipment", optional=True)
+    parameters = fields.mapping()
+    timeout = fields.seconds(
+        "timeout_seconds", DEFAULT_TIMEOUT_SECONDS, maximum=MAX_TIMEOUT_SECONDS
+    )
+    if not fields.ok or name is None or type_id is None:
+        return None
+    return ActionSpec(
+        name, type_id, equipment=equipment, parameters=parameters or {}, timeout_seconds=timeout
+    )
 
 
 class CycleFormat:
@@ -76,20 +69,23 @@ class CycleFormat:
 
     def compile(self, recipe: Any) -> CycleProgram:
         """The program of recipe JSON; ``RecipeError`` names every problem at its element."""
-        problems = _check(recipe, RECIPE_FIELDS, {"commands"}, "recipe")
-        items = recipe.get("commands") if isinstance(recipe, Mapping) else None
+        problems: list[str] = []
+        fields = Fields.read(recipe, "recipe", problems, RECIPE_FIELDS)
+        if fields is None:
+            raise RecipeError(problems)
+        fields.require("commands")
+        cycles = fields.whole("cycles", 1, maximum=MAX_CYCLES)
         commands: list[ActionSpec] = []
-        for index, item in enumerate(items if isinstance(items, list) else []):
+        for index, item in enumerate(fields.items("commands", "commands") or ()):
             where = f"recipe.commands[{index}]"
-            found = _check(item, COMMAND_FIELDS, {"name", "type_id"}, where)
-            if not found and item["name"] in {command.name for command in commands}:
-                found = [f"{where}.name: {item['name']!r} is used twice"]
-            problems += found
-            if not found:
-                commands.append(ActionSpec(**{"timeout_seconds": DEFAULT_TIMEOUT_SECONDS, **item}))
+            command = _command(item, where, problems)
+            if command is not None and command.name in {known.name for known in commands}:
+                problems.append(f"{where}.name: {command.name!r} is used twice")
+            elif command is not None:
+                commands.append(command)
         if problems:
             raise RecipeError(problems)
-        return CycleProgram(tuple(commands), recipe.get("cycles", 1))
+        return CycleProgram(tuple(commands), cycles or 1)
 
     def recognizes(self, recipe: Any) -> bool:
         return isinstance(recipe, Mapping) and "commands" in recipe

@@ -23,21 +23,7 @@ class SequenceProgram:
 
     @cached_property
     def actions(self) -> Mapping[str, ActionSpec]:
-        return {
-            command.name: ActionSpec(
-                name=command.name,
-                type_id=command.type_id,
-                equipment=command.equipment,
-                parameters=command.parameters,
-                timeout_seconds=command.timeout_seconds,
-                max_attempts=command.max_attempts,
-                side_effects=command.side_effects,
-                compensation=command.compensation,
-                fan_out=command.fan_out,
-                pipeline=command.pipeline,
-            )
-            for command in self.recipe.commands()
-        }
+        return {command.name: command.spec() for command in self.recipe.commands()}
 
     def executor(self, parameters: Mapping[str, Any], options: ExecutorOptions) -> SequenceExecutor:
         # The job's parameters go with each command, and conditions may read them.

@@ -20,25 +20,22 @@ every field are described in ``schema.json`` beside this module.
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from gateway.compensation import load_compensation
 from gateway.conditions import Condition, ConditionError, parse_condition
-from gateway.fanout import FanOut, load_fan_out
+from gateway.fanout import load_fan_out
 from gateway.formats import ActionSpec, RecipeError
-from gateway_sequence.pipeline import load_pipeline, step_specs
+from gateway.recipefields import Fields
+from gateway_sequence.pipeline import PIPELINE_FIELDS, load_pipeline
 
 DATASCHEMA = "https://station-gateway.github.io/schemas/sequence-recipe/v1/"
 """The Work Master ``DataSchema`` of sequence recipes (the schema file's ``$id``)."""
 
 DEFAULT_TIMEOUT_SECONDS = 60.0
-# A step name is part of the command's correlation id ``{job}:{step}:{attempt}``: no colon.
-_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 
 
 class OnError(StrEnum):
@@ -47,24 +44,16 @@ class OnError(StrEnum):
 
 
 @dataclass(frozen=True)
-class Command:
-    """One step: a command to equipment, done when the equipment replies without error."""
+class Command(ActionSpec):
+    """One step: a command to equipment, done when the equipment replies without error.
 
-    name: str
-    type_id: str
-    equipment: str | None = None  # None: the driver that serves ``type_id``
-    parameters: Mapping[str, Any] = field(default_factory=dict)
-    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
-    max_attempts: int = 1  # tries before the step fails (a new correlation id each)
-    backoff_seconds: float = 0.0  # the wait before each further try (0: at once)
+    What the runtime sends is the ``ActionSpec`` (``spec()``; ``equipment`` None: the driver
+    that serves ``type_id``); the rest is the sequence's own."""
+
     on_error: OnError = OnError.ABORT
-    side_effects: bool = True  # whether sending it may change the product or equipment
-    compensation: ActionSpec | None = None  # what undoes it when the job fails
     condition: Condition | None = None  # false when its turn comes: skipped (nothing sent)
     assertion: Condition | None = None  # false on its reply: the try failed, with its text
     continue_on_error: bool = False  # failed (after its tries): the sequence goes on
-    fan_out: FanOut | None = None  # sent to a set of equipment at once (``gateway.fanout``)
-    pipeline: tuple[ActionSpec, ...] = ()  # a per-member pipeline's steps (``pipeline``)
 
 
 @dataclass(frozen=True)
@@ -130,30 +119,23 @@ PAR_FIELDS = {"name", "par", "max_attempts", "backoff_seconds"}
 def load_sequence(data: Any) -> SequenceRecipe:
     """The recipe in JSON ``data``; ``RecipeError`` lists every problem."""
     problems: list[str] = []
-    if not isinstance(data, Mapping):
-        raise RecipeError(["recipe: must be a JSON object with 'steps'"])
-    _unknown(data, RECIPE_FIELDS, "recipe", problems)
+    fields = Fields.read(data, "recipe", problems, RECIPE_FIELDS, "a JSON object with 'steps'")
+    if fields is None:
+        raise RecipeError(problems)
+    # The recipe's defaults of every step (``None``: wrong, and said so once per step too).
     defaults = {
-        "on_error": _on_error(data.get("on_error", "abort"), "recipe.on_error", problems),
-        "timeout_seconds": _timeout(
-            data.get("timeout_seconds", DEFAULT_TIMEOUT_SECONDS), "recipe.timeout_seconds", problems
-        ),
-        "max_attempts": _attempts(data.get("max_attempts", 1), "recipe.max_attempts", problems),
-        "backoff_seconds": _backoff(
-            data.get("backoff_seconds", 0.0), "recipe.backoff_seconds", problems
-        ),
+        "on_error": fields.choice("on_error", OnError, "abort"),
+        "timeout_seconds": fields.seconds("timeout_seconds", DEFAULT_TIMEOUT_SECONDS),
+        "max_attempts": fields.attempts(),
+        "backoff_seconds": fields.seconds("backoff_seconds", 0.0, zero=True),
     }
-    name = _text(data.get("name"), "recipe.name", problems, optional=True)
-    description = _text(data.get("description"), "recipe.description", problems, optional=True)
-    steps = data.get("steps")
+    name = fields.text("name", optional=True)
+    description = fields.text("description", optional=True)
     blocks: list[Block] = []
-    if not isinstance(steps, list) or not steps:
-        problems.append("recipe.steps: must be a non-empty list of steps")
-    else:
-        for index, step in enumerate(steps):
-            block = _block(step, index, f"recipe.steps[{index}]", defaults, problems)
-            if block is not None:
-                blocks.append(block)
+    for index, step in enumerate(fields.items("steps", "steps") or ()):
+        block = _block(step, index, f"recipe.steps[{index}]", defaults, problems)
+        if block is not None:
+            blocks.append(block)
     _unique_names(blocks, problems)
     _known_steps(blocks, problems)
     if problems:
@@ -172,16 +154,14 @@ def _block(
     if "par" not in step:
         command = _command(step, where, defaults, problems)
         return None if command is None else Block(command.name, (command,))
-    _unknown(step, PAR_FIELDS, where, problems)
-    name = _text(step.get("name", f"par-{index + 1}"), f"{where}.name", problems)
-    if name is not None and not _NAME.match(name):
-        problems.append(f"{where}.name: {_NAME_RULE} (got {name!r})")
+    fields = Fields(step, where, problems, PAR_FIELDS)
+    name = fields.name("name", f"par-{index + 1}")
     branches = step["par"]
     if not isinstance(branches, list) or len(branches) < 2:
         problems.append(f"{where}.par: must list at least two command steps to run in parallel")
         return None
-    attempts = _attempts(step.get("max_attempts", 1), f"{where}.max_attempts", problems)
-    backoff = _backoff(step.get("backoff_seconds", 0.0), f"{where}.backoff_seconds", problems)
+    attempts = fields.attempts("max_attempts", 1)
+    backoff = fields.seconds("backoff_seconds", 0.0, zero=True)
     commands = []
     for position, branch in enumerate(branches):
         inner = f"{where}.par[{position}]"
@@ -203,9 +183,6 @@ def _block(
     )
 
 
-_NAME_RULE = "must be 1-64 letters, digits or _.- characters"
-
-
 def _pipeline(
     step: Mapping[str, Any],
     index: int,
@@ -214,33 +191,24 @@ def _pipeline(
     problems: list[str],
 ) -> Block | None:
     """A per-member pipeline: one command of the sequence, run by the runtime per member."""
-    name = _text(step.get("name", f"pipeline-{index + 1}"), f"{where}.name", problems)
-    if name is not None and not _NAME.match(name):
-        problems.append(f"{where}.name: {_NAME_RULE} (got {name!r})")
-    loaded = load_pipeline(
-        step, where, lambda inner, at: _command(inner, at, defaults, problems), problems
-    )
-    on_error = _on_error(step.get("on_error", defaults["on_error"]), f"{where}.on_error", problems)
-    continue_on_error = step.get("continue_on_error", False)
-    if not isinstance(continue_on_error, bool):
-        problems.append(f"{where}.continue_on_error: must be true or false")
-    if loaded is None or name is None or on_error is None or not loaded[1]:
+    fields = Fields(step, where, problems, PIPELINE_FIELDS)
+    name = fields.name("name", f"pipeline-{index + 1}")
+    loaded = load_pipeline(fields, lambda inner, at: _command(inner, at, defaults, problems))
+    on_error = fields.choice("on_error", OnError, defaults["on_error"])
+    continue_on_error = fields.flag("continue_on_error", False)
+    if loaded is None or name is None or on_error is None:
         return None
     fan_out, commands = loaded
     command = Command(
         name=name,
         type_id=commands[0].type_id,  # "declared" members declare the first step's type
         # The whole pipeline is bounded by its steps' waits (and their backoffs).
-        timeout_seconds=sum(
-            inner.timeout_seconds * inner.max_attempts
-            + inner.backoff_seconds * (inner.max_attempts - 1)
-            for inner in commands
-        ),
+        timeout_seconds=sum(inner.longest_wait() for inner in commands),
         on_error=on_error,
         side_effects=any(inner.side_effects for inner in commands),
-        continue_on_error=continue_on_error,
+        continue_on_error=bool(continue_on_error),
         fan_out=fan_out,
-        pipeline=step_specs(commands),
+        pipeline=tuple(inner.spec() for inner in commands),
     )
     return Block(name, (command,))
 
@@ -248,79 +216,52 @@ def _pipeline(
 def _command(
     step: Mapping[str, Any], where: str, defaults: Mapping[str, Any], problems: list[str]
 ) -> Command | None:
-    before = len(problems)
-    _unknown(step, COMMAND_FIELDS, where, problems)
-    name = _text(step.get("name"), f"{where}.name", problems)
-    if name is not None and not _NAME.match(name):
-        problems.append(f"{where}.name: {_NAME_RULE} (got {name!r})")
-    type_id = _text(step.get("type_id"), f"{where}.type_id", problems)
-    equipment = _text(step.get("equipment"), f"{where}.equipment", problems, optional=True)
-    parameters = step.get("parameters", {})
-    if not isinstance(parameters, Mapping):
-        problems.append(f"{where}.parameters: must be a JSON object")
-    side_effects = step.get("side_effects", True)
-    if not isinstance(side_effects, bool):
-        problems.append(f"{where}.side_effects: must be true or false")
-    timeout = _timeout(
-        step.get("timeout_seconds", defaults["timeout_seconds"]),
-        f"{where}.timeout_seconds",
-        problems,
-    )
-    attempts = _attempts(
-        step.get("max_attempts", defaults["max_attempts"]), f"{where}.max_attempts", problems
-    )
-    backoff = _backoff(
-        step.get("backoff_seconds", defaults["backoff_seconds"]),
-        f"{where}.backoff_seconds",
-        problems,
-    )
-    on_error = _on_error(step.get("on_error", defaults["on_error"]), f"{where}.on_error", problems)
+    fields = Fields(step, where, problems, COMMAND_FIELDS)
+    name = fields.name()
+    type_id = fields.text("type_id")
+    equipment = fields.text("equipment", optional=True)
+    parameters = fields.mapping()
+    side_effects = fields.flag("side_effects", True)
+    timeout = fields.seconds("timeout_seconds", defaults["timeout_seconds"])
+    attempts = fields.attempts("max_attempts", defaults["max_attempts"])
+    backoff = fields.seconds("backoff_seconds", defaults["backoff_seconds"], zero=True)
+    on_error = fields.choice("on_error", OnError, defaults["on_error"])
     condition = _condition(step.get("condition"), f"{where}.condition", problems, own=None)
     assertion = _condition(step.get("assertion"), f"{where}.assertion", problems, own=name)
-    continue_on_error = step.get("continue_on_error", False)
-    if not isinstance(continue_on_error, bool):
-        problems.append(f"{where}.continue_on_error: must be true or false")
+    continue_on_error = fields.flag("continue_on_error", False)
     fan_out = None
     if "fan_out" in step:
-        fan_out = load_fan_out(step["fan_out"], f"{where}.fan_out", problems)
+        fan_out = load_fan_out(step["fan_out"], fields.path("fan_out"), problems)
         if "equipment" in step:
-            problems.append(
-                f"{where}.fan_out: a fan-out step names no equipment (its members are its "
-                "equipment)"
+            fields.problem(
+                "fan_out", "a fan-out step names no equipment (its members are its equipment)"
             )
     compensation = None
     if "compensation" in step:
         if side_effects is False:
-            problems.append(
-                f"{where}.compensation: the step has side_effects false: it changes nothing "
-                "that could be undone"
+            fields.problem(
+                "compensation",
+                "the step has side_effects false: it changes nothing that could be undone",
             )
         compensation = load_compensation(
-            step["compensation"], f"{where}.compensation", str(name), problems, timeout=timeout
+            step["compensation"], fields.path("compensation"), str(name), problems, timeout=timeout
         )
-    if (
-        len(problems) > before
-        or name is None
-        or type_id is None
-        or timeout is None
-        or attempts is None
-        or on_error is None
-    ):
+    if not fields.ok or name is None or type_id is None or timeout is None or attempts is None:
         return None
     return Command(
         name=name,
         type_id=type_id,
         equipment=equipment,
-        parameters=dict(parameters),
+        parameters=parameters or {},
         timeout_seconds=timeout,
         max_attempts=attempts,
         backoff_seconds=backoff or 0.0,
-        on_error=on_error,
-        side_effects=side_effects,
+        on_error=on_error or OnError.ABORT,
+        side_effects=bool(side_effects),
         compensation=compensation,
         condition=condition,
         assertion=assertion,
-        continue_on_error=continue_on_error,
+        continue_on_error=bool(continue_on_error),
         fan_out=fan_out,
     )
 
@@ -346,58 +287,6 @@ def _condition(value: Any, where: str, problems: list[str], *, own: str | None) 
         elif reference.kind == "result" and reference.name == own:
             problems.append(f"{where}: name the step's own reply fields bare ({reference})")
     return condition
-
-
-def _unknown(value: Mapping[str, Any], known: set[str], where: str, problems: list[str]) -> None:
-    for key in value:
-        if key not in known:
-            allowed = ", ".join(sorted(known))
-            problems.append(f"{where}: unknown field {key!r} (fields: {allowed})")
-
-
-def _text(value: Any, where: str, problems: list[str], *, optional: bool = False) -> str | None:
-    if value is None and optional:
-        return None
-    if not isinstance(value, str) or not value:
-        problems.append(f"{where}: must be a non-empty string, got {value!r}")
-        return None
-    return value
-
-
-def _timeout(value: Any, where: str, problems: list[str]) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        problems.append(f"{where}: must be a number of seconds > 0, got {value!r}")
-        return None
-    if value <= 0:
-        problems.append(f"{where}: must be > 0 (every command waits a bounded time), got {value}")
-        return None
-    return float(value)
-
-
-def _attempts(value: Any, where: str, problems: list[str]) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        problems.append(f"{where}: must be a whole number >= 1, got {value!r}")
-        return None
-    return value
-
-
-def _backoff(value: Any, where: str, problems: list[str]) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        problems.append(f"{where}: must be a number of seconds >= 0, got {value!r}")
-        return None
-    if value < 0:
-        problems.append(f"{where}: must be >= 0, got {value}")
-        return None
-    return float(value)
-
-
-def _on_error(value: Any, where: str, problems: list[str]) -> OnError | None:
-    try:
-        return OnError(value)
-    except ValueError:
-        choices = " or ".join(repr(member.value) for member in OnError)
-        problems.append(f"{where}: must be {choices}, got {value!r}")
-        return None
 
 
 def _known_steps(blocks: list[Block], problems: list[str]) -> None:

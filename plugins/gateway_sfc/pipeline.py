@@ -16,12 +16,11 @@ path, ``recipe.actions[2].pipeline[1].type_id``.
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from gateway.formats import ActionSpec
+from gateway.recipefields import Fields
 from gateway_sfc.model import Action, Recipe
 
 STEP_FIELDS = {
@@ -33,8 +32,6 @@ STEP_FIELDS = {
     "backoff_seconds",
     "side_effects",
 }
-# A step's name is part of its runs' names and correlation ids (``<job>:<step>@<member>:<n>``).
-_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 DEFAULT_TIMEOUT_SECONDS = 60.0  # a member never waits forever
 
 
@@ -59,62 +56,34 @@ def pipeline_of(action: Action, where: str, problems: list[str]) -> tuple[Action
 
 
 def _step(value: Any, where: str, timeout: float | None, problems: list[str]) -> ActionSpec | None:
-    if not isinstance(value, Mapping):
-        problems.append(f"{where}: must be a JSON object with 'name' and 'type_id'")
+    fields = Fields.read(
+        value, where, problems, STEP_FIELDS, "a JSON object with 'name' and 'type_id'"
+    )
+    if fields is None:
         return None
-    before = len(problems)
-    for key in value:
-        if key not in STEP_FIELDS:
-            known = ", ".join(sorted(STEP_FIELDS))
-            problems.append(f"{where}: unknown field {key!r} (fields: {known})")
-    name, type_id = value.get("name"), value.get("type_id")
-    if not isinstance(name, str) or not _NAME.match(name):
-        problems.append(
-            f"{where}.name: must be 1-64 letters, digits or _.- characters, got {name!r}"
-        )
-    if not isinstance(type_id, str) or not type_id:
-        problems.append(f"{where}.type_id: must be a non-empty string, got {type_id!r}")
-    parameters = value.get("parameters", {})
-    if not isinstance(parameters, Mapping):
-        problems.append(f"{where}.parameters: must be a JSON object")
-    seconds = value.get("timeout_seconds", timeout or DEFAULT_TIMEOUT_SECONDS)
-    if not _is_number(seconds) or seconds <= 0:
-        problems.append(
-            f"{where}.timeout_seconds: must be a number of seconds > 0, got {seconds!r}"
-        )
-    attempts = value.get("max_attempts", 1)
-    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
-        problems.append(f"{where}.max_attempts: must be a whole number >= 1, got {attempts!r}")
-    backoff = value.get("backoff_seconds", 0.0)
-    if not _is_number(backoff) or backoff < 0:
-        problems.append(
-            f"{where}.backoff_seconds: must be a number of seconds >= 0, got {backoff!r}"
-        )
-    side_effects = value.get("side_effects", True)
-    if not isinstance(side_effects, bool):
-        problems.append(f"{where}.side_effects: must be true or false")
-    if len(problems) > before:
+    name, type_id = fields.name(), fields.text("type_id")
+    parameters = fields.mapping()
+    seconds = fields.seconds("timeout_seconds", timeout or DEFAULT_TIMEOUT_SECONDS)
+    attempts = fields.attempts()
+    backoff = fields.seconds("backoff_seconds", 0.0, zero=True)
+    side_effects = fields.flag("side_effects", True)
+    if not fields.ok or name is None or type_id is None or seconds is None or attempts is None:
         return None
     return ActionSpec(
-        name=str(name),
-        type_id=str(type_id),
-        parameters=dict(parameters),
-        timeout_seconds=float(seconds),
+        name=name,
+        type_id=type_id,
+        parameters=parameters or {},
+        timeout_seconds=seconds,
         max_attempts=attempts,
-        side_effects=side_effects,
-        backoff_seconds=float(backoff),
+        side_effects=bool(side_effects),
+        backoff_seconds=backoff or 0.0,
     )
 
 
 def pipeline_timeout(action: Action) -> float:
-    """How long a pipeline action waits in all: each step's wait, for each of its tries, and
-    the backoffs between them (the members run their steps at once, each waiting for its own)."""
-    steps = pipeline_of(action, "", [])
-    return sum(
-        (step.timeout_seconds or 0.0) * step.max_attempts
-        + step.backoff_seconds * (step.max_attempts - 1)
-        for step in steps
-    )
+    """How long a pipeline action waits in all: each step's tries and the backoffs between them
+    (the members run their steps at once, each waiting for its own)."""
+    return sum(step.longest_wait() for step in pipeline_of(action, "", []))
 
 
 def what_it_sends(action: Action) -> str:
@@ -130,10 +99,6 @@ def what_it_sends(action: Action) -> str:
     if isinstance(action.compensation, Mapping):
         what += f" | undo: {action.compensation.get('name', f'{action.name}.undo')}"
     return what
-
-
-def _is_number(value: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
 
 
 def pipeline_problems(recipe: Recipe) -> list[str]:

@@ -65,7 +65,7 @@ def command(name: str, **fields: Any) -> dict[str, Any]:
         ({"commands": [command("a")], "cycles": 1001}, "recipe.cycles: must be a whole number"),
         (
             {"commands": [command("a", timeout_seconds=86401)]},
-            "recipe.commands[0].timeout_seconds: must be seconds",
+            "recipe.commands[0].timeout_seconds: must be <= 86400, got 86401",
         ),
         ({"commands": [command("a")], "colour": 1}, "recipe: unknown field 'colour'"),
         ({"commands": ["a"]}, "recipe.commands[0]: must be a JSON object"),
@@ -88,7 +88,8 @@ def test_every_problem_is_named_at_once() -> None:
     recipe = {"cycles": 0, "commands": [command("a", timeout_seconds=-1), {"name": "b"}]}
     assert problems(recipe) == [
         "recipe.cycles: must be a whole number from 1 to 1000, got 0",
-        "recipe.commands[0].timeout_seconds: must be seconds, > 0 and <= 86400, got -1",
+        "recipe.commands[0].timeout_seconds: must be > 0 (every command waits a bounded time), "
+        "got -1",
         "recipe.commands[1].type_id: required",
     ]
 

@@ -113,7 +113,7 @@ def test_the_schema_and_the_loader_know_the_same_fields() -> None:
         ),
         (
             {"steps": [step("a", compensation={"type_id": "t", "timeout_seconds": 0})]},
-            "recipe.steps[0].compensation.timeout_seconds: must be a number of seconds > 0",
+            "recipe.steps[0].compensation.timeout_seconds: must be > 0 (every command waits",
         ),
         (
             {"steps": [step("a", compensation={"type_id": "t", "colour": 1})]},
