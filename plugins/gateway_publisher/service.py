@@ -5,10 +5,11 @@ stream and the global stream of scope discoveries with one blocking XREAD. Each 
 records is published and then committed:
 
 1. the batch's order/result topics (retained, QoS 1, PUBACKs awaited, concurrently);
-2. if the index changed: the next ``seq`` is taken from the store (INCR), then the state index is
-   published — after the per-job topics, so an index that says ``has_result`` never points to
-   a result the broker does not have yet;
-3. the index changes and the batch's last record id are committed in one MULTI.
+2. if the index changed: the state index, with the next ``seq`` (already persisted: the last
+   commit reserved it, see ``persistence``), after the per-job topics, so an index that says
+   ``has_result`` never points to a result the broker does not have yet;
+3. the index changes, the batch's last record id and the ``seq`` the next index will carry are
+   committed in one script: one Redis command per batch.
 
 A broker publish and a Redis commit cannot be one atomic step, so delivery is **at least once**:
 a publisher that dies between 1-2 and 3 applies the batch again after its restart. That is safe
@@ -420,11 +421,12 @@ class Term:
         try:
             if batch.index_changed:
                 await self.publish_index(state)
-            await self.persisted.commit(batch)
+            reserve = state.to_reserve  # the next index's number, in the same script
+            await self.persisted.commit(batch, reserve)
         except BaseException:
             batch.revert()
             raise
-        state.committed(batch)
+        state.committed(batch, reserve)
         self.stats.records += len(entries)
         self.stats.batches += 1
         self.stats.busy_seconds += time.perf_counter() - started
@@ -434,7 +436,7 @@ class Term:
         ``index_pages``, the pages changed since the last index and then the index listing
         them (after its pages, so an index never lists a page the broker does not have yet)."""
         published = self.service.published
-        seq = await self.persisted.next_seq(state.scope, published.get(state.scope, 0))
+        seq = await self.persisted.next_seq(state, published.get(state.scope, 0))
         index = state.index
         pages = index.take_dirty()  # taken in both modes: the paged mode starts from them
         published_at = format_time(utc_now())
@@ -453,7 +455,6 @@ class Term:
         except BaseException:
             index.mark_dirty(page for page in pages if page in index.pages)
             raise
-        state.seq = seq
         published[state.scope] = max(seq, published.get(state.scope, 0))
         self.stats.index_publishes += 1
 

@@ -75,11 +75,11 @@ async def test_a_batch_whose_commit_failed_is_published_again(rig: Rig, store: S
         assert term is not None
         commit, failed = term.persisted.commit, list[str | None]()
 
-        async def commit_failing_once(batch: Batch) -> None:
+        async def commit_failing_once(batch: Batch, reserve: int = 0) -> None:
             if not failed:
                 failed.append(batch.last_id)
                 raise RedisError("injected: the commit's reply was lost")
-            await commit(batch)
+            await commit(batch, reserve)
 
         term.persisted.commit = commit_failing_once  # type: ignore[method-assign]
         await jobs.store(job_order("j1"))
