@@ -70,7 +70,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Literal
 
 from gateway.errors import ValidationError
@@ -840,6 +840,34 @@ class Condition:
 def parse_condition(text: str) -> Condition:
     """``text`` parsed; ``ConditionError`` names the position and the problem."""
     return Condition(text)
+
+
+def skip_reason(condition: Condition | None, scope: ConditionScope) -> str | None:
+    """Why an action whose ``condition`` is false when it is due is skipped (nothing sent,
+    done with this as its error); ``None``: it runs. ``ConditionError``: it cannot be decided."""
+    if condition is None or condition.evaluate(scope):
+        return None
+    return f"skipped: its condition {condition.text!r} is false"
+
+
+def assertion_error(
+    assertion: Condition | None, action: str, scope: ConditionScope, data: Any
+) -> str | None:
+    """The error of a reply (``data``) of ``action`` that its ``assertion`` refuses (``None``: it
+    holds): the reply's fields are named bare, the action's earlier result is not read."""
+    if assertion is None:
+        return None
+    own = replace(
+        scope,
+        results={name: result for name, result in scope.results.items() if name != action},
+        source_results=data if isinstance(data, Mapping) else {},
+        source_action=action,
+    )
+    try:
+        holds = assertion.evaluate(own)
+    except ConditionError as error:
+        return f"assertion {assertion.text!r}: {error.reason}"
+    return None if holds else f"assertion failed: {assertion.text}"
 
 
 ALWAYS = Condition("always")

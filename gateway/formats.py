@@ -320,6 +320,73 @@ def dispatch(
     return effects
 
 
+# Where a try out may still be answered, or time out (a held job's other tries too).
+LIVE = frozenset({Status.RUNNING, Status.PAUSED, Status.HELD})
+# What ``finish`` reported for an outcome, reported again (rule 7); any other: the MES's own.
+_REPORTED = {"completed": Report.COMPLETE, "aborted": Report.ABORT}
+
+
+def answerable(execution: Execution, action: str, attempt: int) -> ActionRun | None:
+    """The try ``attempt`` of ``action`` if it is out and may still be answered or time out;
+    ``None``: a late, repeated or cancelled one, which changes nothing (rule 2)."""
+    run = execution.actions.get(action)
+    if run is None or run.attempt != attempt or run.phase is not Phase.DISPATCHED:
+        return None
+    return run if execution.status in LIVE else None
+
+
+def defer(run: ActionRun, at: float, effects: Effects) -> Effects:
+    """``run``'s next try waits until ``at`` (a retry's backoff): ``PENDING`` on a durable
+    ``DUE`` timer, so the wait survives a restart and ends on whichever instance."""
+    run.phase = Phase.PENDING
+    run.not_before, run.deadline = at, None
+    effects.timers.append(Timer(at, TimerKind.DUE, run.name))
+    effects.changed = True
+    return effects
+
+
+def released(execution: Execution, timer: Timer, now: float) -> ActionRun | None:
+    """The run whose wait (``defer``) the ``DUE`` ``timer`` ends: ``None`` when the job moved
+    on, or the timer is of an earlier wait (the run's own is later)."""
+    run = execution.actions.get(timer.action)
+    if run is None or run.phase is not Phase.PENDING or execution.status not in LIVE:
+        return None
+    return None if run.not_before is not None and run.not_before > now else run
+
+
+def mes_command(execution: Execution, command: JobCommand, effects: Effects) -> bool:
+    """The MES's Pause, Resume, Stop or Abort as every executor takes it (rule 7). ``True``:
+    a held job was resumed (running again, its error cleared), and the format tries its failed
+    actions again; a Resume from Pause leaves advancing to the format, too."""
+    status = execution.status
+    if command is JobCommand.PAUSE and status is Status.RUNNING:
+        execution.status = Status.PAUSED
+    elif command is JobCommand.RESUME and status in (Status.PAUSED, Status.HELD):
+        execution.status = Status.RUNNING
+        if status is Status.HELD:
+            execution.error = execution.failed_action = None
+    elif command in (JobCommand.STOP, JobCommand.ABORT) and status in LIVE:
+        outcome = "stopped" if command is JobCommand.STOP else "aborted by the MES"
+        finish(execution, effects, outcome, report=Report.RECORD)
+        return False
+    else:
+        if status is Status.FINISHING and command is not JobCommand.PAUSE:
+            # Its end may wait for this (the MES paused the job as its recipe ended: job
+            # management completes only a Running job): report it again.
+            effects.report = _REPORTED.get(execution.outcome or "", Report.RECORD)
+        return False
+    effects.changed = True
+    return status is Status.HELD
+
+
+def resend(execution: Execution, effects: Effects) -> Effects:
+    """Recovery (rule 8): every try still out goes again, with its correlation id."""
+    if execution.status in LIVE:
+        out = execution.actions.values()
+        effects.sends.extend(run.name for run in out if run.phase is Phase.DISPATCHED)
+    return effects
+
+
 @dataclass(frozen=True)
 class ExecutorOptions:
     """The runtime's settings an executor may use."""

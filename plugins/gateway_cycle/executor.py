@@ -18,19 +18,16 @@ from gateway.formats import (
     Execution,
     NodeRun,
     Phase,
-    Report,
     Status,
     Timer,
     TimerKind,
+    answerable,
     dispatch,
     finish,
+    mes_command,
+    resend,
 )
 from gateway.recipes import JobCommand
-
-LIVE = (Status.RUNNING, Status.PAUSED)  # a command out may still answer, or time out
-END = {JobCommand.STOP: "stopped", JobCommand.ABORT: "aborted by the MES"}
-# The MES's own Stop or Abort set the job's state already: only the results are recorded.
-REPORTS = {"completed": Report.COMPLETE, "aborted": Report.ABORT}
 
 
 class CycleExecutor:
@@ -56,7 +53,7 @@ class CycleExecutor:
         *,
         delivered: bool = True,
     ) -> Effects:
-        run = self._out(execution, action, attempt)
+        run = answerable(execution, action, attempt)
         if run is None:
             return Effects()  # late, repeated or cancelled: changes nothing
         effects = Effects(changed=True, reply=(now - (run.dispatched_at or now), error is not None))
@@ -77,38 +74,21 @@ class CycleExecutor:
     ) -> Effects:
         if timer.due > now:  # fired early by another instance's clock: set it again
             return Effects(timers=[timer])
-        run = self._out(execution, timer.action, timer.attempt)
+        run = answerable(execution, timer.action, timer.attempt)
         if timer.kind is not TimerKind.TIMEOUT or run is None:
             return Effects()  # answered in time
         reason = f"no reply within {timer.due - (run.dispatched_at or 0):g} s"
         return self._fail(execution, run, f"{offline} ({reason})" if offline else reason, Effects())
 
     def on_command(self, execution: Execution, command: JobCommand, now: float) -> Effects:
-        status = execution.status
-        if command is JobCommand.PAUSE and status is Status.RUNNING:
-            execution.status = Status.PAUSED
-            return Effects(changed=True)
-        if command is JobCommand.RESUME and status is Status.PAUSED:
-            execution.status = Status.RUNNING
-            return self._next(execution, now, Effects(changed=True))
-        if command in END and status in LIVE:
-            return finish(execution, Effects(), END[command], report=Report.RECORD)
-        if status is Status.FINISHING and command is not JobCommand.PAUSE:
-            # The end the MES's Pause held back (``report_completed``), reported again.
-            return Effects(report=REPORTS.get(execution.outcome or "", Report.RECORD))
-        return Effects()
+        # Pause, Resume, Stop and Abort as every format takes them (a cycle never holds).
+        effects = Effects()
+        mes_command(execution, command, effects)
+        return self._next(execution, now, effects)
 
     def on_resume(self, execution: Execution, now: float) -> Effects:
-        if execution.status not in LIVE:
-            return Effects()
-        out = [run.name for run in execution.actions.values() if run.phase is Phase.DISPATCHED]
-        return self._next(execution, now, Effects(sends=out))  # recovery: send them again
-
-    def _out(self, execution: Execution, action: str, attempt: int) -> ActionRun | None:
-        """The try ``attempt`` of ``action`` if it is out and may still be answered."""
-        run = execution.actions.get(action)
-        out = run is not None and run.attempt == attempt and run.phase is Phase.DISPATCHED
-        return run if out and execution.status in LIVE else None
+        # Recovery: the command out is sent again.
+        return self._next(execution, now, resend(execution, Effects()))
 
     def _next(self, execution: Execution, now: float, effects: Effects) -> Effects:
         """Send the next command if none is out and the job runs; complete after the last."""

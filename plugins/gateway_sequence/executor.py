@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.conditions import ConditionError, ConditionScope
+from gateway.conditions import ConditionError, ConditionScope, assertion_error, skip_reason
 from gateway.formats import (
     ActionRun,
     Effects,
@@ -30,14 +30,16 @@ from gateway.formats import (
     Status,
     Timer,
     TimerKind,
+    answerable,
+    defer,
     dispatch,
     finish,
+    mes_command,
+    released,
+    resend,
 )
 from gateway.recipes import JobCommand
-from gateway_sequence.model import Block, Command, OnError, SequenceRecipe
-
-# Statuses in which a command out may still answer, or time out.
-ACTIVE = (Status.RUNNING, Status.PAUSED, Status.HELD)
+from gateway_sequence.model import Block, OnError, SequenceRecipe
 
 
 class SequenceExecutor:
@@ -72,24 +74,31 @@ class SequenceExecutor:
         delivered: bool = True,
     ) -> Effects:
         effects = Effects()
-        run = self._waiting(execution, action, attempt)
+        run = answerable(execution, action, attempt)
         if run is None:
             return effects  # late, repeated or cancelled: changes nothing
         if run.dispatched_at is not None:
             effects.reply = (now - run.dispatched_at, error is not None)
-        if error is None:
-            failed = self._assertion_failed(execution, self._commands[action], data)
-            if failed is not None:
-                self._failed(execution, run, failed, now, effects, data)
-                return effects
-            run.phase = Phase.DONE
-            run.error = None
-            execution.results[action] = data
-            effects.changed = True
-            self._advance(execution, now, effects)
-        else:
-            reason = error if delivered else f"not delivered: {error}"
-            self._failed(execution, run, reason, now, effects, data)
+        if error is not None:
+            self._failed(
+                execution,
+                run,
+                error if delivered else f"not delivered: {error}",
+                now,
+                effects,
+                data,
+            )
+            return effects
+        command = self._commands[action]
+        refused = assertion_error(command.assertion, action, self._scope(execution), data)
+        if refused is not None:
+            self._failed(execution, run, refused, now, effects, data)
+            return effects
+        run.phase = Phase.DONE
+        run.error = None
+        execution.results[action] = data
+        effects.changed = True
+        self._advance(execution, now, effects)
         return effects
 
     def on_event(self, execution: Execution, action: str, data: Any, now: float) -> Effects:
@@ -102,13 +111,13 @@ class SequenceExecutor:
         if timer.due > now:  # fired early by another instance's clock: set it again
             effects.timers.append(timer)
             return effects
-        if timer.kind is TimerKind.DUE:
-            self._due(execution, timer.action, now, effects)
+        if timer.kind is TimerKind.DUE:  # a backoff is over: its try goes out
+            if (due := released(execution, timer, now)) is not None:
+                self._send(execution, due, effects, now)
             return effects
-        run = self._waiting(execution, timer.action, timer.attempt)
+        run = answerable(execution, timer.action, timer.attempt)
         if timer.kind is TimerKind.TIMEOUT and run is not None:
-            command = self._commands[run.name]
-            reason = f"no reply within {command.timeout_seconds:g} s"
+            reason = f"no reply within {self._commands[run.name].timeout_seconds:g} s"
             # Offline equipment is the likely cause, not a certain one: both are said.
             self._failed(
                 execution, run, f"{offline} ({reason})" if offline else reason, now, effects
@@ -117,42 +126,21 @@ class SequenceExecutor:
 
     def on_command(self, execution: Execution, command: JobCommand, now: float) -> Effects:
         effects = Effects()
-        status = execution.status
-        if command is JobCommand.PAUSE and status is Status.RUNNING:
-            execution.status = Status.PAUSED
-            effects.changed = True
-        elif command is JobCommand.RESUME and status is Status.PAUSED:
-            execution.status = Status.RUNNING
-            effects.changed = True
-            self._advance(execution, now, effects)
-        elif command is JobCommand.RESUME and status is Status.HELD:
-            self._retry_failed(execution, now, effects)
-        elif command in (JobCommand.STOP, JobCommand.ABORT) and status in ACTIVE:
-            outcome = "stopped" if command is JobCommand.STOP else "aborted by the MES"
-            finish(execution, effects, outcome, report=Report.RECORD)
-        elif status is Status.FINISHING and command is not JobCommand.PAUSE:
-            # Its completion may wait for this (the MES paused the job as the sequence ended:
-            # ``report_completed``): report again.
-            effects.report = Report.COMPLETE if execution.outcome == "completed" else Report.ABORT
+        if mes_command(execution, command, effects):  # resumed from held: the failed again
+            for run in list(execution.actions.values()):
+                if run.phase is Phase.FAILED:
+                    run.tries = 0
+                    execution.results.pop(run.name, None)  # the retry's result replaces it
+                    self._send(execution, run, effects, now)
+        self._advance(execution, now, effects)
         return effects
 
     def on_resume(self, execution: Execution, now: float) -> Effects:
-        effects = Effects()
-        if execution.status in ACTIVE:
-            effects.sends.extend(
-                run.name for run in execution.actions.values() if run.phase is Phase.DISPATCHED
-            )
-            self._advance(execution, now, effects)
+        effects = resend(execution, Effects())
+        self._advance(execution, now, effects)
         return effects
 
     # -- the rules ------------------------------------------------------------------------
-
-    def _waiting(self, execution: Execution, action: str, attempt: int) -> ActionRun | None:
-        """The try ``attempt`` of ``action`` if it is out and may still be answered."""
-        run = execution.actions.get(action)
-        if run is None or run.attempt != attempt or run.phase is not Phase.DISPATCHED:
-            return None
-        return run if execution.status in ACTIVE else None
 
     def _advance(self, execution: Execution, now: float, effects: Effects) -> None:
         """Past every block whose steps all succeeded, into the next one while running."""
@@ -200,82 +188,31 @@ class SequenceExecutor:
             execution.memo["block_try"] = execution.memo.get("block_try", 0) + 1
         for command in block.commands:
             run = execution.actions[command.name] = ActionRun(command.name, block.name)
-            skip, error = self._skipped(execution, command)
-            if error is not None:  # the recipe reads what is not there: no try helps
-                self._failed(execution, run, error, now, effects, retry=False)
-            elif skip is not None:
-                # Nothing sent: done, with why (``tries`` 0: nothing to undo either).
-                run.phase = Phase.DONE
-                run.error = skip
-                effects.changed = True
+            try:
+                skipped = skip_reason(command.condition, self._scope(execution))
+            except ConditionError as error:  # the recipe reads what is not there: no try helps
+                text = command.condition.text if command.condition else ""
+                self._failed(execution, run, f"condition {text!r}: {error.reason}", now, effects)
             else:
-                self._send_at(execution, run, command, send_at or now, now, effects)
+                if skipped is not None:
+                    # Nothing sent: done, with why (``tries`` 0: nothing to undo either).
+                    run.phase = Phase.DONE
+                    run.error = skipped
+                    effects.changed = True
+                elif send_at is not None and send_at > now:
+                    defer(run, send_at, effects)
+                else:
+                    self._send(execution, run, effects, now)
             if execution.status is Status.FINISHING:
                 return
 
-    def _scope(self, execution: Execution, own: Any = None, name: str = "") -> ConditionScope:
-        results = {key: value for key, value in execution.results.items() if key != name}
-        return ConditionScope(
-            results=results,
-            parameters=self.parameters,
-            source_results=own if isinstance(own, Mapping) else {},
-            source_action=name or None,
-        )
+    def _scope(self, execution: Execution) -> ConditionScope:
+        return ConditionScope(results=execution.results, parameters=self.parameters)
 
-    def _skipped(self, execution: Execution, command: Command) -> tuple[str | None, str | None]:
-        """Why ``command``'s condition skips it (``None``: it runs), or the error evaluating it."""
-        condition = command.condition
-        if condition is None:
-            return None, None
-        try:
-            holds = condition.evaluate(self._scope(execution))
-        except ConditionError as error:
-            return None, f"condition {condition.text!r}: {error.reason}"
-        return (None if holds else f"skipped: its condition {condition.text!r} is false"), None
-
-    def _assertion_failed(self, execution: Execution, command: Command, data: Any) -> str | None:
-        """The error of a reply its step's assertion refuses (``None``: it holds)."""
-        if command.assertion is None:
-            return None
-        text = command.assertion.text
-        try:
-            holds = command.assertion.evaluate(self._scope(execution, data, command.name))
-        except ConditionError as error:
-            return f"assertion {text!r}: {error.reason}"
-        return None if holds else f"assertion failed: {text}"
-
-    def _send(
-        self, execution: Execution, run: ActionRun, command: Command, now: float, effects: Effects
-    ) -> None:
+    def _send(self, execution: Execution, run: ActionRun, effects: Effects, now: float) -> None:
+        command = self._commands[run.name]
         timeout, side_effects = command.timeout_seconds, command.side_effects
         dispatch(execution, run, now, effects, timeout=timeout, side_effects=side_effects)
-
-    def _send_at(
-        self,
-        execution: Execution,
-        run: ActionRun,
-        command: Command,
-        at: float,
-        now: float,
-        effects: Effects,
-    ) -> None:
-        """Send ``run``'s next try at ``at``: now, or on a durable ``DUE`` timer (a backoff)."""
-        if at <= now:
-            self._send(execution, run, command, now, effects)
-            return
-        run.phase = Phase.PENDING
-        run.not_before, run.deadline = at, None
-        effects.timers.append(Timer(at, TimerKind.DUE, run.name))
-        effects.changed = True
-
-    def _due(self, execution: Execution, action: str, now: float, effects: Effects) -> None:
-        """A backoff is over: the try waiting for it goes out (unless the job moved on)."""
-        run = execution.actions.get(action)
-        if run is None or run.phase is not Phase.PENDING or execution.status not in ACTIVE:
-            return
-        if run.not_before is not None and run.not_before > now:
-            return  # a timer of an earlier backoff: this one has its own
-        self._send(execution, run, self._commands[run.name], now, effects)
 
     def _failed(
         self,
@@ -285,14 +222,17 @@ class SequenceExecutor:
         now: float,
         effects: Effects,
         data: Any = None,
-        *,
-        retry: bool = True,
     ) -> None:
+        """A try failed: tried again (after its backoff) while it has tries left, unless it
+        was never sent (a condition that cannot be decided: no try helps)."""
         command = self._commands[run.name]
         run.error = reason
         effects.changed = True
-        if retry and run.tries < command.max_attempts:
-            self._send_at(execution, run, command, now + command.backoff_seconds, now, effects)
+        if 0 < run.tries < command.max_attempts:
+            if command.backoff_seconds:
+                defer(run, now + command.backoff_seconds, effects)
+            else:
+                self._send(execution, run, effects, now)
             return
         if data is not None:  # what the equipment read when it failed, beside the error
             execution.results[run.name] = data
@@ -329,14 +269,3 @@ class SequenceExecutor:
             execution.results.pop(command.name, None)
         del execution.nodes[block.name]
         self._enter(execution, block, now, effects, send_at=now + block.backoff_seconds)
-
-    def _retry_failed(self, execution: Execution, now: float, effects: Effects) -> None:
-        execution.status = Status.RUNNING
-        execution.error = execution.failed_action = None
-        effects.changed = True
-        for run in list(execution.actions.values()):
-            if run.phase is Phase.FAILED:
-                run.tries = 0
-                execution.results.pop(run.name, None)  # the retry's result replaces it
-                self._send(execution, run, self._commands[run.name], now, effects)
-        self._advance(execution, now, effects)

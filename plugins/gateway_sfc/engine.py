@@ -28,8 +28,12 @@ from gateway.formats import (
     Status,
     Timer,
     TimerKind,
+    answerable,
+    defer,
     dispatch,
     finish,
+    mes_command,
+    resend,
 )
 from gateway.recipes import JobCommand
 from gateway_sfc.chart import Chart, Edge
@@ -95,8 +99,8 @@ class Executor:
     ) -> Effects:
         """The equipment answered try ``attempt`` (``delivered=False``: it could not be sent)."""
         effects = Effects()
-        run = execution.actions.get(action)
-        if run is None or run.attempt != attempt or run.phase is not Phase.DISPATCHED:
+        run = answerable(execution, action, attempt)
+        if run is None:
             return effects  # late, repeated or for a cancelled try: nothing to do
         if run.dispatched_at is not None:
             effects.reply = (now - run.dispatched_at, error is not None)
@@ -168,37 +172,14 @@ class Executor:
 
     def on_command(self, execution: Execution, command: JobCommand, now: float) -> Effects:
         effects = Effects()
-        status = execution.status
-        if command is JobCommand.PAUSE and status is Status.RUNNING:
-            execution.status = Status.PAUSED
-            effects.changed = True
-        elif command is JobCommand.RESUME and status is Status.PAUSED:
-            execution.status = Status.RUNNING
-            effects.changed = True
-        elif command is JobCommand.RESUME and status is Status.HELD:
+        if mes_command(execution, command, effects):  # resumed from held
             self._retry_held_actions(execution)
-            effects.changed = True
-        elif command in (JobCommand.STOP, JobCommand.ABORT) and status in (
-            Status.RUNNING,
-            Status.PAUSED,
-            Status.HELD,
-        ):
-            outcome = "stopped" if command is JobCommand.STOP else "aborted by the MES"
-            finish(execution, effects, outcome, report=Report.RECORD)
-        elif status is Status.FINISHING and command is not JobCommand.PAUSE:
-            # Its completion may wait for this (the MES paused the job as the chart ended:
-            # ``report_completed``): report again.
-            effects.report = Report.COMPLETE if execution.outcome == "completed" else Report.ABORT
         self.settle(execution, now, effects)
         return effects
 
     def on_resume(self, execution: Execution, now: float) -> Effects:
         """Recovery: re-send commands still waiting for a reply, and advance what can."""
-        effects = Effects()
-        if execution.status in (Status.RUNNING, Status.PAUSED, Status.HELD):
-            effects.sends.extend(
-                run.name for run in execution.actions.values() if run.phase is Phase.DISPATCHED
-            )
+        effects = resend(execution, Effects())
         self.settle(execution, now, effects)
         return effects
 
@@ -437,9 +418,7 @@ class Executor:
         run.error = error
         effects.changed = True
         if run.tries < policy.max_attempts:
-            run.phase = Phase.PENDING
-            run.not_before = now + policy.delay_before(run.tries + 1)
-            effects.timers.append(Timer(run.not_before, TimerKind.DUE, run.name))
+            defer(run, now + policy.delay_before(run.tries + 1), effects)
             return
         if self.recipe.on_error_of(action) is OnError.CONTINUE:
             run.phase = Phase.DONE  # with its error: the chart goes on
@@ -482,8 +461,7 @@ class Executor:
             again = execution.actions.get(action.name)
             fresh = again is not None and again.phase is Phase.PENDING and again.tries == 0
             if fresh and again is not None and again.not_before is None and start > now:
-                again.not_before = start
-                effects.timers.append(Timer(start, TimerKind.DUE, again.name))
+                defer(again, start, effects)
         return True
 
     def _retry_held_actions(self, execution: Execution) -> None:
@@ -497,9 +475,6 @@ class Executor:
             run.not_before = None
             # A result a condition could not use is replaced by the retry's, not read again.
             execution.results.pop(run.name, None)
-        execution.status = Status.RUNNING
-        execution.failed_action = None
-        execution.error = None
 
     # -- helpers ----------------------------------------------------------------------------
 

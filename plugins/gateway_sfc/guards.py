@@ -13,10 +13,10 @@ transitions. Problems are named at their path: ``recipe.actions[2].assertion: ..
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
+from gateway import conditions
 from gateway.conditions import Condition, ConditionError, ConditionScope, parse_condition
 from gateway_sfc.model import Action, Recipe
 
@@ -36,29 +36,12 @@ def assertion_of(action: Action) -> Condition | None:
 
 def skip_reason(action: Action, scope: ConditionScope) -> str | None:
     """Why ``action`` is skipped (``None``: it runs); ``ConditionError`` when undecidable."""
-    condition = condition_of(action)
-    if condition is None or condition.evaluate(scope):
-        return None
-    return f"skipped: its condition {condition.text!r} is false"
+    return conditions.skip_reason(condition_of(action), scope)
 
 
 def assertion_error(action: Action, scope: ConditionScope, data: Any) -> str | None:
     """The error of a reply ``action``'s assertion refuses (``None``: it holds)."""
-    assertion = assertion_of(action)
-    if assertion is None:
-        return None
-    own = ConditionScope(
-        results={key: value for key, value in scope.results.items() if key != action.name},
-        parameters=scope.parameters,
-        named=scope.named,
-        source_results=data if isinstance(data, Mapping) else {},
-        source_action=action.name,
-    )
-    try:
-        holds = assertion.evaluate(own)
-    except ConditionError as error:
-        return f"assertion {assertion.text!r}: {error.reason}"
-    return None if holds else f"assertion failed: {assertion.text}"
+    return conditions.assertion_error(assertion_of(action), action.name, scope, data)
 
 
 def guard_problems(recipe: Recipe) -> list[str]:
