@@ -4,10 +4,11 @@ Observer hooks (``TraceObserver``) turn each happening into a ``TraceEntry``: th
 state, a step was entered or left, an MES method or an operator request was answered, a
 command went to equipment, a reply or an event came back. Hooks must not block, so entries
 queue in memory and ``TraceWriter`` (a service, ``gateway_ui.trace_writer``) appends them to
-the job's stream, at most every ``ui.trace_flush_ms``::
+the job's stream, ``ui.trace_flush_ms`` after they came, one script call per scope::
 
-    {p}:{scope}:trace:{job}           STREAM  at most one entry per job and flush
-    {p}:{_global}:trace:job-scopes    HASH    job -> scope, for replies that do not name theirs
+    {p}:{scope}:trace:{job}       STREAM  at most one entry per job and flush
+    {p}:{scope}:trace-jobs        SET     the scope's jobs stored and not yet ended, for the
+                                          replies that do not name their scope
 
 A stream entry holds one happening (``kind``, ``ts``, ``instance``, ``fields`` as JSON) or, when
 one flush had several for the job, all of them (``kind=batch``, ``instance``, ``entries``: a
@@ -108,8 +109,10 @@ def trace_key(store: Store, scope: str, job: str) -> str:
     return store.keys.scoped(scope, "trace", job)
 
 
-def job_scopes_key(store: Store) -> str:
-    return store.keys.global_key("trace", "job-scopes")
+def running_key(store: Store, scope: str) -> str:
+    """The scope's jobs with a trace that have not ended (not under ``trace:``, where a job
+    may have any name)."""
+    return store.keys.scoped(scope, "trace-jobs")
 
 
 def happenings(stream_id: str, record: Mapping[str, str]) -> list[dict[str, Any]]:

@@ -1,13 +1,17 @@
 """``TraceWriter``: the service that appends the queued trace entries to the jobs' streams.
 
-The hooks queue entries in memory (``add``: no I/O). The writer flushes at most every
-``ui.trace_flush_ms``: the first entry after a quiet spell goes at once, the ones that follow
-wait for the interval and go together. A flush costs one pipeline, one XADD per job in it
-(the job's queued happenings in one stream entry, up to ``HAPPENINGS_PER_ENTRY``, see
-``gateway_ui.trace``), plus a round trip before it only when it must look something up: the
-scope of a reply that does not name it (equipment that does not echo the command's subject)
-and whose job has no other entry in the flush, or whether the trace of a job that only
-refused calls exists (rare both).
+The hooks queue entries in memory (``add``: no I/O). The writer writes them ``ui.trace_flush_ms``
+after the first of them was queued (what a job did meanwhile, a step's reply, its steps left and
+entered and its next command, goes together), so an entry is visible in Redis at most that long
+plus a write after it happened, and a quiet station's burst of entries costs one write, not two.
+A flush costs one Lua script call per scope (``WRITE``, up to ``JOBS_PER_WRITE`` jobs each):
+per job it starts the trace afresh (``DEL``) and notes the job in the scope's running set when
+the job was stored, appends the job's entries (one stream entry per flush, up to
+``HAPPENINGS_PER_ENTRY`` happenings, see ``gateway_ui.trace``; a refused call only to a trace
+that exists), and sets the trace's expiry and takes the job from the set when it ended. A round
+trip before it is needed only for the scope of a reply that does not name it (equipment that
+does not echo the command's subject) and whose job has no other entry in the flush: the
+running sets of the known scopes are asked, in one pipeline (rare).
 
 The writer keeps nothing about a job beyond the queue: a trace is cut to its newest
 ``ui.trace_max_entries`` stream entries by the XADD itself (``MAXLEN``), which is right
@@ -22,20 +26,22 @@ check ``ui.trace`` fails, and the flush is retried; stopping makes one last (shi
 from __future__ import annotations
 
 import logging
-import math
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from itertools import groupby
+from typing import TYPE_CHECKING, cast
 
 import anyio
 from anyio.abc import TaskStatus
 
 from gateway.resilience import is_transient
 from gateway_ui.settings import UiSettings
-from gateway_ui.trace import TraceEntry, job_scopes_key, stream_record, trace_key
+from gateway_ui.trace import TraceEntry, running_key, stream_record, trace_key
 
 if TYPE_CHECKING:
+    from redis.commands.core import AsyncScript
+
     from gateway.app import Gateway
     from gateway.phases import ServicePhase
     from gateway.store import Store
@@ -46,11 +52,42 @@ log = logging.getLogger(__name__)
 # refilled after an outage may hold thousands for one job): a trace of ``trace_max_entries``
 # entries holds at most this many times as many happenings.
 HAPPENINGS_PER_ENTRY = 10
-# A flush writes its jobs in pipelines of this many: building and sending a pipeline holds the
+# A flush writes its jobs in script calls of this many: building and sending a call holds the
 # event loop, and one of a few hundred jobs held it for tens of milliseconds, which the MES's
 # calls and the steps waited out.
-JOBS_PER_PIPELINE = 16
+JOBS_PER_WRITE = 16
 STOP_FLUSH_SECONDS = 2  # how long stopping may take to write what is queued
+
+# What one flush writes for the jobs of one scope, in one call (one hash slot: the scope's).
+# KEYS: the scope's running set, then each job's trace. ARGV: MAXLEN, the expiry, then per
+# job: its id, its flags (s: stored, starts afresh; e: ended; r: refused calls only, written
+# to a trace that exists), its number of stream entries, and each entry as its number of
+# strings followed by its field/value strings.
+WRITE = """
+local maxlen, kept = ARGV[1], ARGV[2]
+local at = 3
+for k = 2, #KEYS do
+  local key, job, flags, entries = KEYS[k], ARGV[at], ARGV[at + 1], tonumber(ARGV[at + 2])
+  at = at + 3
+  local write = not string.find(flags, 'r', 1, true) or redis.call('EXISTS', key) == 1
+  if string.find(flags, 's', 1, true) then
+    redis.call('DEL', key)
+    redis.call('SADD', KEYS[1], job)
+  end
+  for _ = 1, entries do
+    local strings = tonumber(ARGV[at])
+    if write then
+      redis.call('XADD', key, 'MAXLEN', maxlen, '*', unpack(ARGV, at + 1, at + strings))
+    end
+    at = at + 1 + strings
+  end
+  if string.find(flags, 'e', 1, true) then
+    redis.call('EXPIRE', key, kept)
+    redis.call('SREM', KEYS[1], job)
+  end
+end
+return 0
+"""
 
 
 @dataclass
@@ -73,6 +110,28 @@ class _JobWrite:
         """Refused calls alone: written only when the job has a trace (it may not exist)."""
         return not self.starts_job and all(entry.refused for entry in self.entries)
 
+    @property
+    def flags(self) -> str:
+        ends = any(entry.ends_job for entry in self.entries)
+        return "".join(
+            flag
+            for flag, on in (("s", self.starts_job), ("e", ends), ("r", self.only_refused))
+            if on
+        )
+
+    def arguments(self, instance: str) -> list[str]:
+        """The job's part of ``WRITE``'s ARGV."""
+        records = [
+            stream_record(self.entries[start : start + HAPPENINGS_PER_ENTRY], instance)
+            for start in range(0, len(self.entries), HAPPENINGS_PER_ENTRY)
+        ]
+        arguments = [self.job, self.flags, str(len(records))]
+        for record in records:
+            arguments.append(str(2 * len(record)))
+            for name, value in record.items():
+                arguments += (name, value)
+        return arguments
+
 
 class TraceWriter:
     """Queues entries from the hooks and appends them to the jobs' streams (a service)."""
@@ -80,13 +139,21 @@ class TraceWriter:
     name = "ui-trace"
     roles = frozenset({"gateway", "engine", "jobs"})  # where jobs change or steps run
 
-    def __init__(self, settings: UiSettings, gateway: ServicePhase) -> None:
+    def __init__(
+        self,
+        settings: UiSettings,
+        gateway: ServicePhase,
+        *,
+        sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+    ) -> None:
         self.settings = settings
         self.gateway = gateway
         self.queue: deque[TraceEntry] = deque(maxlen=settings.trace_buffer)
         self.dropped = 0
         self.written = 0  # happenings taken from the queue and handled (written or skipped)
         self._wake: anyio.Event | None = None
+        self._sleep = sleep  # the flush interval's wait (tests drive it)
+        self._script: AsyncScript | None = None
 
     def add(self, entry: TraceEntry) -> None:
         if len(self.queue) == self.queue.maxlen:
@@ -110,19 +177,19 @@ class TraceWriter:
                 log.warning("job trace: %d entries not written: %s", len(self.queue), error)
 
     async def _write_loop(self, stopping: anyio.Event) -> None:
-        """Write what is queued, at most every ``trace_flush_ms``; a store outage is retried
-        (logged once, the readiness check ``ui.trace`` failing meanwhile) while the queue
-        keeps the newest ``trace_buffer`` entries."""
+        """Write what is queued ``trace_flush_ms`` after the first of it came; a store outage
+        is retried (logged once, the readiness check ``ui.trace`` failing meanwhile) while the
+        queue keeps the newest ``trace_buffer`` entries."""
         resilience = self.gateway.resilience
         interval = self.settings.trace_flush_ms / 1000
-        last_flush = -math.inf
         while True:
             assert self._wake is not None
             await self._wake.wait()
-            # Pacing, not synchronisation: what arrives meanwhile joins this flush.
-            await anyio.sleep(max(0.0, last_flush + interval - anyio.current_time()))
+            # Pacing, not synchronisation: what arrives meanwhile joins this flush (a step's
+            # reply, its steps and its next command come within a few ms of each other).
+            if interval > 0:
+                await self._sleep(interval)
             self._wake = anyio.Event()
-            last_flush = anyio.current_time()
             try:
                 await resilience.retry("ui.trace", self.flush, stop=stopping, logger=log)
             except Exception as error:
@@ -160,24 +227,33 @@ class TraceWriter:
         self.dropped += max(0, len(taken) + len(newer) - len(self.queue))
 
     async def _write(self, store: Store, entries: list[TraceEntry], written: set[str]) -> None:
-        """Write ``entries``, adding each job to ``written`` once its entries are stored."""
-        writes = await self._group(store, entries)
-        await self._skip_refused_without_trace(store, writes)
+        """Write ``entries``, adding each job to ``written`` once its entries are stored: one
+        script call per scope and ``JOBS_PER_WRITE`` jobs."""
+        writes = sorted(await self._group(store, entries), key=lambda write: write.scope)
         instance = self.gateway.instance_id
-        for start in range(0, len(writes), JOBS_PER_PIPELINE):
-            chunk = writes[start : start + JOBS_PER_PIPELINE]
-            async with store.client.pipeline(transaction=False) as pipe:
-                for write in chunk:
-                    self._queue_write(pipe, store, write, instance)
-                await pipe.execute()
-            written.update(write.job for write in chunk)
+        for scope, group in groupby(writes, key=lambda write: write.scope):
+            jobs = list(group)
+            for start in range(0, len(jobs), JOBS_PER_WRITE):
+                chunk = jobs[start : start + JOBS_PER_WRITE]
+                await self._call(store, scope, chunk, instance)
+                written.update(write.job for write in chunk)
+
+    async def _call(self, store: Store, scope: str, writes: list[_JobWrite], instance: str) -> None:
+        if self._script is None:
+            self._script = store.client.register_script(WRITE)
+        keys = [running_key(store, scope)]
+        arguments = [str(self.settings.trace_max_entries), str(self.settings.trace_kept_seconds)]
+        for write in writes:
+            keys.append(trace_key(store, scope, write.job))
+            arguments += write.arguments(instance)
+        await self._script(keys=keys, args=arguments)
 
     async def _group(self, store: Store, entries: list[TraceEntry]) -> list[_JobWrite]:
         """The entries by job, in order (a job's scope looked up when no entry names it)."""
         scopes = {entry.job: entry.scope for entry in entries if entry.scope is not None}
         unknown = {entry.job for entry in entries if entry.job not in scopes}
         if unknown:
-            scopes |= await self._look_up_scopes(store, unknown)
+            scopes |= await self._look_up_scopes(store, unknown, set(scopes.values()))
         writes: dict[tuple[str, str], _JobWrite] = {}
         for entry in entries:
             scope = entry.scope or scopes.get(entry.job)
@@ -190,43 +266,20 @@ class TraceWriter:
             writes[key].add(entry)
         return list(writes.values())
 
-    async def _look_up_scopes(self, store: Store, jobs: Iterable[str]) -> dict[str, str]:
-        """The scopes of jobs no entry of the flush names one for: one round trip for all."""
+    async def _look_up_scopes(
+        self, store: Store, jobs: Iterable[str], seen: set[str]
+    ) -> dict[str, str]:
+        """The scopes of jobs no entry of the flush names one for: the running sets of the
+        known scopes (and those of this flush), asked in one pipeline."""
         ordered = list(jobs)
+        scopes = sorted(await store.known_scopes() | seen)
         async with store.client.pipeline(transaction=False) as pipe:
-            for job in ordered:
-                pipe.hget(job_scopes_key(store), job)
-            found = await pipe.execute()
-        return {
-            job: str(scope) for job, scope in zip(ordered, found, strict=True) if scope is not None
-        }
-
-    async def _skip_refused_without_trace(self, store: Store, writes: list[_JobWrite]) -> None:
-        """Drop the writes of refused calls about jobs with no trace (a call may name a job
-        the station does not hold): one round trip for all, and none in the common case."""
-        doubtful = [write for write in writes if write.only_refused]
-        if not doubtful:
-            return
-        async with store.client.pipeline(transaction=False) as pipe:
-            for write in doubtful:
-                pipe.exists(trace_key(store, write.scope, write.job))
-            exists = await pipe.execute()
-        missing = {id(write) for write, found in zip(doubtful, exists, strict=True) if not found}
-        writes[:] = [write for write in writes if id(write) not in missing]
-
-    def _queue_write(self, pipe: Any, store: Store, write: _JobWrite, instance: str) -> None:
-        key = trace_key(store, write.scope, write.job)
-        if write.starts_job:
-            pipe.delete(key)
-            pipe.hset(job_scopes_key(store), write.job, write.scope)
-        for start in range(0, len(write.entries), HAPPENINGS_PER_ENTRY):
-            entries = write.entries[start : start + HAPPENINGS_PER_ENTRY]
-            pipe.xadd(
-                key,
-                stream_record(entries, instance),
-                maxlen=self.settings.trace_max_entries,
-                approximate=False,
-            )
-        if any(entry.ends_job for entry in write.entries):
-            pipe.expire(key, self.settings.trace_kept_seconds)  # cleared or cancelled: it goes
-            pipe.hdel(job_scopes_key(store), write.job)
+            for scope in scopes:
+                pipe.smismember(running_key(store, scope), ordered)
+            found = cast(list[list[int]], await pipe.execute())
+        located: dict[str, str] = {}
+        for scope, members in zip(scopes, found, strict=True):
+            for job, member in zip(ordered, members, strict=True):
+                if member:
+                    located.setdefault(job, scope)
+        return located

@@ -1,6 +1,6 @@
-"""The job trace writer on a redis-server of its own: one XADD per job and flush, at most every
-``ui.trace_flush_ms``; what is queued survives an outage (the test kills and restarts Redis)
-and is written when the gateway stops."""
+"""The job trace writer on a redis-server of its own: one XADD per job and flush, all of a
+scope's in one script call, ``ui.trace_flush_ms`` after the first entry came; what is queued
+survives an outage (the test kills and restarts Redis) and is written when the gateway stops."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, cast
 import anyio
 import pytest
 from redis.asyncio import Redis
-from redis.asyncio.client import Pipeline
 
 from gateway.jobstates import JobState
 from gateway.resilience import Readiness, Resilience
@@ -23,7 +22,7 @@ from gateway.testing.redis_ha import packets_sent
 from gateway.testing.services import redis_server
 from gateway_ui.settings import UiSettings
 from gateway_ui.trace import TraceEntry, TraceKind, position, read_trace
-from gateway_ui.trace_writer import HAPPENINGS_PER_ENTRY, JOBS_PER_PIPELINE, TraceWriter
+from gateway_ui.trace_writer import HAPPENINGS_PER_ENTRY, JOBS_PER_WRITE, TraceWriter
 
 if TYPE_CHECKING:
     from tests.plugins.gateway_ui.conftest import TraceBench
@@ -67,7 +66,8 @@ async def test_a_flush_writes_one_stream_entry_per_job_read_back_as_its_happenin
     await writer.flush()
 
     assert await trace_bench.commands("xadd") == 2
-    assert await trace_bench.commands("hget") == 0  # J1's scope was known from its entries
+    assert await trace_bench.commands("evalsha") == 1  # both jobs' in one call: one scope
+    assert await trace_bench.commands("smismember") == 0  # J1's scope was known from its entries
     one, two = await trace(trace_bench, "J1"), await trace(trace_bench, "J2")
     assert [e["kind"] for e in one] == ["state", "command", "reply", "step"]
     assert [e["kind"] for e in two] == ["state", "step"]
@@ -89,35 +89,37 @@ async def test_a_flush_writes_one_stream_entry_per_job_read_back_as_its_happenin
     assert position(one[-1]["id"]) < position(newest["id"])
 
 
-async def test_a_flush_of_many_jobs_goes_in_short_pipelines_and_a_failed_one_is_all_it_redoes(
+async def test_a_flush_of_many_jobs_goes_in_short_calls_and_a_failed_one_is_all_it_redoes(
     trace_bench: TraceBench, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Building one pipeline of a few hundred jobs held the event loop for tens of ms.
+    # Building one call (one pipeline before) of a few hundred jobs held the event loop for
+    # tens of ms.
     writer = trace_bench.writer()
     jobs = [f"J{number}" for number in range(40)]
     for job in jobs:
         writer.add(started(job))
     with packets_sent() as sent:
         await writer.flush()
-    xadds = [packet.count(b"XADD") for packet in sent]
-    assert sum(xadds) == len(jobs)
-    assert max(xadds) <= JOBS_PER_PIPELINE
+    calls = [packet for packet in sent if b"EVALSHA" in packet]
+    assert [packet.count(b":trace:J") for packet in calls][-3:] == [16, 16, 8]  # after NOSCRIPT
+    assert max(packet.count(b":trace:J") for packet in calls) <= JOBS_PER_WRITE
+    assert await trace_bench.commands("xadd") == len(jobs)
 
-    execute, calls = Pipeline.execute, []
+    call, attempts = TraceWriter._call, []
 
-    async def second_fails(self: Pipeline, raise_on_error: bool = True) -> Any:
-        calls.append(1)
-        if len(calls) == 2:
+    async def second_fails(self: TraceWriter, *args: Any) -> None:
+        attempts.append(1)
+        if len(attempts) == 2:
             raise ConnectionError("Redis went away (test)")
-        return await execute(self, raise_on_error)
+        await call(self, *args)
 
     for job in jobs:
         writer.add(step(job, "S1"))
-    monkeypatch.setattr(Pipeline, "execute", second_fails)
+    monkeypatch.setattr(TraceWriter, "_call", second_fails)
     with pytest.raises(ConnectionError):
         await writer.flush()
     monkeypatch.undo()
-    assert len(writer.queue) == len(jobs) - JOBS_PER_PIPELINE  # the first pipeline's went
+    assert len(writer.queue) == len(jobs) - JOBS_PER_WRITE  # the first call's went
     await writer.flush()
     for job in jobs:  # each step written once
         assert [entry["kind"] for entry in await trace(trace_bench, job)] == ["state", "step"]
@@ -137,7 +139,8 @@ async def test_refused_calls_are_kept_only_for_jobs_with_a_trace_without_a_check
     writer.add(refused("nope"))  # a job the station does not hold: no trace made for it
     writer.add(refused("nope"))
     await writer.flush()
-    assert await trace_bench.commands("exists") == 2  # one per job, in one pipeline
+    assert await trace_bench.commands("exists") == 2  # one per job, in the flush's one call
+    assert await trace_bench.commands("evalsha") == 2
     assert (await trace(trace_bench, "J1"))[-1]["status"] == "INVALID_JOB_ORDER_STATUS"
     assert await trace(trace_bench, "nope") == []
 
@@ -250,16 +253,101 @@ def _size(value: Any) -> int | None:
     return len(value) if isinstance(value, (dict, set, list, deque)) else None
 
 
+class Interval:
+    """The writer's flush interval as the test drives it: each wait is noted and lasts until
+    the test ends it (``elapse``), or for ever."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+        self._over = anyio.Event()
+
+    async def sleep(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        await self._over.wait()
+        self._over = anyio.Event()
+
+    def elapse(self) -> None:
+        self._over.set()
+
+
 async def test_stopping_writes_what_waits_for_the_interval(trace_bench: TraceBench) -> None:
-    writer = trace_bench.writer(trace_flush_ms=600_000)
+    interval = Interval()
+    writer = TraceWriter(
+        UiSettings(trace_flush_ms=600_000), trace_bench.gateway, sleep=interval.sleep
+    )
     async with anyio.create_task_group() as tasks:
         await tasks.start(writer.run, trace_bench.gateway)
-        writer.add(step("J1", "S0"))  # the first after a quiet spell: written at once
-        await wait_until(lambda: writer.written == 1)
+        writer.add(step("J1", "S0"))
+        await wait_until(lambda: interval.waits == [600.0])  # ten minutes, or the stop
         writer.add(step("J1", "S1"))
-        writer.add(step("J1", "S2"))  # these wait ten minutes, or for the stop
+        writer.add(step("J1", "S2"))
         trace_bench.gateway.stopping.set()
     assert [e["step"] for e in await trace(trace_bench, "J1")] == ["S0", "S1", "S2"]
+    assert await trace_bench.commands("evalsha") == 1
+
+
+async def test_a_burst_after_a_quiet_spell_waits_the_interval_and_goes_in_one_write(
+    trace_bench: TraceBench,
+) -> None:
+    """A step on a slow station: its reply, the step left, the next entered and its command
+    come within a few ms of each other after a quiet second. The first of them once went at
+    once and the others an interval later: two writes per step where one does."""
+    interval = Interval()
+    writer = TraceWriter(UiSettings(trace_flush_ms=50), trace_bench.gateway, sleep=interval.sleep)
+
+    async def one_step(number: int) -> None:
+        reply = {"correlation_id": f"J1:a{number}:1", "error": None, "data": None}
+        writer.add(TraceEntry(TraceKind.REPLY, "J1", SCOPE, reply))
+        await wait_until(lambda: len(interval.waits) == number + 1)  # the first waits
+        writer.add(step("J1", f"S{number}", active=False))
+        writer.add(step("J1", f"S{number + 1}"))
+        assert writer.written == 3 * number  # nothing of this step written yet
+        interval.elapse()
+        await wait_until(lambda: writer.written == 3 * (number + 1))
+
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(writer.run, trace_bench.gateway)
+        for number in range(3):
+            await one_step(number)
+        trace_bench.gateway.stopping.set()
+    assert interval.waits == [0.05] * 3
+    assert await trace_bench.commands("evalsha") == 3  # one write per step
+    assert await trace_bench.commands("xadd") == 3
+    kinds = [e["kind"] for e in await trace(trace_bench, "J1")]
+    assert kinds == ["reply", "step", "step"] * 3
+
+
+async def test_a_jobs_life_costs_one_call_per_flush_and_its_scope_is_found_until_it_ends(
+    trace_bench: TraceBench,
+) -> None:
+    """Issue 37: the trace's keys (a fresh trace, the running set, the expiry) go in the
+    flush's one script call, not as commands of their own. A reply whose equipment does not
+    echo the scope finds it in the scope's running set while the job runs."""
+    await trace_bench.store.client.sadd(trace_bench.store.keys.scopes(), SCOPE, "other")
+    await trace_bench.store.client.config_resetstat()
+    writer = trace_bench.writer(trace_kept_seconds=300)
+    reply = {"correlation_id": "J1:a:1", "error": None, "data": None}
+    writer.add(started("J1"))
+    with packets_sent() as sent:
+        await writer.flush()  # stored: a fresh trace, noted as running
+        writer.add(TraceEntry(TraceKind.REPLY, "J1", None, reply))  # alone in its flush
+        await writer.flush()
+        ended = {"method": "Clear", "previous": "Ended.Completed", "current": JobState.END}
+        writer.add(TraceEntry(TraceKind.STATE, "J1", SCOPE, ended))
+        await writer.flush()  # ended: the trace expires, the job leaves the set
+        writer.add(TraceEntry(TraceKind.REPLY, "J1", None, reply))  # late: no trace to join
+        await writer.flush()
+    names = [packet.split(b"\r\n")[2] for packet in sent]
+    assert names.count(b"EVALSHA") >= 3  # (one more after a NOSCRIPT)
+    assert set(names) <= {b"EVALSHA", b"SCRIPT", b"SMEMBERS", b"SMISMEMBER"}
+    assert writer.written == 4
+    client = trace_bench.store.client
+    key = f"t:{{{SCOPE}}}:trace:J1"
+    assert [e["kind"] for e in await trace(trace_bench, "J1")] == ["state", "reply", "state"]
+    assert 0 < await client.ttl(key) <= 300
+    assert await client.exists(f"t:{{{SCOPE}}}:trace-jobs") == 0
+    for command in ("del", "sadd", "expire", "srem"):  # each once, inside the script
+        assert await trace_bench.commands(command) == 1, command
 
 
 async def test_a_store_outage_is_waited_out_logged_once_and_shown_on_readyz(
