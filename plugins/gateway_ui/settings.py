@@ -20,8 +20,9 @@ class UiSettings:
     )
     trace_flush_ms: int = setting(
         100,
-        "How often at most the trace is written to Redis, in ms: what a job did meanwhile goes "
-        "as one stream entry (0: at once, one write per happening when they come slowly)",
+        "How long trace entries gather before they are written to Redis, in ms (the longest a "
+        "page waits for one, besides the write): what a job did meanwhile goes as one stream "
+        "entry (0: at once, one write per happening when they come slowly)",
         minimum=0,
     )
     trace_kept_seconds: int = setting(
