@@ -1,4 +1,5 @@
-"""Editing the steps of a sequence a job has not begun (``gateway.formats.StepEditing``).
+"""Editing the steps of a sequence a job has not begun (``gateway.formats.StepEditing``,
+with ``gateway.listedits``).
 
 An edit names a top-level step: a command step by its name, a ``par`` block by its name (or
 ``par-<n>``, its default); a command inside a ``par`` block is edited with its block. The steps
@@ -14,35 +15,18 @@ from typing import Any
 
 from gateway.controls import EditOp, StepEdit
 from gateway.formats import Execution, RecipeError
+from gateway.listedits import edit_list
 
 
 def edit_sequence(recipe: Any, edit: StepEdit, execution: Execution | None) -> Any:
     """``recipe`` with ``edit`` applied; ``RecipeError`` names why it cannot be."""
     if not isinstance(recipe, Mapping) or not isinstance(recipe.get("steps"), list):
         raise RecipeError(["recipe.steps: not a sequence recipe"])
-    steps: list[Any] = list(recipe["steps"])
+    steps: list[Any] = recipe["steps"]
     names = [_name(step, index) for index, step in enumerate(steps)]
-    pending = _first_pending(names, execution)
-    if edit.op is EditOp.RESET:
-        return {**recipe, "steps": steps[:pending]}
-    if edit.op is EditOp.ADD:
-        return {**recipe, "steps": [*steps, _new(edit)]}
-    index = _index(recipe, names, edit.step)
-    if edit.op is EditOp.INSERT:
-        if index + 1 < pending:
-            after = names[index + 1]
-            raise RecipeError(
-                [f"edit.step: cannot insert after {edit.step!r}: {after!r} has begun"]
-            )
-        steps.insert(index + 1, _new(edit))
-        return {**recipe, "steps": steps}
-    if index < pending:
-        raise RecipeError([f"edit.step: step {edit.step!r} has begun: it cannot be edited"])
-    if edit.op is EditOp.REPLACE:
-        steps[index] = _new(edit)
-    else:
-        del steps[index]
-    return {**recipe, "steps": steps}
+    if edit.op not in (EditOp.ADD, EditOp.RESET) and edit.step and edit.step not in names:
+        _not_in_par(steps, names, edit.step)
+    return {**recipe, "steps": edit_list(steps, names, _first_pending(names, execution), edit)}
 
 
 def _name(step: Any, index: int) -> str | None:
@@ -66,12 +50,9 @@ def _first_pending(names: list[str | None], execution: Execution | None) -> int:
     return block + 1 if begun else block
 
 
-def _index(recipe: Mapping[str, Any], names: list[str | None], step: str | None) -> int:
-    if step is None:
-        raise RecipeError(["edit.step: required: the step the edit is about"])
-    if step in names:
-        return names.index(step)
-    for index, item in enumerate(recipe["steps"]):
+def _not_in_par(steps: list[Any], names: list[str | None], step: str) -> None:
+    """A command inside a ``par`` block is edited with its block."""
+    for index, item in enumerate(steps):
         inner = item.get("par") if isinstance(item, Mapping) else None
         if isinstance(inner, list) and any(
             isinstance(command, Mapping) and command.get("name") == step for command in inner
@@ -79,11 +60,3 @@ def _index(recipe: Mapping[str, Any], names: list[str | None], step: str | None)
             raise RecipeError(
                 [f"edit.step: {step!r} is in the par block {names[index]!r}: edit the block"]
             )
-    known = ", ".join(name for name in names if name)
-    raise RecipeError([f"edit.step: no step {step!r} (steps: {known})"])
-
-
-def _new(edit: StepEdit) -> Any:
-    if not isinstance(edit.new, Mapping):
-        raise RecipeError(["edit.new: required: the new step, a JSON object"])
-    return dict(edit.new)

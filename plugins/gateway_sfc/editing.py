@@ -26,6 +26,7 @@ from typing import Any
 
 from gateway.controls import EditOp, StepEdit
 from gateway.formats import Execution, RecipeError
+from gateway.listedits import step_index
 
 ALWAYS = "always"
 
@@ -40,9 +41,7 @@ def edit_chart(recipe: Any, edit: StepEdit, execution: Execution | None) -> Any:
         )
     chart = _Chart(recipe)
     name = edit.step or ""
-    if not any(step.get("name") == name for step in chart.steps):
-        known = ", ".join(str(step.get("name")) for step in chart.steps)
-        raise RecipeError([f"edit.step: no step {name!r} (steps: {known})"])
+    step_index([str(step.get("name")) for step in chart.steps], name)  # there is one
     _check_not_reached(edit, execution)
     if edit.op is EditOp.INSERT:
         chart.insert_after(name, _new(edit))
