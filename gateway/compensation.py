@@ -27,7 +27,7 @@ from dataclasses import replace
 from typing import Any
 
 from gateway.formats import ActionSpec, Program
-from gateway.recipefields import Fields
+from gateway.recipefields import DEFAULT_TIMEOUT_SECONDS, Fields, read_command
 
 ROLLBACK_ID = "Rollback"
 """``ID`` of the Job Response entry saying how the rollback of a failed job ended."""
@@ -47,7 +47,6 @@ COMPENSATION_FIELDS = {
     "timeout_seconds",
     "max_attempts",
 }
-DEFAULT_TIMEOUT_SECONDS = 60.0
 
 
 def load_compensation(
@@ -61,22 +60,9 @@ def load_compensation(
     )
     if fields is None:
         return None
-    name = fields.name("name", f"{action}.undo")
-    type_id = fields.text("type_id")
-    equipment = fields.text("equipment", optional=True)
-    parameters = fields.mapping()
-    seconds = fields.seconds("timeout_seconds", timeout or DEFAULT_TIMEOUT_SECONDS)
-    attempts = fields.attempts()
-    if not fields.ok or name is None or type_id is None or seconds is None or attempts is None:
-        return None
-    return ActionSpec(
-        name=name,
-        type_id=type_id,
-        equipment=equipment,
-        parameters=parameters or {},
-        timeout_seconds=seconds,
-        max_attempts=attempts,
-    )
+    defaults = {"name": f"{action}.undo", "timeout_seconds": timeout or DEFAULT_TIMEOUT_SECONDS}
+    found = read_command(fields, defaults)
+    return ActionSpec(**found) if fields.ok else None
 
 
 def compensation_problems(program_actions: Mapping[str, ActionSpec]) -> list[str]:

@@ -11,7 +11,8 @@ or ``None`` after adding the problem to the list the caller collects::
         attempts = fields.attempts("max_attempts", 1)
 
 So a field means the same, and a wrong one reads the same, in every format (sequences, SFC
-pipelines, compensations, fan-outs, cycles).
+pipelines, compensations, fan-outs, cycles). ``read_command`` reads the fields of a command
+(an ``ActionSpec``'s) that an object may have.
 """
 
 from __future__ import annotations
@@ -28,6 +29,18 @@ E = TypeVar("E", bound=Enum)
 # run's ``{name}@{member}``): no colon, no at sign.
 NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 NAME_RULE = "1-64 letters, digits or _.- characters"
+DEFAULT_TIMEOUT_SECONDS = 60.0  # a command never waits forever
+# A command's fields, as ``gateway.formats.ActionSpec`` has them, and their defaults.
+COMMAND_DEFAULTS: dict[str, Any] = {
+    "name": None,  # required
+    "type_id": None,  # required
+    "equipment": None,  # None: routed by type
+    "parameters": {},
+    "timeout_seconds": DEFAULT_TIMEOUT_SECONDS,
+    "max_attempts": 1,
+    "backoff_seconds": 0.0,
+    "side_effects": True,
+}
 
 
 class Fields:
@@ -36,7 +49,7 @@ class Fields:
     def __init__(
         self, value: Mapping[str, Any], where: str, problems: list[str], known: Collection[str]
     ) -> None:
-        self.value, self.where, self.problems = value, where, problems
+        self.value, self.where, self.problems, self.known = value, where, problems, known
         self._before = len(problems)
         self._reported: set[str] = set()  # one problem per field (``require``)
         allowed = ", ".join(sorted(known))
@@ -172,3 +185,35 @@ class Fields:
             self._bad(key, f"a non-empty list of {what}", value)
             return None
         return value
+
+
+def read_command(
+    fields: Fields, defaults: Mapping[str, Any] = {}, *, longest: float | None = None
+) -> dict[str, Any]:
+    """The command fields (``COMMAND_DEFAULTS``) that ``fields``' object may have (its
+    ``known``), read in that order, as ``ActionSpec`` takes them; ``defaults`` replace the
+    usual ones (the recipe's default timeout), ``longest`` bounds the timeout. A field with a
+    problem is ``None``: build the spec only if ``fields.ok``."""
+    found: dict[str, Any] = {}
+    for key, usual in COMMAND_DEFAULTS.items():
+        if key not in fields.known:
+            continue
+        default = defaults.get(key, usual)
+        if key == "name":
+            found[key] = fields.name(key, default)
+        elif key == "type_id":
+            found[key] = fields.text(key, default)
+        elif key == "equipment":
+            found[key] = fields.text(key, default, optional=True)
+        elif key == "parameters":
+            found[key] = fields.mapping(key)
+        elif key == "max_attempts":
+            found[key] = fields.attempts(key, default)
+        elif key == "side_effects":
+            found[key] = fields.flag(key, default)
+        else:
+            wait = key == "timeout_seconds"
+            found[key] = fields.seconds(
+                key, default, zero=not wait, maximum=longest if wait else None
+            )
+    return found

@@ -8,11 +8,12 @@ from typing import Any
 
 from gateway.drawing import column, rows_mermaid, rows_svg
 from gateway.formats import ActionSpec, ExecutorOptions, Program, RecipeError
-from gateway.recipefields import Fields
+# Re-exported: the default the schema states, as every format has it.
+from gateway.recipefields import DEFAULT_TIMEOUT_SECONDS as DEFAULT_TIMEOUT_SECONDS
+from gateway.recipefields import Fields, read_command
 from gateway_cycle.executor import CycleExecutor
 
 DATASCHEMA = "https://station-gateway.github.io/schemas/cycle-recipe/v1/"
-DEFAULT_TIMEOUT_SECONDS = 60.0
 MAX_CYCLES = 1000
 MAX_TIMEOUT_SECONDS = 86400.0
 RECIPE_FIELDS = {"commands", "cycles"}
@@ -48,17 +49,8 @@ def _command(item: Any, where: str, problems: list[str]) -> ActionSpec | None:
     if fields is None:
         return None
     fields.require("name", "type_id")
-    name, type_id = fields.name(), fields.text("type_id")
-    equipment = fields.text("equipment", optional=True)
-    parameters = fields.mapping()
-    timeout = fields.seconds(
-        "timeout_seconds", DEFAULT_TIMEOUT_SECONDS, maximum=MAX_TIMEOUT_SECONDS
-    )
-    if not fields.ok or name is None or type_id is None:
-        return None
-    return ActionSpec(
-        name, type_id, equipment=equipment, parameters=parameters or {}, timeout_seconds=timeout
-    )
+    found = read_command(fields, longest=MAX_TIMEOUT_SECONDS)
+    return ActionSpec(**found) if fields.ok else None
 
 
 class CycleFormat:

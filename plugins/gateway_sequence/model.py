@@ -29,13 +29,11 @@ from gateway.compensation import load_compensation
 from gateway.conditions import Condition, ConditionError, parse_condition
 from gateway.fanout import load_fan_out
 from gateway.formats import ActionSpec, RecipeError
-from gateway.recipefields import Fields
-from gateway_sequence.pipeline import PIPELINE_FIELDS, load_pipeline
+from gateway.pipelines import load_pipeline
+from gateway.recipefields import DEFAULT_TIMEOUT_SECONDS, Fields, read_command
 
 DATASCHEMA = "https://station-gateway.github.io/schemas/sequence-recipe/v1/"
 """The Work Master ``DataSchema`` of sequence recipes (the schema file's ``$id``)."""
-
-DEFAULT_TIMEOUT_SECONDS = 60.0
 
 
 class OnError(StrEnum):
@@ -114,6 +112,17 @@ COMMAND_FIELDS = {
     "fan_out",
 }
 PAR_FIELDS = {"name", "par", "max_attempts", "backoff_seconds"}
+PIPELINE_FIELDS = {"name", "fan_out", "steps", "on_error", "continue_on_error"}
+# What a pipeline's step may not have: the member is its equipment, the rest is its block's.
+BLOCKS = (
+    "equipment",
+    "condition",
+    "assertion",
+    "compensation",
+    "fan_out",
+    "on_error",
+    "continue_on_error",
+)
 
 
 def load_sequence(data: Any) -> SequenceRecipe:
@@ -190,25 +199,32 @@ def _pipeline(
     defaults: Mapping[str, Any],
     problems: list[str],
 ) -> Block | None:
-    """A per-member pipeline: one command of the sequence, run by the runtime per member."""
+    """A per-member pipeline, ``{"name", "fan_out", "steps": [...]}``: one command of the
+    sequence, whose steps the runtime runs for each member on its own (``gateway.pipelines``);
+    the fan-out's policy decides the block, its result is per member its steps' by name."""
     fields = Fields(step, where, problems, PIPELINE_FIELDS)
     name = fields.name("name", f"pipeline-{index + 1}")
-    loaded = load_pipeline(fields, lambda inner, at: _command(inner, at, defaults, problems))
+    fan_out = None
+    if "fan_out" not in step:
+        problems.append(f"{where}: a block of 'steps' runs per member: it needs a 'fan_out'")
+    else:
+        fan_out = load_fan_out(step["fan_out"], fields.path("fan_out"), problems)
+    # Its steps' own: the member is their equipment, the rest is the block's.
+    steps = load_pipeline(step["steps"], fields.path("steps"), problems, defaults, blocks=BLOCKS)
     on_error = fields.choice("on_error", OnError, defaults["on_error"])
     continue_on_error = fields.flag("continue_on_error", False)
-    if loaded is None or name is None or on_error is None:
+    if not fields.ok or name is None or not steps:
         return None
-    fan_out, commands = loaded
     command = Command(
         name=name,
-        type_id=commands[0].type_id,  # "declared" members declare the first step's type
+        type_id=steps[0].type_id,  # "declared" members declare the first step's type
         # The whole pipeline is bounded by its steps' waits (and their backoffs).
-        timeout_seconds=sum(inner.longest_wait() for inner in commands),
-        on_error=on_error,
-        side_effects=any(inner.side_effects for inner in commands),
+        timeout_seconds=sum(inner.longest_wait() for inner in steps),
+        on_error=on_error or OnError.ABORT,
+        side_effects=any(inner.side_effects for inner in steps),
         continue_on_error=bool(continue_on_error),
         fan_out=fan_out,
-        pipeline=tuple(inner.spec() for inner in commands),
+        pipeline=steps,
     )
     return Block(name, (command,))
 
@@ -217,52 +233,39 @@ def _command(
     step: Mapping[str, Any], where: str, defaults: Mapping[str, Any], problems: list[str]
 ) -> Command | None:
     fields = Fields(step, where, problems, COMMAND_FIELDS)
-    name = fields.name()
-    type_id = fields.text("type_id")
-    equipment = fields.text("equipment", optional=True)
-    parameters = fields.mapping()
-    side_effects = fields.flag("side_effects", True)
-    timeout = fields.seconds("timeout_seconds", defaults["timeout_seconds"])
-    attempts = fields.attempts("max_attempts", defaults["max_attempts"])
-    backoff = fields.seconds("backoff_seconds", defaults["backoff_seconds"], zero=True)
+    spec = read_command(fields, defaults)
     on_error = fields.choice("on_error", OnError, defaults["on_error"])
-    condition = _condition(step.get("condition"), f"{where}.condition", problems, own=None)
-    assertion = _condition(step.get("assertion"), f"{where}.assertion", problems, own=name)
+    own = spec["name"]
+    condition = _condition(step.get("condition"), fields.path("condition"), problems, own=None)
+    assertion = _condition(step.get("assertion"), fields.path("assertion"), problems, own=own)
     continue_on_error = fields.flag("continue_on_error", False)
-    fan_out = None
     if "fan_out" in step:
-        fan_out = load_fan_out(step["fan_out"], fields.path("fan_out"), problems)
+        spec["fan_out"] = load_fan_out(step["fan_out"], fields.path("fan_out"), problems)
         if "equipment" in step:
             fields.problem(
                 "fan_out", "a fan-out step names no equipment (its members are its equipment)"
             )
-    compensation = None
     if "compensation" in step:
-        if side_effects is False:
+        if spec["side_effects"] is False:
             fields.problem(
                 "compensation",
                 "the step has side_effects false: it changes nothing that could be undone",
             )
-        compensation = load_compensation(
-            step["compensation"], fields.path("compensation"), str(name), problems, timeout=timeout
+        spec["compensation"] = load_compensation(
+            step["compensation"],
+            fields.path("compensation"),
+            str(own),
+            problems,
+            timeout=spec["timeout_seconds"],
         )
-    if not fields.ok or name is None or type_id is None or timeout is None or attempts is None:
+    if not fields.ok:
         return None
     return Command(
-        name=name,
-        type_id=type_id,
-        equipment=equipment,
-        parameters=parameters or {},
-        timeout_seconds=timeout,
-        max_attempts=attempts,
-        backoff_seconds=backoff or 0.0,
+        **spec,
         on_error=on_error or OnError.ABORT,
-        side_effects=bool(side_effects),
-        compensation=compensation,
         condition=condition,
         assertion=assertion,
         continue_on_error=bool(continue_on_error),
-        fan_out=fan_out,
     )
 
 

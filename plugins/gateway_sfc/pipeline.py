@@ -17,26 +17,16 @@ path, ``recipe.actions[2].pipeline[1].type_id``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from gateway.formats import ActionSpec
-from gateway.recipefields import Fields
+from gateway.pipelines import load_pipeline
+from gateway.recipefields import DEFAULT_TIMEOUT_SECONDS
 from gateway_sfc.model import Action, Recipe
-
-STEP_FIELDS = {
-    "name",
-    "type_id",
-    "parameters",
-    "timeout_seconds",
-    "max_attempts",
-    "backoff_seconds",
-    "side_effects",
-}
-DEFAULT_TIMEOUT_SECONDS = 60.0  # a member never waits forever
 
 
 def pipeline_of(action: Action, where: str, problems: list[str]) -> tuple[ActionSpec, ...]:
-    """The action's pipeline steps (empty: none, or problems, added to ``problems``)."""
+    """The action's pipeline steps (empty: none, or problems, added to ``problems``); the
+    action's ``timeout_seconds`` is its steps' default."""
     if action.pipeline is None:
         return ()
     if action.fan_out is None:
@@ -45,39 +35,8 @@ def pipeline_of(action: Action, where: str, problems: list[str]) -> tuple[Action
         problems.append(f"{where}: leave the action's type_id out (each step has its own)")
     if action.compensation is not None:
         problems.append(f"{where}: a pipeline action cannot have a compensation")
-    if not isinstance(action.pipeline, list) or not action.pipeline:
-        problems.append(f"{where}: must be a non-empty list of steps")
-        return ()
-    steps = [
-        _step(value, f"{where}[{position}]", action.timeout_seconds, problems)
-        for position, value in enumerate(action.pipeline)
-    ]
-    return tuple(step for step in steps if step is not None)
-
-
-def _step(value: Any, where: str, timeout: float | None, problems: list[str]) -> ActionSpec | None:
-    fields = Fields.read(
-        value, where, problems, STEP_FIELDS, "a JSON object with 'name' and 'type_id'"
-    )
-    if fields is None:
-        return None
-    name, type_id = fields.name(), fields.text("type_id")
-    parameters = fields.mapping()
-    seconds = fields.seconds("timeout_seconds", timeout or DEFAULT_TIMEOUT_SECONDS)
-    attempts = fields.attempts()
-    backoff = fields.seconds("backoff_seconds", 0.0, zero=True)
-    side_effects = fields.flag("side_effects", True)
-    if not fields.ok or name is None or type_id is None or seconds is None or attempts is None:
-        return None
-    return ActionSpec(
-        name=name,
-        type_id=type_id,
-        parameters=parameters or {},
-        timeout_seconds=seconds,
-        max_attempts=attempts,
-        side_effects=bool(side_effects),
-        backoff_seconds=backoff or 0.0,
-    )
+    defaults = {"timeout_seconds": action.timeout_seconds or DEFAULT_TIMEOUT_SECONDS}
+    return load_pipeline(action.pipeline, where, problems, defaults)
 
 
 def pipeline_timeout(action: Action) -> float:

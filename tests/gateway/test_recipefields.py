@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from gateway.recipefields import Fields
+from gateway.formats import ActionSpec
+from gateway.recipefields import COMMAND_DEFAULTS, Fields, read_command
 
 WHERE = "recipe.steps[2]"
 
@@ -164,4 +165,30 @@ def test_a_problem_of_the_formats_own_is_named_at_its_field_once() -> None:
     fields.problem("fan_out", "names no equipment")
     fields.problem("fan_out", "something else")
     assert problems == ["recipe.steps[2].fan_out: names no equipment"]
+    assert not fields.ok
+
+
+def test_a_command_reads_the_fields_its_object_may_have_with_the_formats_defaults() -> None:
+    known = {"name", "type_id", "timeout_seconds", "max_attempts"}
+    fields, problems = read({"name": "clamp", "type_id": "t.v1"}, known)
+    found = read_command(fields, {"timeout_seconds": 5})
+    assert found == {"name": "clamp", "type_id": "t.v1", "timeout_seconds": 5.0, "max_attempts": 1}
+    assert ActionSpec(**found).timeout_seconds == 5.0
+    assert problems == []
+
+
+def test_a_commands_problems_come_in_field_order_its_values_none() -> None:
+    step = {"type_id": "", "equipment": 3, "timeout_seconds": 90, "side_effects": "no"}
+    fields, problems = read(step, set(COMMAND_DEFAULTS))
+    found = read_command(fields, longest=60)
+    assert problems == [
+        "recipe.steps[2].name: must be 1-64 letters, digits or _.- characters, got None",
+        "recipe.steps[2].type_id: must be a non-empty string, got ''",
+        "recipe.steps[2].equipment: must be a non-empty string, got 3",
+        "recipe.steps[2].timeout_seconds: must be <= 60, got 90",
+        "recipe.steps[2].side_effects: must be true or false",
+    ]
+    assert found["parameters"] == {}
+    assert found["backoff_seconds"] == 0.0
+    assert found["name"] is None
     assert not fields.ok

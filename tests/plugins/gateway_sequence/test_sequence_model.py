@@ -12,8 +12,7 @@ from gateway.compensation import COMPENSATION_FIELDS
 from gateway.formats import RecipeError
 from gateway.testing.jsonschema import schema_errors, unknown_keywords
 from gateway_sequence import model
-from gateway_sequence.model import DATASCHEMA, OnError, load_sequence
-from gateway_sequence.pipeline import PIPELINE_FIELDS
+from gateway_sequence.model import DATASCHEMA, PIPELINE_FIELDS, OnError, load_sequence
 
 SCHEMA: dict[str, Any] = json.loads(
     (Path(__file__).parents[3] / "plugins" / "gateway_sequence" / "schema.json").read_text()
