@@ -8,8 +8,7 @@ from typing import Any
 
 from gateway.drawing import column, rows_mermaid, rows_svg
 from gateway.formats import ActionSpec, ExecutorOptions, Program, RecipeError
-# Re-exported: the default the schema states, as every format has it.
-from gateway.recipefields import DEFAULT_TIMEOUT_SECONDS as DEFAULT_TIMEOUT_SECONDS
+from gateway.recipefields import DEFAULT_TIMEOUT_SECONDS as DEFAULT_TIMEOUT_SECONDS  # the schema's
 from gateway.recipefields import Fields, read_command
 from gateway_cycle.executor import CycleExecutor
 

@@ -30,7 +30,8 @@ from gateway.conditions import Condition, ConditionError, parse_condition
 from gateway.fanout import load_fan_out
 from gateway.formats import ActionSpec, RecipeError
 from gateway.pipelines import load_pipeline
-from gateway.recipefields import DEFAULT_TIMEOUT_SECONDS, Fields, read_command
+from gateway.recipefields import DEFAULT_TIMEOUT_SECONDS as DEFAULT_TIMEOUT_SECONDS  # the schema's
+from gateway.recipefields import Fields, read_command
 
 DATASCHEMA = "https://station-gateway.github.io/schemas/sequence-recipe/v1/"
 """The Work Master ``DataSchema`` of sequence recipes (the schema file's ``$id``)."""
