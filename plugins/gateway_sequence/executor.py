@@ -12,6 +12,7 @@ job); Stop and Abort cancel what is out.
 
 The block that runs is the one node in ``Execution.nodes`` (named as the block);
 ``memo["block"]`` is its index, or the next one's while the sequence is paused between two.
+The stimuli are taken as every format of commands takes them (``gateway.commandexecutor``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.commandexecutor import CommandExecutor
 from gateway.conditions import ConditionError, ConditionScope, assertion_error, skip_reason
 from gateway.formats import (
     ActionRun,
@@ -28,21 +30,13 @@ from gateway.formats import (
     Phase,
     Report,
     Status,
-    Timer,
-    TimerKind,
-    answerable,
     defer,
-    dispatch,
     finish,
-    mes_command,
-    released,
-    resend,
 )
-from gateway.recipes import JobCommand
-from gateway_sequence.model import Block, OnError, SequenceRecipe
+from gateway_sequence.model import Block, Command, OnError, SequenceRecipe
 
 
-class SequenceExecutor:
+class SequenceExecutor(CommandExecutor):
     """``gateway.formats.Executor`` of one sequence. Cheap to build per stimulus."""
 
     def __init__(self, recipe: SequenceRecipe, parameters: Mapping[str, Any] | None = None) -> None:
@@ -53,96 +47,17 @@ class SequenceExecutor:
             command.name: block for block in recipe.blocks for command in block.commands
         }
 
-    def start(
-        self, scope: str, job: str, now: float, attempts: Mapping[str, int] | None = None
-    ) -> tuple[Execution, Effects]:
-        execution = Execution(scope=scope, job=job, attempts=dict(attempts or {}))
-        execution.memo["block"] = 0
-        effects = Effects(changed=True)
-        self._advance(execution, now, effects)
-        return execution, effects
+    def spec(self, action: str) -> Command:
+        return self._commands[action]
 
-    def on_reply(
-        self,
-        execution: Execution,
-        action: str,
-        attempt: int,
-        data: Any,
-        error: str | None,
-        now: float,
-        *,
-        delivered: bool = True,
-    ) -> Effects:
-        effects = Effects()
-        run = answerable(execution, action, attempt)
-        if run is None:
-            return effects  # late, repeated or cancelled: changes nothing
-        if run.dispatched_at is not None:
-            effects.reply = (now - run.dispatched_at, error is not None)
-        if error is not None:
-            self._failed(
-                execution,
-                run,
-                error if delivered else f"not delivered: {error}",
-                now,
-                effects,
-                data,
-            )
-            return effects
-        command = self._commands[action]
-        refused = assertion_error(command.assertion, action, self._scope(execution), data)
-        if refused is not None:
-            self._failed(execution, run, refused, now, effects, data)
-            return effects
-        run.phase = Phase.DONE
-        run.error = None
-        execution.results[action] = data
-        effects.changed = True
-        self._advance(execution, now, effects)
-        return effects
+    def memo(self) -> dict[str, Any]:
+        return {"block": 0}
 
-    def on_event(self, execution: Execution, action: str, data: Any, now: float) -> Effects:
-        return Effects()  # every step is a command: a sequence waits for no event
+    def refused(self, execution: Execution, run: ActionRun, data: Any) -> str | None:
+        assertion = self._commands[run.name].assertion
+        return assertion_error(assertion, run.name, self._scope(execution), data)
 
-    def on_timer(
-        self, execution: Execution, timer: Timer, now: float, offline: str | None = None
-    ) -> Effects:
-        effects = Effects()
-        if timer.due > now:  # fired early by another instance's clock: set it again
-            effects.timers.append(timer)
-            return effects
-        if timer.kind is TimerKind.DUE:  # a backoff is over: its try goes out
-            if (due := released(execution, timer, now)) is not None:
-                self._send(execution, due, effects, now)
-            return effects
-        run = answerable(execution, timer.action, timer.attempt)
-        if timer.kind is TimerKind.TIMEOUT and run is not None:
-            reason = f"no reply within {self._commands[run.name].timeout_seconds:g} s"
-            # Offline equipment is the likely cause, not a certain one: both are said.
-            self._failed(
-                execution, run, f"{offline} ({reason})" if offline else reason, now, effects
-            )
-        return effects
-
-    def on_command(self, execution: Execution, command: JobCommand, now: float) -> Effects:
-        effects = Effects()
-        if mes_command(execution, command, effects):  # resumed from held: the failed again
-            for run in list(execution.actions.values()):
-                if run.phase is Phase.FAILED:
-                    run.tries = 0
-                    execution.results.pop(run.name, None)  # the retry's result replaces it
-                    self._send(execution, run, effects, now)
-        self._advance(execution, now, effects)
-        return effects
-
-    def on_resume(self, execution: Execution, now: float) -> Effects:
-        effects = resend(execution, Effects())
-        self._advance(execution, now, effects)
-        return effects
-
-    # -- the rules ------------------------------------------------------------------------
-
-    def _advance(self, execution: Execution, now: float, effects: Effects) -> None:
+    def advance(self, execution: Execution, now: float, effects: Effects) -> None:
         """Past every block whose steps all succeeded, into the next one while running."""
         while execution.status in (Status.RUNNING, Status.PAUSED):
             index = int(execution.memo["block"])
@@ -192,7 +107,7 @@ class SequenceExecutor:
                 skipped = skip_reason(command.condition, self._scope(execution))
             except ConditionError as error:  # the recipe reads what is not there: no try helps
                 text = command.condition.text if command.condition else ""
-                self._failed(execution, run, f"condition {text!r}: {error.reason}", now, effects)
+                self.failed(execution, run, f"condition {text!r}: {error.reason}", now, effects)
             else:
                 if skipped is not None:
                     # Nothing sent: done, with why (``tries`` 0: nothing to undo either).
@@ -202,19 +117,14 @@ class SequenceExecutor:
                 elif send_at is not None and send_at > now:
                     defer(run, send_at, effects)
                 else:
-                    self._send(execution, run, effects, now)
+                    self.send(execution, run, now, effects)
             if execution.status is Status.FINISHING:
                 return
 
     def _scope(self, execution: Execution) -> ConditionScope:
         return ConditionScope(results=execution.results, parameters=self.parameters)
 
-    def _send(self, execution: Execution, run: ActionRun, effects: Effects, now: float) -> None:
-        command = self._commands[run.name]
-        timeout, side_effects = command.timeout_seconds, command.side_effects
-        dispatch(execution, run, now, effects, timeout=timeout, side_effects=side_effects)
-
-    def _failed(
+    def failed(
         self,
         execution: Execution,
         run: ActionRun,
@@ -223,22 +133,16 @@ class SequenceExecutor:
         effects: Effects,
         data: Any = None,
     ) -> None:
-        """A try failed: tried again (after its backoff) while it has tries left, unless it
-        was never sent (a condition that cannot be decided: no try helps)."""
-        command = self._commands[run.name]
         run.error = reason
         effects.changed = True
-        if 0 < run.tries < command.max_attempts:
-            if command.backoff_seconds:
-                defer(run, now + command.backoff_seconds, effects)
-            else:
-                self._send(execution, run, effects, now)
+        if self.retry(execution, run, now, effects):
             return
+        command = self._commands[run.name]
         if data is not None:  # what the equipment read when it failed, beside the error
             execution.results[run.name] = data
         if command.continue_on_error:  # its error stays with it; the sequence goes on
             run.phase = Phase.DONE
-            self._advance(execution, now, effects)
+            self.advance(execution, now, effects)
             return
         run.phase = Phase.FAILED
         block = self._blocks[run.name]
