@@ -27,9 +27,9 @@ anything else it needs in ``Execution.memo`` (JSON values only).
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from gateway.controls import StepEdit
 from gateway.errors import ValidationError
@@ -267,6 +267,17 @@ class Effects:
     changed: bool = False  # the state changed and must be written
     # A reply matched its command: seconds since sending, and whether it reported an error.
     reply: tuple[float, bool] | None = None
+
+
+S = TypeVar("S", bound=ActionSpec)
+
+
+def bound(spec: S, equipment: Mapping[str, str]) -> S:
+    """``spec`` sent to the equipment routing chose for it when the job started, if it names
+    none itself (``Program.bind``)."""
+    if spec.equipment is None and spec.name in equipment:
+        return replace(spec, equipment=equipment[spec.name])
+    return spec
 
 
 def finish(

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gateway.drawing import column, rows_mermaid, rows_svg
-from gateway.formats import ActionSpec, ExecutorOptions, Program, RecipeError
+from gateway.formats import ActionSpec, ExecutorOptions, Program, RecipeError, bound
 from gateway.recipefields import DEFAULT_TIMEOUT_SECONDS as DEFAULT_TIMEOUT_SECONDS  # the schema's
 from gateway.recipefields import Fields, read_command
 from gateway_cycle.executor import CycleExecutor
@@ -35,11 +35,7 @@ class CycleProgram:
         return CycleExecutor(self.commands, self.cycles)
 
     def bind(self, equipment: Mapping[str, str]) -> CycleProgram:
-        commands = tuple(
-            replace(c, equipment=equipment.get(c.name)) if c.equipment is None else c
-            for c in self.commands
-        )
-        return replace(self, commands=commands)
+        return replace(self, commands=tuple(bound(c, equipment) for c in self.commands))
 
 
 def _command(item: Any, where: str, problems: list[str]) -> ActionSpec | None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from gateway.controls import StepEdit
 from gateway.drawing import Box, Row, rows_mermaid, rows_svg
-from gateway.formats import ActionSpec, Execution, ExecutorOptions, Program
+from gateway.formats import ActionSpec, Execution, ExecutorOptions, Program, bound
 from gateway_sequence.editing import edit_sequence
 from gateway_sequence.executor import SequenceExecutor
 from gateway_sequence.model import DATASCHEMA, Command, SequenceRecipe, load_sequence
@@ -31,15 +31,7 @@ class SequenceProgram:
 
     def bind(self, equipment: Mapping[str, str]) -> SequenceProgram:
         blocks = tuple(
-            replace(
-                block,
-                commands=tuple(
-                    replace(command, equipment=equipment[command.name])
-                    if command.equipment is None and command.name in equipment
-                    else command
-                    for command in block.commands
-                ),
-            )
+            replace(block, commands=tuple(bound(c, equipment) for c in block.commands))
             for block in self.recipe.blocks
         )
         return SequenceProgram(replace(self.recipe, blocks=blocks))

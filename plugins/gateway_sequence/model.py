@@ -29,9 +29,9 @@ from gateway.compensation import load_compensation
 from gateway.conditions import Condition, ConditionError, parse_condition
 from gateway.fanout import load_fan_out
 from gateway.formats import ActionSpec, RecipeError
-from gateway.pipelines import load_pipeline
+from gateway.pipelines import PIPELINE_STEP_FIELDS, load_pipeline
+from gateway.recipefields import COMMAND_DEFAULTS, Fields, read_command
 from gateway.recipefields import DEFAULT_TIMEOUT_SECONDS as DEFAULT_TIMEOUT_SECONDS  # the schema's
-from gateway.recipefields import Fields, read_command
 
 DATASCHEMA = "https://station-gateway.github.io/schemas/sequence-recipe/v1/"
 """The Work Master ``DataSchema`` of sequence recipes (the schema file's ``$id``)."""
@@ -96,34 +96,13 @@ RECIPE_FIELDS = {
     "max_attempts",
     "backoff_seconds",
 }
-COMMAND_FIELDS = {
-    "name",
-    "type_id",
-    "equipment",
-    "parameters",
-    "timeout_seconds",
-    "max_attempts",
-    "backoff_seconds",
-    "on_error",
-    "side_effects",
-    "compensation",
-    "condition",
-    "assertion",
-    "continue_on_error",
-    "fan_out",
-}
+# A command step's fields: a command's, as every format reads them, and the sequence's own.
+OWN_FIELDS = {"on_error", "condition", "assertion", "continue_on_error", "compensation", "fan_out"}
+COMMAND_FIELDS = {*COMMAND_DEFAULTS, *OWN_FIELDS}
 PAR_FIELDS = {"name", "par", "max_attempts", "backoff_seconds"}
 PIPELINE_FIELDS = {"name", "fan_out", "steps", "on_error", "continue_on_error"}
 # What a pipeline's step may not have: the member is its equipment, the rest is its block's.
-BLOCKS = (
-    "equipment",
-    "condition",
-    "assertion",
-    "compensation",
-    "fan_out",
-    "on_error",
-    "continue_on_error",
-)
+BLOCKS = sorted(COMMAND_FIELDS - PIPELINE_STEP_FIELDS)
 
 
 def load_sequence(data: Any) -> SequenceRecipe:

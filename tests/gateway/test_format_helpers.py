@@ -16,6 +16,7 @@ from gateway.conditions import (
 )
 from gateway.formats import (
     ActionRun,
+    ActionSpec,
     Effects,
     Execution,
     Phase,
@@ -24,6 +25,7 @@ from gateway.formats import (
     Timer,
     TimerKind,
     answerable,
+    bound,
     defer,
     dispatch,
     mes_command,
@@ -168,3 +170,14 @@ def _reason(condition: Condition, scope: ConditionScope) -> str:
     except ConditionError as error:
         return error.reason
     raise AssertionError("the condition was decided")
+
+
+def test_binding_routes_only_an_action_that_names_no_equipment() -> None:
+    routed = {"clamp": "clamp2", "press": "press2"}
+    assert bound(ActionSpec("clamp", "c.v1"), routed) == ActionSpec(
+        "clamp", "c.v1", equipment="clamp2"
+    )
+    own = ActionSpec("press", "p.v1", equipment="press1")
+    assert bound(own, routed) is own
+    unrouted = ActionSpec("other", "o.v1")
+    assert bound(unrouted, routed) is unrouted
