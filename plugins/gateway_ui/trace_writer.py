@@ -4,7 +4,7 @@ The hooks queue entries in memory (``add``: no I/O). The writer writes them ``ui
 after the first of them was queued (what a job did meanwhile, a step's reply, its steps left and
 entered and its next command, goes together), so an entry is visible in Redis at most that long
 plus a write after it happened, and a quiet station's burst of entries costs one write, not two.
-A flush costs one Lua script call per scope (``WRITE``, up to ``JOBS_PER_WRITE`` jobs each):
+A flush costs one Lua script call per scope (``WRITE``, of about ``HAPPENINGS_PER_WRITE``):
 per job it starts the trace afresh (``DEL``) and notes the job in the scope's running set when
 the job was stored, appends the job's entries (one stream entry per flush, up to
 ``HAPPENINGS_PER_ENTRY`` happenings, see ``gateway_ui.trace``; a refused call only to a trace
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import groupby
 from typing import TYPE_CHECKING, cast
@@ -52,10 +52,11 @@ log = logging.getLogger(__name__)
 # refilled after an outage may hold thousands for one job): a trace of ``trace_max_entries``
 # entries holds at most this many times as many happenings.
 HAPPENINGS_PER_ENTRY = 10
-# A flush writes its jobs in script calls of this many: building and sending a call holds the
-# event loop, and one of a few hundred jobs held it for tens of milliseconds, which the MES's
-# calls and the steps waited out.
-JOBS_PER_WRITE = 16
+# A flush writes its jobs in script calls of about this many happenings (a job's all in one
+# call): building and sending a call holds the event loop, and a pipeline of a few hundred jobs
+# held it for tens of milliseconds, which the MES's calls and the steps waited out. 200 is
+# about a millisecond or two, and 40 busy jobs' 100 ms of happenings.
+HAPPENINGS_PER_WRITE = 200
 STOP_FLUSH_SECONDS = 2  # how long stopping may take to write what is queued
 
 # What one flush writes for the jobs of one scope, in one call (one hash slot: the scope's).
@@ -131,6 +132,20 @@ class _JobWrite:
             for name, value in record.items():
                 arguments += (name, value)
         return arguments
+
+
+def _calls(writes: Iterable[_JobWrite]) -> Iterator[list[_JobWrite]]:
+    """``writes`` in calls of about ``HAPPENINGS_PER_WRITE`` happenings."""
+    chunk: list[_JobWrite] = []
+    happenings = 0
+    for write in writes:
+        chunk.append(write)
+        happenings += len(write.entries)
+        if happenings >= HAPPENINGS_PER_WRITE:
+            yield chunk
+            chunk, happenings = [], 0
+    if chunk:
+        yield chunk
 
 
 class TraceWriter:
@@ -228,13 +243,11 @@ class TraceWriter:
 
     async def _write(self, store: Store, entries: list[TraceEntry], written: set[str]) -> None:
         """Write ``entries``, adding each job to ``written`` once its entries are stored: one
-        script call per scope and ``JOBS_PER_WRITE`` jobs."""
+        script call per scope and about ``HAPPENINGS_PER_WRITE`` happenings."""
         writes = sorted(await self._group(store, entries), key=lambda write: write.scope)
         instance = self.gateway.instance_id
         for scope, group in groupby(writes, key=lambda write: write.scope):
-            jobs = list(group)
-            for start in range(0, len(jobs), JOBS_PER_WRITE):
-                chunk = jobs[start : start + JOBS_PER_WRITE]
+            for chunk in _calls(group):
                 await self._call(store, scope, chunk, instance)
                 written.update(write.job for write in chunk)
 

@@ -22,7 +22,7 @@ from gateway.testing.redis_ha import packets_sent
 from gateway.testing.services import redis_server
 from gateway_ui.settings import UiSettings
 from gateway_ui.trace import TraceEntry, TraceKind, position, read_trace
-from gateway_ui.trace_writer import HAPPENINGS_PER_ENTRY, JOBS_PER_WRITE, TraceWriter
+from gateway_ui.trace_writer import HAPPENINGS_PER_ENTRY, HAPPENINGS_PER_WRITE, TraceWriter
 
 if TYPE_CHECKING:
     from tests.plugins.gateway_ui.conftest import TraceBench
@@ -95,14 +95,18 @@ async def test_a_flush_of_many_jobs_goes_in_short_calls_and_a_failed_one_is_all_
     # Building one call (one pipeline before) of a few hundred jobs held the event loop for
     # tens of ms.
     writer = trace_bench.writer()
-    jobs = [f"J{number}" for number in range(40)]
+    jobs = [f"J{number}" for number in range(50)]
+    per_job = 10  # 500 happenings: calls of 20 jobs
     for job in jobs:
         writer.add(started(job))
+        for number in range(1, per_job):
+            writer.add(step(job, f"S{number}"))
     with packets_sent() as sent:
         await writer.flush()
     calls = [packet for packet in sent if b"EVALSHA" in packet]
-    assert [packet.count(b":trace:J") for packet in calls][-3:] == [16, 16, 8]  # after NOSCRIPT
-    assert max(packet.count(b":trace:J") for packet in calls) <= JOBS_PER_WRITE
+    jobs_per_call = HAPPENINGS_PER_WRITE // per_job
+    assert [packet.count(b":trace:J") for packet in calls][-3:] == [jobs_per_call] * 2 + [10]
+    assert await trace_bench.commands("evalsha") == 3  # (a NOSCRIPT one before, maybe)
     assert await trace_bench.commands("xadd") == len(jobs)
 
     call, attempts = TraceWriter._call, []
@@ -114,15 +118,17 @@ async def test_a_flush_of_many_jobs_goes_in_short_calls_and_a_failed_one_is_all_
         await call(self, *args)
 
     for job in jobs:
-        writer.add(step(job, "S1"))
+        for number in range(per_job):
+            writer.add(step(job, f"T{number}"))
     monkeypatch.setattr(TraceWriter, "_call", second_fails)
     with pytest.raises(ConnectionError):
         await writer.flush()
     monkeypatch.undo()
-    assert len(writer.queue) == len(jobs) - JOBS_PER_WRITE  # the first call's went
+    assert len(writer.queue) == (len(jobs) - jobs_per_call) * per_job  # the first call's went
     await writer.flush()
     for job in jobs:  # each step written once
-        assert [entry["kind"] for entry in await trace(trace_bench, job)] == ["state", "step"]
+        kinds = [entry["kind"] for entry in await trace(trace_bench, job)]
+        assert kinds == ["state"] + ["step"] * (2 * per_job - 1)
 
 
 async def test_refused_calls_are_kept_only_for_jobs_with_a_trace_without_a_check_per_entry(
