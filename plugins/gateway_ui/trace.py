@@ -7,8 +7,8 @@ queue in memory and ``TraceWriter`` (a service, ``gateway_ui.trace_writer``) app
 the job's stream, ``ui.trace_flush_ms`` after they came, one script call per scope::
 
     {p}:{scope}:trace:{job}       STREAM  at most one entry per job and flush
-    {p}:{scope}:trace-jobs        SET     the scope's jobs stored and not yet ended, for the
-                                          replies that do not name their scope
+
+(a reply that does not name its scope goes to the known scope holding its job's trace).
 
 A stream entry holds one happening (``kind``, ``ts``, ``instance``, ``fields`` as JSON) or, when
 one flush had several for the job, all of them (``kind=batch``, ``instance``, ``entries``: a
@@ -107,12 +107,6 @@ def _json(value: Any) -> str:
 
 def trace_key(store: Store, scope: str, job: str) -> str:
     return store.keys.scoped(scope, "trace", job)
-
-
-def running_key(store: Store, scope: str) -> str:
-    """The scope's jobs with a trace that have not ended (not under ``trace:``, where a job
-    may have any name)."""
-    return store.keys.scoped(scope, "trace-jobs")
 
 
 def happenings(stream_id: str, record: Mapping[str, str]) -> list[dict[str, Any]]:

@@ -5,13 +5,14 @@ after the first of them was queued (what a job did meanwhile, a step's reply, it
 entered and its next command, goes together), so an entry is visible in Redis at most that long
 plus a write after it happened, and a quiet station's burst of entries costs one write, not two.
 A flush costs one Lua script call per scope (``WRITE``, of about ``HAPPENINGS_PER_WRITE``):
-per job it starts the trace afresh (``DEL``) and notes the job in the scope's running set when
-the job was stored, appends the job's entries (one stream entry per flush, up to
-``HAPPENINGS_PER_ENTRY`` happenings, see ``gateway_ui.trace``; a refused call only to a trace
-that exists), and sets the trace's expiry and takes the job from the set when it ended. A round
-trip before it is needed only for the scope of a reply that does not name it (equipment that
-does not echo the command's subject) and whose job has no other entry in the flush: the
-running sets of the known scopes are asked, in one pipeline (rare).
+per job it starts the trace afresh (``DEL``) when the job was stored, appends the job's entries
+(one stream entry per flush, up to ``HAPPENINGS_PER_ENTRY`` happenings, see
+``gateway_ui.trace``; a refused call only to a trace that exists), and sets the trace's expiry
+when the job ended. A round trip before it is needed only for the scope of a reply that does
+not name it (equipment that does not echo the command's subject) and whose job has no other
+entry in the flush: the known scopes are asked which has the job's trace, in one pipeline
+(rare). So the trace keeps no key but the traces themselves, none of which can outlive its
+expiry once its job ended.
 
 The writer keeps nothing about a job beyond the queue: a trace is cut to its newest
 ``ui.trace_max_entries`` stream entries by the XADD itself (``MAXLEN``), which is right
@@ -37,7 +38,7 @@ from anyio.abc import TaskStatus
 
 from gateway.resilience import is_transient
 from gateway_ui.settings import UiSettings
-from gateway_ui.trace import TraceEntry, running_key, stream_record, trace_key
+from gateway_ui.trace import TraceEntry, stream_record, trace_key
 
 if TYPE_CHECKING:
     from redis.commands.core import AsyncScript
@@ -60,20 +61,18 @@ HAPPENINGS_PER_WRITE = 200
 STOP_FLUSH_SECONDS = 2  # how long stopping may take to write what is queued
 
 # What one flush writes for the jobs of one scope, in one call (one hash slot: the scope's).
-# KEYS: the scope's running set, then each job's trace. ARGV: MAXLEN, the expiry, then per
-# job: its id, its flags (s: stored, starts afresh; e: ended; r: refused calls only, written
-# to a trace that exists), its number of stream entries, and each entry as its number of
-# strings followed by its field/value strings.
+# KEYS: each job's trace. ARGV: MAXLEN, the expiry, then per job: its flags (s: stored, starts
+# afresh; e: ended; r: refused calls only, written to a trace that exists), its number of stream
+# entries, and each entry as its number of strings followed by its field/value strings.
 WRITE = """
 local maxlen, kept = ARGV[1], ARGV[2]
 local at = 3
-for k = 2, #KEYS do
-  local key, job, flags, entries = KEYS[k], ARGV[at], ARGV[at + 1], tonumber(ARGV[at + 2])
-  at = at + 3
+for k = 1, #KEYS do
+  local key, flags, entries = KEYS[k], ARGV[at], tonumber(ARGV[at + 1])
+  at = at + 2
   local write = not string.find(flags, 'r', 1, true) or redis.call('EXISTS', key) == 1
   if string.find(flags, 's', 1, true) then
     redis.call('DEL', key)
-    redis.call('SADD', KEYS[1], job)
   end
   for _ = 1, entries do
     local strings = tonumber(ARGV[at])
@@ -84,7 +83,6 @@ for k = 2, #KEYS do
   end
   if string.find(flags, 'e', 1, true) then
     redis.call('EXPIRE', key, kept)
-    redis.call('SREM', KEYS[1], job)
   end
 end
 return 0
@@ -126,7 +124,7 @@ class _JobWrite:
             stream_record(self.entries[start : start + HAPPENINGS_PER_ENTRY], instance)
             for start in range(0, len(self.entries), HAPPENINGS_PER_ENTRY)
         ]
-        arguments = [self.job, self.flags, str(len(records))]
+        arguments = [self.flags, str(len(records))]
         for record in records:
             arguments.append(str(2 * len(record)))
             for name, value in record.items():
@@ -254,7 +252,7 @@ class TraceWriter:
     async def _call(self, store: Store, scope: str, writes: list[_JobWrite], instance: str) -> None:
         if self._script is None:
             self._script = store.client.register_script(WRITE)
-        keys = [running_key(store, scope)]
+        keys = []
         arguments = [str(self.settings.trace_max_entries), str(self.settings.trace_kept_seconds)]
         for write in writes:
             keys.append(trace_key(store, scope, write.job))
@@ -282,17 +280,19 @@ class TraceWriter:
     async def _look_up_scopes(
         self, store: Store, jobs: Iterable[str], seen: set[str]
     ) -> dict[str, str]:
-        """The scopes of jobs no entry of the flush names one for: the running sets of the
-        known scopes (and those of this flush), asked in one pipeline."""
+        """The scopes of jobs no entry of the flush names one for: the scope (of those known
+        and those of this flush) that holds the job's trace, a running job's (no expiry) before
+        an ended one's, asked in one pipeline."""
         ordered = list(jobs)
         scopes = sorted(await store.known_scopes() | seen)
+        pairs = [(scope, job) for scope in scopes for job in ordered]
         async with store.client.pipeline(transaction=False) as pipe:
-            for scope in scopes:
-                pipe.smismember(running_key(store, scope), ordered)
-            found = cast(list[list[int]], await pipe.execute())
+            for scope, job in pairs:
+                pipe.pttl(trace_key(store, scope, job))
+            found = cast(list[int], await pipe.execute())
         located: dict[str, str] = {}
-        for scope, members in zip(scopes, found, strict=True):
-            for job, member in zip(ordered, members, strict=True):
-                if member:
-                    located.setdefault(job, scope)
+        # -2: no trace, -1: a running job's, more: an ended job's, kept a while.
+        for (scope, job), ttl in sorted(zip(pairs, found, strict=True), key=lambda hit: hit[1]):
+            if ttl != -2:
+                located.setdefault(job, scope)
         return located

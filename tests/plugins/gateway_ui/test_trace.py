@@ -33,9 +33,9 @@ SCOPE = "cell1"
 Entry = tuple[str, dict[str, str]]
 
 
-def started(job: str) -> TraceEntry:
+def started(job: str, scope: str = SCOPE) -> TraceEntry:
     fields = {"method": "StoreAndStart", "previous": JobState.INITIAL, "current": "Running"}
-    return TraceEntry(TraceKind.STATE, job, SCOPE, fields)
+    return TraceEntry(TraceKind.STATE, job, scope, fields)
 
 
 def step(job: str, name: str, active: bool = True) -> TraceEntry:
@@ -67,7 +67,7 @@ async def test_a_flush_writes_one_stream_entry_per_job_read_back_as_its_happenin
 
     assert await trace_bench.commands("xadd") == 2
     assert await trace_bench.commands("evalsha") == 1  # both jobs' in one call: one scope
-    assert await trace_bench.commands("smismember") == 0  # J1's scope was known from its entries
+    assert await trace_bench.commands("pttl") == 0  # J1's scope was known from its entries
     one, two = await trace(trace_bench, "J1"), await trace(trace_bench, "J2")
     assert [e["kind"] for e in one] == ["state", "command", "reply", "step"]
     assert [e["kind"] for e in two] == ["state", "step"]
@@ -323,36 +323,52 @@ async def test_a_burst_after_a_quiet_spell_waits_the_interval_and_goes_in_one_wr
     assert kinds == ["reply", "step", "step"] * 3
 
 
-async def test_a_jobs_life_costs_one_call_per_flush_and_its_scope_is_found_until_it_ends(
+def ended(job: str, scope: str = SCOPE) -> TraceEntry:
+    fields = {"method": "Clear", "previous": "Ended.Completed", "current": JobState.END}
+    return TraceEntry(TraceKind.STATE, job, scope, fields)
+
+
+async def test_a_jobs_life_costs_one_call_per_flush_and_a_reply_finds_its_scope_by_its_trace(
     trace_bench: TraceBench,
 ) -> None:
-    """Issue 37: the trace's keys (a fresh trace, the running set, the expiry) go in the
-    flush's one script call, not as commands of their own. A reply whose equipment does not
-    echo the scope finds it in the scope's running set while the job runs."""
-    await trace_bench.store.client.sadd(trace_bench.store.keys.scopes(), SCOPE, "other")
-    await trace_bench.store.client.config_resetstat()
+    """Issue 37: what a job's trace needs besides its entries (starting afresh, the expiry)
+    goes in the flush's one script call, not as commands of its own (DEL, HSET of a job ->
+    scope map, EXPIRE, HDEL), and no key but the trace is kept. A reply whose equipment does
+    not echo the scope goes to the known scope with the job's trace, a running job's before
+    an ended one's."""
+    client = trace_bench.store.client
+    await client.sadd(trace_bench.store.keys.scopes(), "a-cell", SCOPE)
     writer = trace_bench.writer(trace_kept_seconds=300)
+    writer.add(started("J1", "a-cell"))  # J1 of a-cell ended, its trace kept a while
+    writer.add(ended("J1", "a-cell"))
+    await writer.flush()
+    await client.config_resetstat()
     reply = {"correlation_id": "J1:a:1", "error": None, "data": None}
     writer.add(started("J1"))
     with packets_sent() as sent:
-        await writer.flush()  # stored: a fresh trace, noted as running
+        await writer.flush()  # stored: a fresh trace
         writer.add(TraceEntry(TraceKind.REPLY, "J1", None, reply))  # alone in its flush
         await writer.flush()
-        ended = {"method": "Clear", "previous": "Ended.Completed", "current": JobState.END}
-        writer.add(TraceEntry(TraceKind.STATE, "J1", SCOPE, ended))
-        await writer.flush()  # ended: the trace expires, the job leaves the set
-        writer.add(TraceEntry(TraceKind.REPLY, "J1", None, reply))  # late: no trace to join
+        writer.add(ended("J1"))
+        await writer.flush()  # ended: the trace expires
+        stray = {"correlation_id": "J9:a:1", "error": None, "data": None}
+        writer.add(TraceEntry(TraceKind.REPLY, "J9", None, stray))  # no trace anywhere
         await writer.flush()
     names = [packet.split(b"\r\n")[2] for packet in sent]
-    assert names.count(b"EVALSHA") >= 3  # (one more after a NOSCRIPT)
-    assert set(names) <= {b"EVALSHA", b"SCRIPT", b"SMEMBERS", b"SMISMEMBER"}
-    assert writer.written == 4
-    client = trace_bench.store.client
-    key = f"t:{{{SCOPE}}}:trace:J1"
+    assert names.count(b"EVALSHA") == 3
+    assert set(names) == {b"EVALSHA", b"SMEMBERS", b"PTTL"}  # (PTTL: the two lookups)
+    assert writer.written == 2 + 4
     assert [e["kind"] for e in await trace(trace_bench, "J1")] == ["state", "reply", "state"]
-    assert 0 < await client.ttl(key) <= 300
-    assert await client.exists(f"t:{{{SCOPE}}}:trace-jobs") == 0
-    for command in ("del", "sadd", "expire", "srem"):  # each once, inside the script
+    assert [e["current"] for e in await read_trace(trace_bench.store, "a-cell", "J1")] == [
+        "Running",
+        JobState.END,
+    ]
+    assert 0 < await client.ttl(f"t:{{{SCOPE}}}:trace:J1") <= 300
+    assert await client.exists(f"t:{{{SCOPE}}}:trace:J9", "t:{a-cell}:trace:J9") == 0
+    assert sorted(await client.keys("t:*")) == ["t:{_global}:scopes"] + [
+        f"t:{{{scope}}}:trace:J1" for scope in ("a-cell", SCOPE)
+    ]
+    for command in ("del", "expire"):  # each once, inside the script
         assert await trace_bench.commands(command) == 1, command
 
 

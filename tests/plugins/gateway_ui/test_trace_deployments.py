@@ -1,6 +1,6 @@
 """The trace writer's script keeps to one hash slot per call, so it runs on one node, behind
 Sentinel and on a Cluster alike: jobs of two scopes in one flush, and a reply that does not
-name its scope found in the running set of the right one."""
+name its scope written to the trace of its job."""
 
 from __future__ import annotations
 
