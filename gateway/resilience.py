@@ -359,7 +359,9 @@ class Resilience:
         transient error is raised: the instance is stopping and the work stays undone (for a
         message: not acknowledged, so the broker hands it out again).
         """
-        outage = self.outage(check, logger=logger)
+        # Made at the first failure: most operations succeed at once (every message handled
+        # goes through here), and an outage that never failed changes nothing.
+        outage: Outage | None = None
         try:
             while True:
                 try:
@@ -367,6 +369,8 @@ class Resilience:
                 except Exception as error:
                     if not is_transient(error):
                         raise
+                    if outage is None:
+                        outage = self.outage(check, logger=logger)
                     delay = outage.failed(error)
                     if stop is not None and stop.is_set():
                         raise
@@ -374,10 +378,12 @@ class Resilience:
                     if stop is not None and stop.is_set():
                         raise
                 else:
-                    outage.succeeded()
+                    if outage is not None:
+                        outage.succeeded()
                     return result
         finally:
-            outage.close()
+            if outage is not None:
+                outage.close()
 
     async def every(
         self,

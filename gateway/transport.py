@@ -53,6 +53,10 @@ NOT_PERMITTED = "not-permitted"  # the sender may not send this (``gateway.error
 # Type of an error reply to a message too malformed to have a usable type of its own.
 ERROR_EVENT_TYPE = "io.github.station-gateway.error.v1"
 
+# The (binding, topic, type) -> processor decisions the dispatcher keeps: the topics and types
+# of a station's traffic (one reply topic per equipment), with room; more start it afresh.
+HANDLERS_KEPT = 4096
+
 
 _arrival: ContextVar[str | None] = ContextVar("gateway_arrival_topic", default=None)
 
@@ -293,6 +297,7 @@ class Dispatcher:
         resilience: Resilience | None = None,
     ) -> None:
         self._processors = list(processors)
+        self._handlers: dict[tuple[str, str, str], Processor | None] = {}  # see ``handler``
         self._resilience = resilience
         self.source = source
         self._dedupe = dedupe
@@ -369,9 +374,21 @@ class Dispatcher:
     def handler(self, binding: str, topic: str, event_type: str) -> Processor | None:
         """The processor for an event of ``event_type`` on ``topic``: one that names the type
         before one that takes every type, so a catch-all never shadows a processor of
-        particular types, whatever order the plugins registered them in."""
+        particular types, whatever order the plugins registered them in.
+
+        Decided once per binding, topic and type (the processors never change): matching
+        every subscription's filter again cost each message more than its dispatch."""
+        key = (binding, topic, event_type)
+        try:
+            return self._handlers[key]
+        except KeyError:
+            pass
         accepting = [p for p in self.matching(binding, topic) if p.accepts(event_type)]
-        return min(accepting, key=lambda processor: processor.event_types is None, default=None)
+        found = min(accepting, key=lambda processor: processor.event_types is None, default=None)
+        if len(self._handlers) >= HANDLERS_KEPT:  # topics and types come from outside
+            self._handlers.clear()
+        self._handlers[key] = found
+        return found
 
     async def _dispatch(self, event: CloudEvent, *, binding: str, topic: str) -> list[CloudEvent]:
         processor = self.handler(binding, topic, event.type)

@@ -552,6 +552,9 @@ class MqttBinding:
     async def _connected_client(self, timeout: float = 10.0) -> MqttClient:
         if self._closed:
             raise GatewayError("the MQTT binding is stopped")
+        connected = self._client
+        if connected is not None:  # no cancel scope then: every publish asks
+            return connected
         with anyio.move_on_after(timeout):
             while self._client is None:
                 await self._connected.wait()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import textwrap
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gateway import __version__
-from gateway.cli import main
+from gateway.cli import _StartupHeapFrozen, main
 from gateway.hookspecs import ENTRY_POINT_GROUP
 from gateway.testing import WITHOUT_DEFAULT_PLUGINS
 
@@ -303,3 +304,12 @@ def test_a_command_is_required(
     with pytest.raises(SystemExit) as caught:
         main([])
     assert caught.value.code == 2
+
+
+def test_once_gateway_run_has_started_the_start_up_heap_is_out_of_the_gcs_reach() -> None:
+    assert gc.get_freeze_count() == 0
+    try:
+        _StartupHeapFrozen().gateway_startup(gateway=None)  # type: ignore[arg-type]
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()

@@ -51,3 +51,23 @@ async def test_a_sampler_with_a_bug_is_logged_every_time(caplog: pytest.LogCaptu
     errors = [record for record in caplog.records if record.levelno == logging.ERROR]
     assert len(errors) == 2
     assert errors[0].exc_info is not None
+
+
+async def test_a_labelled_child_kept_between_calls_still_counts_and_clearing_drops_it() -> None:
+    metrics = Metrics()
+    counter = metrics.counter("things_total", "Things, by kind", ["kind"])
+    counter.labels("a").inc()
+    counter.labels("a").inc(2)
+    counter.labels(kind="a").inc()  # by name: prometheus_client's own lookup, the same child
+    histogram = metrics.histogram("thing_seconds", "How long", ["kind"])
+    histogram.labels("a").observe(0.002)
+    histogram.labels("a").observe(0.003)
+    text = (await metrics.render()).decode()
+    assert 'gateway_things_total{kind="a"} 4.0' in text
+    assert 'gateway_thing_seconds_count{kind="a"} 2.0' in text
+
+    counter.clear()  # a child asked for again after this is a new one, and is exported
+    counter.labels("a").inc()
+    counter.remove("a")
+    counter.labels("a").inc(5)
+    assert 'gateway_things_total{kind="a"} 5.0' in (await metrics.render()).decode()
