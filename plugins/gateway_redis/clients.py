@@ -25,6 +25,7 @@ from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import MaxConnectionsError, RedisError, WatchError
 
+from gateway_redis.connection import LeanConnection
 from gateway_redis.settings import (
     RedisSettings,
     connection_options,
@@ -279,8 +280,13 @@ async def connect(settings: RedisSettings, options: dict[str, Any], stack: Async
     }
     credentials = connection_options(settings)
     if deployment.topology is Topology.SINGLE:
+        # redis:// on LeanConnection; rediss:// and unix:// keep their own (the URL decides).
         pool = BlockingConnectionPool.from_url(
-            connection_url(settings), **pool_options, **options, **credentials
+            connection_url(settings),
+            connection_class=LeanConnection,
+            **pool_options,
+            **options,
+            **credentials,
         )
         return FailoverRedis.from_pool(pool)
     if deployment.topology is Topology.SENTINEL:
