@@ -319,14 +319,31 @@ def packets_sent() -> Iterator[list[bytes]]:
     """Every packet redis-py's asyncio connections send meanwhile, one per round trip (a
     pipeline's commands in one): what a test counts round trips, and sees what they held, by."""
     sent: list[bytes] = []
-    send = Connection.send_packed_command
+    # redis-py's connection and every subclass with a write of its own (the store's
+    # ``gateway_redis.connection.LeanConnection``).
+    kinds: list[type[Connection]] = [Connection] + [
+        kind for kind in _subclasses(Connection)[1:] if "send_packed_command" in vars(kind)
+    ]
+    originals = {kind: kind.send_packed_command for kind in kinds}
 
-    async def recorded(self: Connection, command: Any, check_health: bool = True) -> None:
-        sent.append(b"".join(command) if isinstance(command, list) else command)
-        await send(self, command, check_health)
+    def recording(send: Any) -> Any:
+        async def recorded(self: Connection, command: Any, check_health: bool = True) -> None:
+            sent.append(b"".join(command) if isinstance(command, list) else command)
+            await send(self, command, check_health)
 
-    Connection.send_packed_command = recorded  # type: ignore[method-assign,assignment]
+        return recorded
+
+    for kind, send in originals.items():
+        kind.send_packed_command = recording(send)  # type: ignore[method-assign]
     try:
         yield sent
     finally:
-        Connection.send_packed_command = send  # type: ignore[method-assign]
+        for kind, send in originals.items():
+            kind.send_packed_command = send  # type: ignore[method-assign]
+
+
+def _subclasses(kind: type[Connection]) -> list[type[Connection]]:
+    found = [kind]
+    for subclass in kind.__subclasses__():
+        found += _subclasses(subclass)
+    return found

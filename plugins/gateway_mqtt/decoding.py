@@ -26,6 +26,7 @@ import paho.mqtt._packet as paho_packet
 from paho.mqtt.exception import MalformedPacket
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
+from paho.mqtt.reasoncodes import ReasonCode
 
 USER_PROPERTY = 38
 CORRELATION_DATA = 9
@@ -39,8 +40,26 @@ INTEGERS = {
 }
 
 
+# The tables paho's ``Properties`` builds in every object (``Properties.__init__``).
+_TABLES = frozenset({"types", "names", "properties"})
+
+
 class PublishProperties(Properties):
-    """paho's ``Properties``, reading those of a PUBLISH faster (see the module docstring)."""
+    """paho's ``Properties``, reading those of a PUBLISH faster (see the module docstring).
+
+    paho also builds its tables of every property's name, type and packets (three dicts and
+    27 list searches) in each object: for every PUBLISH and every PUBACK received, whose
+    properties (a PUBACK's are nearly always none) rarely need them. Here they are built the
+    first time one of paho's own methods asks for them."""
+
+    def __init__(self, packetType: int) -> None:
+        object.__setattr__(self, "packetType", packetType)
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in _TABLES:  # a property not set
+            raise AttributeError(name)
+        Properties.__init__(self, self.packetType)  # type: ignore[no-untyped-call]
+        return object.__getattribute__(self, name)
 
     def unpack(self, buffer: Any) -> tuple[Properties, int]:
         if self.packetType != PacketTypes.PUBLISH:
@@ -49,7 +68,10 @@ class PublishProperties(Properties):
         end = read.varint() + read.offset
         if end > len(read.buffer):
             raise MalformedPacket("properties longer than the packet")
-        self.clear()  # type: ignore[no-untyped-call]
+        for name in [
+            name for name in self.__dict__ if name != "packetType" and name not in _TABLES
+        ]:
+            object.__delattr__(self, name)  # what paho's clear() does, without its tables
         user_properties: list[tuple[str, str]] = []
         subscriptions: list[int] = []
         while read.offset < end:
@@ -125,6 +147,24 @@ class _Reader:
         return text
 
 
+class SharedNamesReasonCode(ReasonCode):
+    """paho's ``ReasonCode``, sharing its table of names instead of copying it into every
+    object (about 60 entries, for each PUBACK received) only to read it."""
+
+    def __init__(self, packetType: int, aName: str = "Success", identifier: int = -1) -> None:
+        self.names = type(self).names  # a read-only mapping: paho only reads it
+        self.packetType = packetType
+        if identifier == -1:
+            if packetType == PacketTypes.DISCONNECT and aName == "Success":
+                aName = "Normal disconnection"
+            self.set(aName)
+        else:
+            self.value = identifier
+            self.getName()  # a bad identifier raises, as paho's
+
+
 def install() -> None:
-    """Make paho decode PUBLISH properties with ``PublishProperties`` (idempotent)."""
+    """Make paho decode PUBLISH properties with ``PublishProperties``, and the properties and
+    reason codes of the packets it receives without building their tables each (idempotent)."""
     paho_packet.Properties = PublishProperties  # type: ignore[attr-defined]
+    paho_packet.ReasonCode = SharedNamesReasonCode  # type: ignore[attr-defined]

@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 from paho.mqtt._packet import DECODE_ERRORS
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
+from paho.mqtt.reasoncodes import ReasonCode
 
-from gateway_mqtt.decoding import PublishProperties
+from gateway_mqtt.decoding import PublishProperties, SharedNamesReasonCode
 
 NAMES = (
     "UserProperty",
@@ -114,3 +115,47 @@ def test_paho_decodes_publish_packets_with_it() -> None:
     import gateway_mqtt.client  # noqa: F401  (installs it)
 
     assert vars(paho_packet)["Properties"] is PublishProperties
+
+
+def test_properties_without_their_tables_still_do_all_pahos_do() -> None:
+    # A PUBACK's properties (nearly always none): paho's methods still find their tables.
+    puback = PublishProperties(PacketTypes.PUBACK)
+    assert puback.isEmpty()  # type: ignore[no-untyped-call]
+    assert not hasattr(puback, "ReasonString")
+    assert str(puback) == str(Properties(PacketTypes.PUBACK))  # type: ignore[no-untyped-call]
+    puback.ReasonString = "fine"
+    assert puback.json() == {"ReasonString": "fine"}  # type: ignore[no-untyped-call]
+    # A PUBLISH's, read again into the same object, keeps only what it read last.
+    publish = PublishProperties(PacketTypes.PUBLISH)
+    publish.unpack(packed(ContentType="a", MessageExpiryInterval=5))
+    publish.unpack(packed(ContentType="b"))
+    assert decoded_attributes(publish) == {"ContentType": "b"}
+
+
+def decoded_attributes(properties: Properties) -> dict[str, Any]:
+    return {name: getattr(properties, name) for name in NAMES if hasattr(properties, name)}
+
+
+@pytest.mark.parametrize(
+    ("packet", "name", "identifier"),
+    [
+        (PacketTypes.PUBACK, "Success", -1),
+        (PacketTypes.DISCONNECT, "Success", -1),  # paho's "Normal disconnection"
+        (PacketTypes.PUBACK, "", 0x87),
+        (PacketTypes.PUBACK, "", 0x10),
+    ],
+)
+def test_a_reason_code_sharing_its_names_is_the_one_paho_makes(
+    packet: int, name: str, identifier: int
+) -> None:
+    ours = SharedNamesReasonCode(packet, name or "Success", identifier)
+    pahos = ReasonCode(packet, name or "Success", identifier)
+    assert (ours.value, str(ours), ours.is_failure) == (pahos.value, str(pahos), pahos.is_failure)
+    assert ours == pahos
+
+
+def test_a_reason_code_of_no_such_identifier_is_refused_as_paho_refuses_it() -> None:
+    with pytest.raises(KeyError):
+        ReasonCode(PacketTypes.PUBACK, identifier=0x42)
+    with pytest.raises(KeyError):
+        SharedNamesReasonCode(PacketTypes.PUBACK, identifier=0x42)
