@@ -26,10 +26,14 @@ publishes the same bytes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TypeVar
+
+import anyio
 
 from gateway.jobstates import JobState
 
@@ -149,3 +153,45 @@ def _required(fields: Mapping[str, str], name: str) -> str:
     if not value:
         raise ChangeRecordError(f"field {name!r} is missing")
     return value
+
+
+class ReadPace:
+    """When a reader of change streams reads next: at once at rest, at most every ``seconds``
+    while records keep coming.
+
+    A reader that wakes per record pays a read (and whatever it does per batch: the publisher's
+    commit script) for each change. Paced, the read after one that returned records waits
+    until ``seconds`` after it: the records written meanwhile come with one read and make one
+    batch. The first record after a quiet spell is read at once (the blocking read is already
+    waiting), so pacing adds no latency at rest; a record that follows another within
+    ``seconds`` is read at most ``seconds`` later than it would have been. A read that returned
+    a full ``count`` (a backlog) is followed at once. ``seconds`` 0: never waits.
+
+    ``clock`` and ``sleep`` are injectable (tests).
+    """
+
+    def __init__(
+        self,
+        seconds: float,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+    ) -> None:
+        self.seconds = seconds
+        self.clock = clock
+        self.sleep = sleep
+        self._next = -math.inf  # no read before this time
+
+    async def wait(self) -> None:
+        """Before a read: wait until the pace allows it."""
+        delay = self._next - self.clock()
+        if delay > 0:
+            await self.sleep(delay)
+
+    def read(self, records: int, count: int | None = None) -> None:
+        """After a read that returned ``records`` (of at most ``count``, when it was bounded)."""
+        full = count is not None and records >= count
+        if records and not full and self.seconds > 0:
+            self._next = self.clock() + self.seconds
+        else:
+            self._next = -math.inf

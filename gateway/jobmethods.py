@@ -140,11 +140,15 @@ class JobMethods(Protocol):
         ...
 
     def status_feed(
-        self, scopes: Sequence[str], *, documents: bool = True
+        self, scopes: Sequence[str], *, documents: bool = True, pace_seconds: float = 0.0
     ) -> AbstractAsyncContextManager[StatusFeed]:
         """Follow the status events of ``scopes`` (every instance's changes) while entered.
 
         ``documents=False``: for a follower that needs the states alone (which jobs ended),
         the events carry only the documents the change itself carries (``job_order`` and
-        ``job_response`` else name the job alone), and the feed reads nothing per event."""
+        ``job_response`` else name the job alone), and the feed reads nothing per event.
+        ``pace_seconds``: for a follower that needs no promptness, the change streams are
+        read at most that often while changes keep coming (``gateway.changes.ReadPace``): the
+        first change after a quiet spell comes at once, the others up to that much later,
+        together; 0 (the default): a read per wake."""
         ...

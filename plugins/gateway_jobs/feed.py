@@ -21,7 +21,7 @@ from typing import Any, cast
 import anyio
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 
-from gateway.changes import ChangeRecord, ChangeRecordError
+from gateway.changes import ChangeRecord, ChangeRecordError, ReadPace
 from gateway.jobmethods import JobStatus
 from gateway.store import Store
 from gateway_jobs.model import to_json
@@ -66,6 +66,7 @@ class ChangeReader:
     known: dict[tuple[str, str], _Known] = field(default_factory=dict)
     # False: the records' own documents only, nothing read or kept (a follower of states)
     documents: bool = True
+    pace: ReadPace = field(default_factory=lambda: ReadPace(0.0))  # 0: a read per wake
 
     async def mark(self) -> None:
         """Remember where each stream ends now: events start after that."""
@@ -79,6 +80,7 @@ class ChangeReader:
         async with send:
             while True:
                 try:
+                    await self.pace.wait()
                     # Scopes in any slots: the store reads them the way the deployment allows.
                     reply = await self.store.read_streams(
                         self.cursors, count=READ_COUNT, block_ms=BLOCK_MS
@@ -90,7 +92,9 @@ class ChangeReader:
                     await anyio.sleep(delay)
                     continue
                 failures = 0
-                for stream, entries in cast(list[tuple[str, list[Entry]]], reply or []):
+                batches = cast(list[tuple[str, list[Entry]]], reply or [])
+                self.pace.read(max((len(entries) for _, entries in batches), default=0), READ_COUNT)
+                for stream, entries in batches:
                     for entry_id, fields in entries:
                         status = await self._status(entry_id, fields)
                         self.cursors[stream] = entry_id
@@ -168,10 +172,22 @@ def _parsed(text: str | None) -> Mapping[str, Any] | None:
 
 @asynccontextmanager
 async def status_feed(
-    store: Store, repository: JobRepository, scopes: Sequence[str], *, documents: bool = True
+    store: Store,
+    repository: JobRepository,
+    scopes: Sequence[str],
+    *,
+    documents: bool = True,
+    pace: ReadPace | None = None,
 ) -> AsyncIterator[StreamFeed]:
-    """The status events of ``scopes`` while the block runs (see ``gateway.jobmethods``)."""
-    reader = ChangeReader(store, repository, list(dict.fromkeys(scopes)), documents=documents)
+    """The status events of ``scopes`` while the block runs (see ``gateway.jobmethods``);
+    ``pace``: how often the streams are read while changes keep coming (default: per wake)."""
+    reader = ChangeReader(
+        store,
+        repository,
+        list(dict.fromkeys(scopes)),
+        documents=documents,
+        pace=pace or ReadPace(0.0),
+    )
     await reader.mark()
     send, receive = anyio.create_memory_object_stream[JobStatus](max_buffer_size=READ_COUNT)
     async with anyio.create_task_group() as tasks, receive:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
+from gateway.changes import ReadPace
 from gateway.errors import ValidationError
 from gateway.jobmethods import JobMethod, MethodResult
 from gateway.store import check_scope
@@ -120,12 +121,13 @@ class JobsMethods:
         return configuration
 
     def status_feed(
-        self, scopes: Sequence[str], *, documents: bool = True
+        self, scopes: Sequence[str], *, documents: bool = True, pace_seconds: float = 0.0
     ) -> AbstractAsyncContextManager[StreamFeed]:
         for scope in scopes:
             check_scope(scope)
         repository = self.manager.repository
-        return status_feed(repository.store, repository, scopes, documents=documents)
+        pace = ReadPace(pace_seconds)
+        return status_feed(repository.store, repository, scopes, documents=documents, pace=pace)
 
 
 def _job_order_id(arguments: Mapping[str, Any]) -> str | None:

@@ -1,8 +1,10 @@
 """The MES publisher service: the scopes' change streams in, retained MQTT topics out.
 
 One active publisher (a lease in the store; others wait as standbys) reads every scope's change
-stream and the global stream of scope discoveries with one blocking XREAD. Each scope's batch of
-records is published and then committed:
+stream and the global stream of scope discoveries with one blocking XREAD, paced: while changes
+keep coming it reads at most every ``read_pause_ms``, so a burst makes one batch (the first
+change after a quiet spell is read at once). Each scope's batch of records is published and then
+committed:
 
 1. the batch's order/result topics (retained, QoS 1, PUBACKs awaited, concurrently);
 2. if the index changed: the state index, with the next ``seq`` (already persisted: the last
@@ -49,6 +51,7 @@ import anyio
 from anyio.abc import TaskStatus
 from redis.exceptions import ResponseError
 
+from gateway.changes import ReadPace
 from gateway.cloudevents import CloudEvent, format_time, utc_now
 from gateway.errors import GatewayError, ValidationError
 from gateway.resilience import Outage
@@ -246,6 +249,7 @@ class Term:
         self._marker_checked = 0.0
         self._stream_scopes: dict[str, str] = {}
         self._publishing = anyio.CapacityLimiter(MAX_CONCURRENT_PUBLISHES)
+        self.pace = ReadPace(self.settings.read_pause_ms / 1000)
 
     @property
     def prefix(self) -> str:
@@ -372,15 +376,20 @@ class Term:
     # -- reading ----------------------------------------------------------------------------
 
     async def read(self) -> list[tuple[str, list[Entry]]]:
-        """Up to ``read_count`` new records of every stream, waiting up to ``BLOCK_MS``."""
+        """Up to ``read_count`` new records of every stream, waiting up to ``BLOCK_MS``, when
+        the pace allows (``publisher.read_pause_ms`` after a read that returned records)."""
+        await self.pace.wait()
         streams = {self.discovery_stream: self.discovery_cursor}
         for scope, state in self.scopes.items():
             streams[self.store.keys.changes(scope)] = state.cursor
         # Through the store: one blocking XREAD on one node, pipelined reads on a Cluster.
-        reply = await self.store.read_streams(
-            streams, count=self.settings.read_count, block_ms=BLOCK_MS
+        count = self.settings.read_count
+        reply = cast(
+            list[tuple[str, list[Entry]]],
+            await self.store.read_streams(streams, count=count, block_ms=BLOCK_MS),
         )
-        return cast(list[tuple[str, list[Entry]]], reply)
+        self.pace.read(max((len(entries) for _, entries in reply), default=0), count)
+        return reply
 
     async def handle(self, reply: Sequence[tuple[str, Sequence[Entry]]]) -> None:
         """Each stream's records; a scope that fails does not hold the others back (its cursor

@@ -30,6 +30,14 @@ class PublisherSettings:
         "Change records read from one scope at once; each batch publishes one state index",
         minimum=1,
     )
+    read_pause_ms: int = setting(
+        10,
+        "While changes keep coming, the change streams are read at most every this many ms, "
+        "so the changes of a burst make one batch (one index, one commit); the first change "
+        "after a quiet spell is published at once, a change right after another at most this "
+        "much later. 0: a read per wake",
+        minimum=0,
+    )
     lease_seconds: float = setting(
         10.0,
         "Lease that keeps one publisher active among replicas (e.g. during a rolling update); "

@@ -5,10 +5,12 @@ Each instance caches, per job it handled something of, the job's recipe snapshot
 (``executions.ExecutionStore``), whichever instance runs the job. ``JobMemory`` owns those
 caches (``Lru``, one per kind):
 
-- a job's entries go from every cache of every instance when the job ends: each instance
-  follows the status events of its scopes (``gateway.jobmethods.StatusFeed``, the change
-  streams every instance's changes are on) and forgets a job whose state turns final (Ended,
-  Aborted) or that leaves the station (Clear, Cancel);
+- a job's entries go from every cache of every instance when the job ends: the instance that
+  handles the recipe's end forgets it there and then, and each instance follows the status
+  events of its scopes (``gateway.jobmethods.StatusFeed``, the change streams every instance's
+  changes are on) and forgets a job whose state turns final (Ended, Aborted) or that leaves
+  the station (Clear, Cancel). That feed is paced (``JOB_END_PACE_SECONDS``): it tidies up
+  after other instances, nothing waits for it;
 - the caches hold at most ``limit`` jobs, sized from the scopes' capacity
   (``MaxRunningJobOrders``, read again every ``runtime.reconcile_seconds``): twice the jobs
   that can be in progress, for the jobs that ended and whose end is on its way while their
@@ -41,6 +43,11 @@ V = TypeVar("V")
 JobKey = tuple[str, str]  # scope, job
 
 CAPACITY_MARGIN = 2  # jobs kept per slot: the one in progress and the one that just ended
+# The change streams are read at most this often while changes keep coming: an end committed
+# here is forgotten here at once (the runtime's own report), so the feed only tidies up after
+# ends other instances (or the MES) committed, and a read per change would cost the store a
+# command per change for nothing urgent. The first change after a quiet spell comes at once.
+JOB_END_PACE_SECONDS = 1.0
 
 
 def cache_limit(capacities: Mapping[str, int], unlimited: int) -> int:
@@ -181,7 +188,10 @@ class JobMemory:
         with anyio.CancelScope() as cancel:
             try:
                 # States alone: the documents would cost a read per change for nothing.
-                async with methods.status_feed(scopes, documents=False) as feed:
+                feeding = methods.status_feed(
+                    scopes, documents=False, pace_seconds=JOB_END_PACE_SECONDS
+                )
+                async with feeding as feed:
                     task_status.started(cancel)
                     started = True
                     async for status in feed:

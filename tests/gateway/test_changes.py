@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.changes import ChangeRecord, ChangeRecordError, Trigger
+from gateway.changes import ChangeRecord, ChangeRecordError, ReadPace, Trigger
 from gateway.jobstates import JobState
 
 
@@ -77,3 +77,47 @@ def test_an_entry_that_is_no_change_record_is_refused_by_name(
     fields = {**a_record(Trigger.STORE).fields(), **broken}
     with pytest.raises(ChangeRecordError, match=message):
         ChangeRecord.parse("1-0", fields)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+@pytest.mark.anyio
+async def test_a_paced_reader_reads_at_once_at_rest_and_at_most_every_pace_while_busy() -> None:
+    clock = Clock()
+    pace = ReadPace(0.01, clock=clock, sleep=clock.sleep)
+    await pace.wait()  # never read: at once
+    pace.read(0, 200)  # the blocking read timed out empty: still at rest
+    await pace.wait()
+    assert clock.slept == []
+    pace.read(1, 200)  # woke for a record: the next read waits for the ones that follow
+    clock.now += 0.004  # the batch took 4 ms to publish
+    await pace.wait()
+    assert clock.slept == [pytest.approx(0.006)]
+    pace.read(200, 200)  # a full read: a backlog, read on at once
+    await pace.wait()
+    assert clock.slept == [pytest.approx(0.006)]
+    pace.read(3, 200)
+    clock.now += 0.5  # long past the pace: no wait
+    await pace.wait()
+    assert len(clock.slept) == 1
+
+
+@pytest.mark.anyio
+async def test_a_pace_of_zero_never_waits() -> None:
+    clock = Clock()
+    pace = ReadPace(0.0, clock=clock, sleep=clock.sleep)
+    for records in (1, 5, 0):
+        pace.read(records, 200)
+        await pace.wait()
+    assert clock.slept == []

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import anyio
 import pytest
 
+from gateway.changes import ReadPace
 from gateway.errors import ValidationError
 from gateway.jobmethods import JobMethod, JobStatus, StatusFeed
 from gateway.store import Store
+from gateway.testing import wait_until
+from gateway_jobs.feed import status_feed
 from gateway_jobs.methods import JobsMethods
 from gateway_jobs.model import ReturnStatus
 from gateway_jobs.testing import LocalJobs, job_order, local_jobs, work_master
@@ -109,3 +113,50 @@ async def test_bad_arguments_raise_and_refusals_are_statuses(jobs: LocalJobs) ->
     assert unknown.return_status == ReturnStatus.UNKNOWN_JOB_ORDER_ID
     assert unknown.message is not None
     assert unknown.message.startswith("unknown:")
+
+
+class HeldPauses:
+    """``ReadPace.sleep`` for tests: each pause lasts until the test ends it."""
+
+    def __init__(self) -> None:
+        self.held: list[anyio.Event] = []
+
+    async def __call__(self, seconds: float) -> None:
+        ended = anyio.Event()
+        self.held.append(ended)
+        await ended.wait()
+
+    def end(self) -> None:
+        self.held[-1].set()
+
+
+async def test_a_paced_feed_reads_the_changes_of_a_busy_spell_at_once(
+    jobs: LocalJobs, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The recipe runtime follows job ends so: the first change after a quiet spell comes at
+    once, the ones that follow it within the pace come together, with one read."""
+    methods = JobsMethods(jobs.manager)
+    await jobs.manager.config.apply(SCOPE, "workmaster", "PUT", work_master())
+    read, reads = store.read_streams, 0
+
+    async def counted_read(*args: Any, **kwargs: Any) -> Any:
+        nonlocal reads
+        reads += 1
+        return await read(*args, **kwargs)
+
+    monkeypatch.setattr(store, "read_streams", counted_read)
+    pauses = HeldPauses()
+    pace = ReadPace(60.0, clock=lambda: 0.0, sleep=pauses)
+    repository = jobs.manager.repository
+    async with status_feed(store, repository, [SCOPE], documents=False, pace=pace) as feed:
+        assert (await methods.call(SCOPE, JobMethod.STORE, {"JobOrder": job_order("J0")})).ok
+        assert (await next_status(feed)).job_order_id == "J0"
+        await wait_until(lambda: len(pauses.held) == 1)  # it would wait 60 s for more
+        before = reads
+        for job in ("J1", "J2", "J3"):
+            assert (await methods.call(SCOPE, JobMethod.STORE, {"JobOrder": job_order(job)})).ok
+        pauses.end()
+        burst = [(await next_status(feed)).job_order_id for _ in range(3)]
+        await wait_until(lambda: len(pauses.held) == 2)  # pausing again: no read meanwhile
+        assert reads - before == 1
+    assert burst == ["J1", "J2", "J3"]

@@ -1,4 +1,5 @@
-"""What the publisher costs in Redis commands (issue 37): one script per batch of changes.
+"""What the publisher costs in Redis commands (issue 37): one read and one script per batch of
+changes, and the changes of a busy spell in one batch.
 
 The gateway here runs the publisher alone, on a redis-server of this module's own, so the
 server's command counts (INFO commandstats) are the publisher's. The test writes the change
@@ -8,12 +9,12 @@ records itself, as job management would (one transaction, one record per change)
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING
 
+import anyio
 import pytest
 
-from gateway.changes import ChangeRecord, Trigger
+from gateway.changes import ChangeRecord, ReadPace, Trigger
 from gateway.jobstates import JobState
 from gateway.store import Store
 from gateway.testing import running, wait_until
@@ -68,9 +69,7 @@ async def calls(store: Store, name: str) -> int:
     return int(stats.get(f"cmdstat_{name}", {}).get("calls", 0))
 
 
-async def test_a_batch_of_changes_costs_one_script(
-    rig: Rig, redis_url: str, tmp_path: Path
-) -> None:
+async def test_a_batch_of_changes_costs_one_script(rig: Rig, redis_url: str) -> None:
     async with make_store(redis_url, rig.station.name) as store:
         gateway = rig.gateway("p", role="publisher")
         async with running(gateway), rig.mes() as mes:
@@ -94,3 +93,48 @@ async def test_a_batch_of_changes_costs_one_script(
     seqs = [index.seq for index, _ in seen]
     assert seqs == sorted(seqs)
     assert {gap.kind for _, gap in seen[1:]} <= {"none", "stale"}  # nothing missed in between
+
+
+class HeldPauses:
+    """``ReadPace.sleep`` for tests: each pause lasts until the test ends it."""
+
+    def __init__(self) -> None:
+        self.held: list[anyio.Event] = []
+
+    async def __call__(self, seconds: float) -> None:
+        ended = anyio.Event()
+        self.held.append(ended)
+        await ended.wait()
+
+    def end(self) -> None:
+        self.held[-1].set()
+
+
+async def test_changes_that_come_while_the_reader_pauses_make_one_batch(
+    rig: Rig, redis_url: str
+) -> None:
+    """Three changes, three transactions, written while the publisher keeps its pace after
+    a change: one read, one index, one script."""
+    async with make_store(redis_url, rig.station.name) as store:
+        publisher = rig.gateway("p", role="publisher")
+        async with running(publisher), rig.mes() as mes:
+            await wait_until(lambda: rig.service.term is not None)
+            await write(store, "j0")
+            await wait_until(lambda: rig.service.stats.batches == 1)
+            term = rig.service.term
+            assert term is not None
+            pauses = HeldPauses()
+            term.pace = ReadPace(60.0, clock=lambda: 0.0, sleep=pauses)
+            await write(store, "j1")
+            await wait_until(lambda: len(pauses.held) == 1 and rig.service.stats.batches == 2)
+
+            await store.client.config_resetstat()
+            for job in ("j2", "j3", "j4"):
+                await write(store, job)
+            pauses.end()
+            await wait_until(lambda: len(pauses.held) == 2)  # pausing again: no read meanwhile
+            await mes.follow(lambda index: len(index.jobs) == 5)
+            assert rig.service.stats.batches == 3
+            assert await calls(store, "xread") == 1
+            assert await calls(store, "evalsha") == 1
+            pauses.end()
