@@ -67,6 +67,12 @@ class Coalescer:
         self._wanted: set[str] = set()  # scopes with a request not yet taken by a run
         self._draining: set[str] = set()  # scopes with a task running their work
         self._last_start: dict[str, float] = {}
+        self._starts: dict[str, int] = {}  # runs started per scope, ever
+
+    def starts(self, scope: str) -> int:
+        """How many runs of ``scope``'s work have started (a run started after a change covers
+        it: the work reads what is stored when it runs)."""
+        return self._starts.get(scope, 0)
 
     @property
     def serving(self) -> bool:
@@ -104,6 +110,7 @@ class Coalescer:
             self._draining.discard(scope)
 
     async def _run(self, scope: str) -> None:
+        self._starts[scope] = self._starts.get(scope, 0) + 1
         try:
             await self.work(scope)
         except Exception as error:  # the change stands; the periodic pass does it later

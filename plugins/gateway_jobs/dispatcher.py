@@ -5,7 +5,14 @@ see ``queue``) and hands each admitted job to its recipe interpreter. Job manage
 pass (``request``) after every change that may let a job start (a job entered AllowedToStart,
 ended, left the queue, was updated; the capacity or the online state changed); the pass runs in
 the background, after the MES has its reply, and requests made while a scope's pass runs are
-merged into one more pass (``coalesce``). The ``DispatchService`` on every instance serves those
+merged into one more pass (``coalesce``).
+
+A pass asked for because a job freed its slot and equipment (it ended, or left the queue) waits
+up to ``release_delay`` first, and is dropped if another pass of the scope starts meanwhile: that
+one reads the queue after the release and covers it. An MES that clears an ended job and stores
+the next one at once so has one pass per job, the Store's, instead of two (one Redis script
+fewer per job); a queued job that waited for the freed slot starts at most ``release_delay``
+later. The ``DispatchService`` on every instance serves those
 passes and runs one for every scope periodically and when a queued job's StartTime comes, which
 also covers an instance that died after a change and before its pass, or between admitting a
 job and handing it over (the SFC engine's reconciliation starts admitted jobs it does not run;
@@ -56,6 +63,8 @@ class Dispatcher:
         capacity: int,
         start: Start,
         clock: Callable[[], float] = time.time,
+        release_delay: float = 0.0,
+        sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
     ) -> None:
         self.store = store
         self.keys = QueueKeys(store)
@@ -71,10 +80,34 @@ class Dispatcher:
         self._tasks: TaskGroup | None = None  # set while the service runs: StartTime wake-ups
         self._wake_at: dict[str, float] = {}
         self.passes = Coalescer("dispatching", self.dispatch)  # requested after changes
+        self.release_delay = release_delay  # a pass after a release waits this long for another
+        self.sleep = sleep
+        # Scopes with a release's pass waiting: the passes started as of the latest release.
+        self._releases: dict[str, int] = {}
 
-    async def request(self, scope: str) -> None:
-        """A pass over ``scope`` soon, after the caller (in the caller when nobody serves)."""
-        await self.passes.request(scope)
+    async def request(self, scope: str, *, released: bool = False) -> None:
+        """A pass over ``scope`` soon, after the caller (in the caller when nobody serves).
+        ``released``: a job freed what it held; the pass may wait for another (see above)."""
+        tasks = self._tasks
+        if not released or self.release_delay <= 0 or tasks is None or not self.passes.serving:
+            await self.passes.request(scope)
+        else:
+            waiting = scope in self._releases
+            self._releases[scope] = self.passes.starts(scope)  # a pass after this one covers it
+            if not waiting:
+                tasks.start_soon(self._after_release, scope)
+
+    def idle(self) -> bool:
+        """No pass requested, waiting or running."""
+        return self.passes.idle() and not self._releases
+
+    async def _after_release(self, scope: str) -> None:
+        try:
+            await self.sleep(self.release_delay)
+        finally:
+            starts = self._releases.pop(scope, None)
+        if starts is not None and self.passes.starts(scope) == starts:  # none since: this one
+            await self.passes.request(scope)
 
     async def dispatch(self, scope: str, *, verify: bool = False) -> list[str]:
         """Admit what may start now and start it; returns the admitted jobs. ``verify``: drop

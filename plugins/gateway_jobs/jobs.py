@@ -72,7 +72,10 @@ class JobManager:
         self.config = StationConfig(store, interpreters, equipment)
         self.hub = equipment
         self.dispatcher = Dispatcher(
-            store, capacity=settings.max_running_job_orders, start=self._start_admitted
+            store,
+            capacity=settings.max_running_job_orders,
+            start=self._start_admitted,
+            release_delay=settings.dispatch_release_delay_ms / 1000,
         )
         self.dispatcher.adopt = self.adopt
         self.interpreters = interpreters
@@ -354,8 +357,10 @@ class JobManager:
         after = change.after.state.top
         # A job leaving the queue for Running or Interrupted was let start: it keeps its slot
         # and equipment, and frees nothing (the periodic pass covers a job run unadmitted).
-        if after is TopState.ALLOWED_TO_START or (before in HOLDING and after not in HOLDING):
+        if after is TopState.ALLOWED_TO_START:
             await self.dispatcher.request(scope)
+        elif before in HOLDING and after not in HOLDING:
+            await self.dispatcher.request(scope, released=True)
 
     async def configure(self, scope: str, kind: str, method: str, data: Any) -> Outcome:
         """Apply a configuration event; a new capacity or online state may let jobs start."""

@@ -57,6 +57,14 @@ class JobsSettings:
         "entering the queue starts the next one at once; this catches what a crash left)",
         minimum=0.01,
     )
+    dispatch_release_delay_ms: int = setting(
+        50,
+        "A job that ends (or leaves the queue) lets the queue's next job start after at most "
+        "this many ms: the pass waits for one that another change asks for (an MES that clears "
+        "a job and stores the next at once), which covers it, so there is one pass where there "
+        "would be two. 0: a pass at once after every release",
+        minimum=0,
+    )
     results_wait_seconds: float = setting(
         10.0,
         "After the MES stops or aborts a job its recipe ran, how long its Job Response waits "

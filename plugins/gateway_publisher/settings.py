@@ -31,7 +31,7 @@ class PublisherSettings:
         minimum=1,
     )
     read_pause_ms: int = setting(
-        10,
+        20,
         "While changes keep coming, the change streams are read at most every this many ms, "
         "so the changes of a burst make one batch (one index, one commit); the first change "
         "after a quiet spell is published at once, a change right after another at most this "
