@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
+from typing import TYPE_CHECKING, cast
 
 import anyio
 import pytest
@@ -19,6 +20,9 @@ from gateway.testing import poll_until, wait_until
 from gateway_jobs.dispatcher import Dispatcher
 from gateway_jobs.methods import JobsMethods
 from gateway_jobs.testing import LocalJobs, job_order, work_master
+
+if TYPE_CHECKING:
+    from gateway.app import Gateway
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
@@ -45,7 +49,8 @@ async def serving(jobs: LocalJobs) -> AsyncIterator[Dispatcher]:
     """The dispatcher of ``jobs`` serving its passes (no periodic pass but the first)."""
     dispatcher = jobs.manager.dispatcher
     dispatcher.release_delay = 60.0
-    gateway = SimpleNamespace(resilience=Resilience(Readiness()))
+    # What ``serve`` uses of the gateway: its resilience (for the periodic pass).
+    gateway = cast("Gateway", SimpleNamespace(resilience=Resilience(Readiness())))
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(dispatcher.serve, gateway, 3600.0)
         await wait_until(lambda: dispatcher.passes.serving and dispatcher.passes.idle())

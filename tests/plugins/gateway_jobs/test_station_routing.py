@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from gateway.recipes import recipe_version
-from gateway.testing import running
+from gateway.testing import running, wait_until
 from gateway.testing.equipment import TestEquipment
 from gateway_jobs.model import ReturnStatus
 from gateway_jobs.testing import Station, job_order, response_data, return_status, work_master
@@ -143,8 +143,10 @@ async def test_a_job_order_without_work_master_runs_the_scope_default(station: S
         scoped = await mes.configure("jobacceptance", {"DefaultWorkMasterID": "wm-scope"})
         by_scope = await mes.store(job_order("j2", work_masters=[]), method="StoreAndStart")
         named = await mes.store(job_order("j3", work_masters=["wm-setting"]), "StoreAndStart")
+        ran = station.plugin.interpreters[0].work_masters
+        # The dispatch pass that starts a job runs after the MES has its reply.
+        await wait_until(lambda: len(ran) == 3)
     assert [return_status(r) for r in (by_setting, scoped, by_scope, named)] == [OK] * 4
-    ran = station.plugin.interpreters[0].work_masters
     assert ran == {"j1": "wm-setting", "j2": "wm-scope", "j3": "wm-setting"}
 
 
