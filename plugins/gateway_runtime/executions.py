@@ -13,6 +13,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from enum import IntEnum
 from typing import TYPE_CHECKING
 
@@ -43,9 +44,23 @@ OUTSTANDING = (Phase.DISPATCHED, Phase.WAITING)
 class Commit(IntEnum):
     """What the compare-and-swap script answered."""
 
+    MARKS_CHANGED = -4  # create: the job's breakpoints are not the ones given: no write
+    EARLIER_UNREAD = -3  # create: an earlier run's ended state the caller did not build on
+    EARLIER_RUNNING = -2  # create: an earlier run of the job id has not ended yet: no write
     TAKEN_FIRST = -1  # the kept event the change applies was taken by another job: no write
     CONFLICT = 0  # the stored version is not the one read
     WRITTEN = 1
+
+
+@dataclass(frozen=True)
+class StartBookkeeping:
+    """What a create checks and does for the job's start in the same script: ``earlier``: the
+    run of the ended state the new one numbers its tries on ("" none); ``work_master``: whose
+    breakpoints count too (the state is given ``Execution.breakpoints``, checked against the
+    stored ones)."""
+
+    earlier: str = ""
+    work_master: str | None = None
 
 
 class ExecutionStore:
@@ -92,20 +107,33 @@ class ExecutionStore:
             and now.status not in (Status.FINISHING, Status.ENDED)
         )
 
-    async def create(self, execution: Execution, effects: Effects, snapshot: str) -> bool:
-        """Write a new job's first state, with its recipe ``snapshot`` (``False``: another
-        instance started it first)."""
+    async def create(
+        self,
+        execution: Execution,
+        effects: Effects,
+        snapshot: str,
+        start: StartBookkeeping | None = None,
+    ) -> Commit:
+        """Write a new job's first state, with its recipe ``snapshot`` (``CONFLICT``: another
+        instance started it first); ``start``: checked and done in the same script (``Commit``
+        says what did not hold)."""
         now_waiting = bool(waiting(execution))
         note_reached(execution, {})
         commit = await self.write(
-            execution, -1, effects, set(), waits_for_event=now_waiting, snapshot=snapshot
+            execution,
+            -1,
+            effects,
+            set(),
+            waits_for_event=now_waiting,
+            snapshot=snapshot,
+            start=start,
         )
         if commit is not Commit.WRITTEN:
-            return False
+            return commit
         self.announce_steps(execution, {}, time.time())
         await self._after(execution, effects, started_waiting=now_waiting)
         self._remember(execution)
-        return True
+        return commit
 
     async def mutate(self, scope: str, job: str, apply: Apply, take: str | None = None) -> bool:
         """Apply, compare-and-swap; on a conflict, read again and re-apply. ``take``: the kept
@@ -236,13 +264,16 @@ class ExecutionStore:
         waits_for_event: bool,
         snapshot: str = "",
         breakpoint: bool = False,
+        start: StartBookkeeping | None = None,
     ) -> Commit:
         """Compare-and-swap; ``ended``: the tries that were outstanding and are no longer (their
         timers are cancelled and their outbox entries removed in the same step); ``take``: the
         kept event the change applies, removed from the kept events with it;
         ``waits_for_event``: whether the job now waits for an equipment event; ``snapshot``
         (``expected`` -1, a new job): its recipe snapshot, written with it; ``breakpoint``:
-        the change stopped the job at a breakpoint (job management is asked for the Pause)."""
+        the change stopped the job at a breakpoint (job management is asked for the Pause);
+        ``start``: a create's checks and bookkeeping (``StartBookkeeping``). A write that ends
+        the state also forgets the job's breakpoints, parking and kept events."""
         scope, job = execution.scope, execution.job
         keys = self.context.keys
         work: list[list[str]] = []
@@ -276,6 +307,11 @@ class ExecutionStore:
             ops["take"] = take
         done_runs = take_done(execution)
         ops["history"] = [[name, dump_action_run(run)] for name, run in done_runs.items()]
+        if start is not None:
+            ops["earlier"] = start.earlier
+            ops["marks"] = sorted(execution.breakpoints)
+        if done:
+            ops["forget"] = True
         previous_version = execution.version
         execution.version = expected + 1 if expected >= 0 else 0
         redis_keys = [
@@ -289,6 +325,15 @@ class ExecutionStore:
             keys.recipe(scope, job),
             keys.history(scope, job),
         ]
+        if start is not None or done:
+            redis_keys += [
+                keys.breakpoints(scope, job),
+                keys.work_master_breakpoints(
+                    scope, (start.work_master if start is not None else None) or ""
+                ),
+                keys.parked_jobs(scope),
+                keys.parked(scope, job),
+            ]
         assert self._commit is not None, "the engine is not running"
         try:
             written = await self._commit(
@@ -305,11 +350,19 @@ class ExecutionStore:
             execution.version = previous_version
             execution.actions.update(done_runs)
             raise
+        if isinstance(written, list):  # the end, with the kept events it dropped
+            written, dropped = written
+            self._dropped_kept(scope, job, int(dropped))
         commit = Commit(int(written))
         if commit is not Commit.WRITTEN:
             execution.version = previous_version
             execution.actions.update(done_runs)
         return commit
+
+    def _dropped_kept(self, scope: str, job: str, dropped: int) -> None:
+        if dropped:
+            self.context.metrics.events_dropped.labels("job_ended").inc(dropped)
+            log.info("job %s/%s ended: %d event(s) kept for it dropped", scope, job, dropped)
 
 
 def note_reached(execution: Execution, was_active: Mapping[str, float]) -> None:

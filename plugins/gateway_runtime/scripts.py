@@ -25,6 +25,17 @@ from __future__ import annotations
 # ``ttl`` > 0 (the job has ended): the state expires after that many seconds, and the recipe
 # snapshot and the history with it (the operator view shows them until then).
 #
+# A start and an end do the job's bookkeeping in the same call (ops fields absent: none), with
+# KEYS[10..13]: the job's breakpoints, its Work Master's breakpoints, the parked jobs, the job's
+# parking (``gateway_runtime.breakpoints``):
+# - create, ``earlier``: the run whose ended state the caller numbered the tries on ("" none); a
+#   stored state of another run that has not ended answers -2 (the start is tried again once it
+#   has), one of a run other than ``earlier`` -3 (read it, and build on it); ``marks``: the
+#   breakpoints the caller gave the state, -4 when the stored ones (both sets) differ (read them,
+#   and start again); the job is parked no more.
+# - ``forget`` (the state ends): the job's own breakpoints and parking go, and the events kept
+#   for it (``job_order_id``), which no job can take any more: answers {1, events dropped}.
+#
 # Returns 1 written, 0 the version (or run) was not the one read, -1 the kept event to take is
 # gone (another job took it first): nothing is written but on 1. Taking a kept event in the
 # same script that applies it is what makes it impossible to lose one between the two, or to
@@ -37,10 +48,28 @@ from __future__ import annotations
 COMMIT = """
 local current = redis.call('GET', KEYS[1])
 local expected = tonumber(ARGV[1])
+local ops
 if expected < 0 then
+  ops = cjson.decode(ARGV[3])
+  local earlier = ops['earlier']
   if current then
     local document = cjson.decode(current)
-    if document['status'] ~= 'ended' or document['run'] == ARGV[5] then return 0 end
+    if document['run'] == ARGV[5] then return 0 end
+    if document['status'] ~= 'ended' then
+      if earlier then return -2 end
+      return 0
+    end
+    if earlier and document['run'] ~= earlier then return -3 end
+  end
+  if ops['marks'] then
+    local wanted = {}
+    for _, mark in ipairs(ops['marks']) do wanted[mark] = true end
+    local stored = redis.call('SUNION', KEYS[10], KEYS[11])
+    if #stored ~= #ops['marks'] then return -4 end
+    for _, mark in ipairs(stored) do
+      if not wanted[mark] then return -4 end
+    end
+    redis.call('SREM', KEYS[12], ops['job'])
   end
 else
   if not current then return 0 end
@@ -52,7 +81,7 @@ else
   end
   if tonumber(version) ~= expected or run ~= ARGV[5] then return 0 end
 end
-local ops = cjson.decode(ARGV[3])
+ops = ops or cjson.decode(ARGV[3])
 if ops['take'] and redis.call('LREM', KEYS[7], 1, ops['take']) == 0 then return -1 end
 if expected < 0 then
   redis.call('SET', KEYS[8], ARGV[4])
@@ -94,6 +123,18 @@ if ops['active'] then
   redis.call('SADD', KEYS[5], ops['job'])
 else
   redis.call('SREM', KEYS[5], ops['job'])
+end
+if ops['forget'] then
+  redis.call('DEL', KEYS[10], KEYS[13])
+  redis.call('SREM', KEYS[12], ops['job'])
+  local dropped = 0
+  for _, text in ipairs(redis.call('LRANGE', KEYS[7], 0, -1)) do
+    local ok, event = pcall(cjson.decode, text)
+    if ok and type(event) == 'table' and event['job_order_id'] == ops['job'] then
+      dropped = dropped + redis.call('LREM', KEYS[7], 1, text)
+    end
+  end
+  return {1, dropped}
 end
 return 1
 """

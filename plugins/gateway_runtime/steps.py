@@ -31,11 +31,20 @@ from gateway_runtime.binding import bind_equipment, fan_out_members
 from gateway_runtime.breakpoints import Breakpoints
 from gateway_runtime.context import EngineContext
 from gateway_runtime.events import EventRouter
-from gateway_runtime.executions import ExecutionStore, outbox_member, timer_from_json
+from gateway_runtime.executions import (
+    Commit,
+    ExecutionStore,
+    StartBookkeeping,
+    outbox_member,
+    timer_from_json,
+)
 from gateway_runtime.scopes import ScopeRegistry
 from gateway_runtime.snapshots import RecipeCache, Snapshot
 
 log = logging.getLogger(__name__)
+
+# ``StepHandlers._create``: the job waits before its first step, with no state yet.
+_PARKED = Execution("", "")
 
 
 class StepHandlers:
@@ -120,22 +129,27 @@ class StepHandlers:
 
     async def start(self, scope: str, job: str) -> None:
         control = self.context.gateway.job_control
+        # Run first: a job that is gone or not startable refuses it, and no read comes before.
+        started_now = await control.run(scope, job)
+        state = None
+        if not started_now:
+            state = await control.state(scope, job)
+            # Running or paused since: it started (a start handled twice, the first one slow
+            # or gone), and its execution is created if it is not yet. Revoked, aborted...: not.
+            if state is None or state.top not in (TopState.RUNNING, TopState.INTERRUPTED):
+                if state is None:
+                    log.warning("job %s/%s to start no longer exists", scope, job)
+                else:
+                    log.info("job %s/%s not started: it is %s", scope, job, state)
+                await self.scopes.forget_job(job)
+                return
+        # Read now that it runs: an edit of its steps made before, while it waited, is in its
+        # Work Master (job management edits it there only before the job runs).
         recipe_job = await control.job(scope, job)
         if recipe_job is None:
             log.warning("job %s/%s to start no longer exists", scope, job)
             await self.scopes.forget_job(job)
             return
-        if not await control.run(scope, job):
-            state = await control.state(scope, job)
-            # Running or paused since: it started (a start handled twice, the first one slow
-            # or gone), and its execution is created if it is not yet. Revoked, aborted...: not.
-            if state is None or state.top not in (TopState.RUNNING, TopState.INTERRUPTED):
-                log.info("job %s/%s not started: it is %s", scope, job, state)
-                await self.scopes.forget_job(job)
-                return
-        # Read again now that it runs: an edit of its steps made before, while it waited, is in
-        # its Work Master (job management edits it there only before the job runs).
-        recipe_job = await control.job(scope, job) or recipe_job
         dataschema = recipe_job.dataschema or ""
         try:
             program = self.recipes.program(dataschema, recipe_job.recipe)
@@ -153,7 +167,12 @@ class StepHandlers:
         # One run per stored job order: a start handled twice (an instance frozen mid-way,
         # its work taken over) is the same run, and does not start a job that ended again.
         run = recipe_job.stored_at
-        if await self._missed_command(scope, job, run) in (JobCommand.STOP, JobCommand.ABORT):
+        # A job this start let run has had no MES command yet but the ones the look after the
+        # create catches; one started before may have had any.
+        if not started_now and missed_command(state, paused=False) in (
+            JobCommand.STOP,
+            JobCommand.ABORT,
+        ):
             log.info("job %s/%s not started: the MES ended it meanwhile", scope, job)
             await self.scopes.forget_job(job)
             return
@@ -161,21 +180,20 @@ class StepHandlers:
             dataschema, recipe_job.recipe, recipe_job.parameters(), run, bound, members=members
         )
         work_master = recipe_job.work_master.get("ID")
-        marks = await self.breakpoints.of_job(
-            scope, job, work_master if isinstance(work_master, str) else None
+        created = await self._create(
+            scope, job, snapshot, work_master if isinstance(work_master, str) else None
         )
-        executor = self.context.executor(snapshot.program, snapshot.parameters)
-        if await self.breakpoints.held_at_start(scope, job, executor, snapshot.run, marks):
+        if created is _PARKED:
             return
-        if await self._create(scope, job, snapshot, marks):
+        if created is not None:
             log.info("job %s/%s: recipe started", scope, job)
-            await self.breakpoints.started(scope, job)
         # An MES command that came while the execution was being created found none, and was
         # dropped; one that came between a first handling of this start and a crash, likewise.
         # It applies now (reconciliation would, but later); applied twice, it changes nothing.
-        # The execution is read before the job's state: a start handled twice, late, may find
-        # the job ended by the execution's own end, committed between the two looks: no Stop.
-        execution = await self.executions.read(scope, job)
+        # The execution is looked at before the job's state (the one just created, as it was
+        # written): a start handled twice, late, may find the job ended by the execution's own
+        # end, committed between the two looks: no Stop.
+        execution = created or await self.executions.read(scope, job)
         command = await self._missed_command(scope, job, run)
         if (
             command is not None
@@ -201,30 +219,51 @@ class StepHandlers:
             return JobCommand.ABORT  # the id names a job order stored since
         return missed_command(None if summary is None else summary.state, paused=False)
 
-    async def _create(self, scope: str, job: str, snapshot: Snapshot, marks: list[str]) -> bool:
-        """Create the run's first state, with its snapshot (``False``: this run was started
-        already, e.g. by another instance). Its tries are numbered on from the job id's earlier
-        run, if its state is kept. An earlier run that has not ended yet (MES Abort, Clear and
-        Store back to back) raises ``TransientError``: the start is tried again, and succeeds
-        once that run has ended."""
-        earlier = await self.executions.read(scope, job)
-        if earlier and earlier.run != snapshot.run and earlier.status is not Status.ENDED:
-            raise TransientError(f"job {scope}/{job}: its earlier run has not ended yet")
+    async def _create(
+        self, scope: str, job: str, snapshot: Snapshot, work_master: str | None
+    ) -> Execution | None:
+        """Create the run's first state, with its snapshot, in one script with the start's
+        bookkeeping; the state as created (a copy: the one kept goes on), ``None``: this run
+        was started already (e.g. by another instance), ``_PARKED``: it waits before its first
+        step (a breakpoint there). Its tries are numbered on from the job id's earlier run, if
+        its state is kept. An earlier run that has not ended yet (MES Abort, Clear and Store
+        back to back) raises ``TransientError``: the start is tried again, and succeeds once
+        that run has ended. The script says when the earlier state or the breakpoints are not
+        what the caller assumed (none: a job id's first run, no breakpoints), and only then
+        are they read."""
+        earlier: Execution | None = None
+        marks: list[str] = []
         executor = self.context.executor(snapshot.program, snapshot.parameters)
-        attempts = earlier.attempts if earlier is not None else None
-        execution, effects = executor.start(scope, job, time.time(), attempts)
-        execution.run = snapshot.run
-        execution.breakpoints = marks
-        # Kept before the commit: the commands it dispatches are sent from the snapshot.
-        self.recipes.keep(scope, job, snapshot)
-        try:
-            created = await self.executions.create(execution, effects, snapshot.document())
-        except BaseException:  # maybe not written: the stored snapshot decides
+        for _ in range(self.context.settings.max_cas_retries):
+            attempts = earlier.attempts if earlier is not None else None
+            execution, effects = executor.start(scope, job, time.time(), attempts)
+            execution.run = snapshot.run
+            execution.breakpoints = marks
+            first = Execution(scope, job, run=snapshot.run, status=execution.status)
+            # Kept before the commit: the commands it dispatches are sent from the snapshot.
+            self.recipes.keep(scope, job, snapshot)
+            bookkeeping = StartBookkeeping(earlier.run if earlier is not None else "", work_master)
+            try:
+                commit = await self.executions.create(
+                    execution, effects, snapshot.document(), bookkeeping
+                )
+            except BaseException:  # maybe not written: the stored snapshot decides
+                self.recipes.forget(scope, job)
+                raise
+            if commit is Commit.WRITTEN:
+                return first
             self.recipes.forget(scope, job)
-            raise
-        if not created:
-            self.recipes.forget(scope, job)
-        return created
+            if commit is Commit.CONFLICT:
+                return None
+            if commit is Commit.EARLIER_RUNNING:
+                raise TransientError(f"job {scope}/{job}: its earlier run has not ended yet")
+            if commit is Commit.EARLIER_UNREAD:
+                earlier = await self.executions.read(scope, job)
+            elif commit is Commit.MARKS_CHANGED:
+                marks = await self.breakpoints.of_job(scope, job, work_master)
+                if await self.breakpoints.held_at_start(scope, job, executor, snapshot.run, marks):
+                    return _PARKED
+        raise GatewayError(f"job {scope}/{job}: its start kept changing under it")
 
     async def _never_runs(self, scope: str, job: str, error: str) -> None:
         await self.context.gateway.job_control.abort(scope, job, JobOutcome(error=error))
@@ -375,9 +414,8 @@ class StepHandlers:
             await control.release(scope, job)
         # Before the state is closed: if this fails, the report is handled again, and forgets.
         await self.scopes.forget_job(job)
-        await self.breakpoints.forget(scope, job)
+        # The close forgets the job's breakpoints, parking and kept events with it.
         ended_here = await self.executions.close(execution)
-        await self.events.drop_kept_for(scope, job)
         self.recipes.forget(scope, job)
         if not ended_here:
             # Another report of the same end (the reconciler's, or a work entry claimed from

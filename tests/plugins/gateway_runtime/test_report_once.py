@@ -161,13 +161,13 @@ async def test_a_late_second_start_takes_the_end_committed_meanwhile_for_no_miss
     coordinator = gateway.state.get(Coordinator)
     control = gateway.job_control
     summary = control.summary
-    looks = 0  # the second start's looks at the job
+    looks = 0  # the second start's looks at the job's summary (its first look is the state)
 
     async def summary_once_the_job_ended(scope: str, job_order_id: str) -> Any:
         nonlocal looks
         if looks:
             looks += 1
-            if looks == 3:  # its second look: the recipe ends just before
+            if looks == 2:  # its look after the create: the recipe ends just before
                 command = pending[0]
                 reply = EquipmentReply(command.correlation_id, data={"ok": True}, scope=scope)
                 await gateway.equipment.reply(reply)
@@ -185,7 +185,7 @@ async def test_a_late_second_start_takes_the_end_committed_meanwhile_for_no_miss
             await wait_until(lambda: pending)
             looks = 1
             await coordinator.steps.start(SCOPE, "J1")
-            assert looks == 3
+            assert looks == 2
             assert state_of(await final_response(mes, "J1"))[:2] == ["Ended", "Completed"]
     said = [r.getMessage() for r in caplog.records]
     assert not [line for line in said if "came as it started" in line]

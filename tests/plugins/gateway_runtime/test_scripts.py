@@ -203,3 +203,70 @@ async def test_the_runs_done_go_to_the_history_which_goes_with_the_state(
         assert set(await client.hgetall(names[8])) == {"a1", "a2"}
         for key in (names[0], names[7], names[8]):  # state, recipe snapshot, history
             assert 0 < await client.ttl(key) <= 60
+
+
+BOOKKEEPING = ("bp", "bp-wm", "parked-jobs", "parked")
+
+
+def start_ops(job: str, earlier: str, marks: list[str]) -> str:
+    return json.dumps({**json.loads(ops(job, None)), "earlier": earlier, "marks": marks})
+
+
+async def test_a_start_checks_the_earlier_run_and_the_breakpoints_and_unparks_in_its_create(
+    redis_url: str, unique: str
+) -> None:
+    # A start is one script: it reads neither the earlier run's state nor the breakpoints
+    # first, but says when they are not what it assumed (none), and only then are they read.
+    job = "J-5"
+    names = keys(unique) + [f"{{{unique}}}:{name}" for name in BOOKKEEPING]
+    parked_jobs = names[11]
+
+    async def create(run: str, earlier: str, marks: list[str]) -> int:
+        document = dump_execution(Execution(scope="cell", job=job, version=0, run=run))
+        arguments = (-1, document, start_ops(job, earlier, marks), "{}", run)
+        return int(await client.eval(COMMIT, len(names), *names, *arguments))
+
+    async with redis_client(redis_url) as client:
+        await client.sadd(parked_jobs, job, "J-other")
+        await client.sadd(names[9], "s1")  # the job's own breakpoint
+        await client.sadd(names[10], "s2")  # its Work Master's
+        assert await create("r1", "", []) == -4
+        assert await create("r1", "", ["s1"]) == -4
+        assert await client.exists(names[0]) == 0  # nothing written
+        assert await client.smembers(parked_jobs) == {job, "J-other"}
+        assert await create("r1", "", ["s2", "s1"]) == 1
+        assert await client.smembers(parked_jobs) == {"J-other"}  # parked no more
+
+        assert await create("r2", "", ["s1", "s2"]) == -2  # r1 runs: tried again later
+        ended = Execution(scope="cell", job=job, version=1, run="r1", status=Status.ENDED)
+        assert await commit(client, unique, 0, dump_execution(ended), job, run="r1") == 1
+        assert await create("r1", "", ["s1", "s2"]) == 0  # the same run, started twice
+        assert await create("r2", "", ["s1", "s2"]) == -3  # built on no earlier state: read it
+        assert await create("r2", "r1", ["s1", "s2"]) == 1
+
+
+async def test_the_end_forgets_the_jobs_breakpoints_parking_and_kept_events_with_it(
+    redis_url: str, unique: str
+) -> None:
+    job = "J-6"
+    names = keys(unique) + [f"{{{unique}}}:{name}" for name in BOOKKEEPING]
+    kept = names[6]
+    async with redis_client(redis_url) as client:
+        created = dump_execution(Execution(scope="cell", job=job, version=0))
+        assert await commit_to(client, names, -1, created, job) == 1
+        await client.sadd(names[9], "s1")
+        await client.sadd(names[10], "s2")  # the Work Master's: its other jobs keep it
+        await client.sadd(names[11], job, "J-other")
+        await client.set(names[12], "{}")
+        mine = json.dumps({"id": "e1", "job_order_id": job})
+        others = [json.dumps({"id": "e2", "job_order_id": "J-other"}), json.dumps({"id": "e3"})]
+        await client.lpush(kept, mine, *others, mine.replace("e1", "e4"), "not json")
+
+        ended = dump_execution(Execution(scope="cell", job=job, version=1, status=Status.ENDED))
+        closing = json.dumps({**json.loads(ops(job, None, ttl=60)), "forget": True})
+        answer = await client.eval(COMMIT, len(names), *names, 0, ended, closing, "", "")
+        assert answer == [1, 2]  # written, two events kept for it dropped
+        assert await client.exists(names[9], names[12]) == 0
+        assert await client.smembers(names[10]) == {"s2"}
+        assert await client.smembers(names[11]) == {"J-other"}
+        assert sorted(await client.lrange(kept, 0, -1)) == sorted([*others, "not json"])
