@@ -63,8 +63,11 @@ class WorkConsumer:
             await self.scopes.wait_for_first()
             return
         streams = {self.context.keys.work(scope): ">" for scope in self.scopes.scopes}
-        # A short block: a scope adopted meanwhile joins the next read.
-        for stream, batch in await self._read_group(streams, block_ms=100):
+        # A scope adopted meanwhile joins the next read: at most a scope poll later, as a scope
+        # another instance started is adopted. (Blocking longer than that costs nothing: an
+        # entry ends the block; shorter, an idle instance reads ten times a second.)
+        block_ms = max(1, int(self.context.settings.scope_poll_seconds * 1000))
+        for stream, batch in await self._read_group(streams, block_ms=block_ms):
             for entry_id, fields in batch:
                 if fields:
                     await self._take(handlers, stream, entry_id, fields)

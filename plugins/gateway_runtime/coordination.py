@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from anyio.abc import TaskStatus
+from anyio.abc import TaskGroup, TaskStatus
 
 from gateway.equipment import CorrelationId, EquipmentEvent, EquipmentReply
 from gateway.errors import NotPermitted
@@ -80,6 +80,7 @@ class Coordinator:
         )
         self.resender = Resender(context, self.scopes, self.executions, self.recipes, self.work)
         context.metrics.sample_streams(gateway.metrics, self._group_info)
+        self._handlers: TaskGroup | None = None  # while the engine runs: work done here
 
     @property
     def settings(self) -> RuntimeSettings:
@@ -97,7 +98,31 @@ class Coordinator:
     # -- entry points (interpreter and equipment sink) --------------------------------------
 
     async def start_job(self, job: RecipeJob) -> None:
-        await self.work.start(job.scope, job.job_order_id)
+        """Start the job here, where it was admitted: no work entry to write and read back.
+        In the background, so the dispatcher's pass does not wait for it. A crash before its
+        create leaves the job admitted (in AllowedToStart, or Running if its Run committed)
+        with no execution, which reconciliation starts. With no runtime running here (an
+        instance of another role), an engine instance takes it from the work stream."""
+        handlers = self._handlers
+        if handlers is None:
+            await self.work.start(job.scope, job.job_order_id)
+            return
+        handlers.start_soon(self._start_here, job.scope, job.job_order_id)
+
+    async def _start_here(self, scope: str, job: str) -> None:
+        with log_context(scope=scope, job=job):
+            try:
+                if scope not in self.scopes.scopes:
+                    await self.scopes.adopt(scope, announce=True)
+                await self.steps.start(scope, job)
+            except Exception as error:
+                # The work stream tries again (with backoff, on any instance); if even that
+                # fails, reconciliation starts the job.
+                log.info("job %s/%s: start handed to the work stream (%s)", scope, job, error)
+                try:
+                    await self.work.start(scope, job)
+                except Exception:
+                    log.exception("job %s/%s: start left to reconciliation", scope, job)
 
     async def command_job(self, job: RecipeJob, command: JobCommand) -> None:
         if command is JobCommand.ABORT:
@@ -240,48 +265,52 @@ class Coordinator:
         task_status.started()
         # Leaving the block stops the loops first, then lets the entries in hand finish
         # (unfinished ones stay pending in the group and another instance claims them).
-        async with anyio.create_task_group() as handlers, anyio.create_task_group() as loops:
-            resilience = self.context.gateway.resilience
-            loops.start_soon(self.consumer.read_loop, handlers)
-            # Each loop survives store outages under a readiness check of its own (logged
-            # once per outage, /readyz 503 naming it meanwhile; gateway.resilience).
-            loops.start_soon(
-                resilience.every,
-                "recipe-runtime.timers",
-                settings.timer_poll_seconds,
-                self.consumer.fire_due_timers,
-            )
-            loops.start_soon(
-                resilience.every,
-                "recipe-runtime.claims",
-                settings.claim_idle_seconds / 2,
-                lambda: self.consumer.claim_orphans(handlers),
-            )
-            loops.start_soon(
-                resilience.every,
-                "recipe-runtime.scopes",
-                settings.scope_poll_seconds,
-                self.scopes.discover,
-            )
-            loops.start_soon(
-                resilience.every,
-                "recipe-runtime.reconcile",
-                settings.reconcile_seconds,
-                self.reconciler.reconcile,
-            )
-            loops.start_soon(
-                resilience.every,
-                "recipe-runtime.memory",
-                settings.reconcile_seconds,
-                self.memory.resize,
-            )
-            if methods is not None:
-                loops.start_soon(self.memory.follow, methods)
-            loops.start_soon(
-                resilience.every,
-                "recipe-runtime.outbox",
-                settings.timer_poll_seconds,
-                self.steps.flush_published,
-            )
-            await self.context.gateway.stopping.wait()
-            loops.cancel_scope.cancel()
+        try:
+            async with anyio.create_task_group() as handlers, anyio.create_task_group() as loops:
+                self._handlers = handlers
+                resilience = self.context.gateway.resilience
+                loops.start_soon(self.consumer.read_loop, handlers)
+                # Each loop survives store outages under a readiness check of its own (logged
+                # once per outage, /readyz 503 naming it meanwhile; gateway.resilience).
+                loops.start_soon(
+                    resilience.every,
+                    "recipe-runtime.timers",
+                    settings.timer_poll_seconds,
+                    self.consumer.fire_due_timers,
+                )
+                loops.start_soon(
+                    resilience.every,
+                    "recipe-runtime.claims",
+                    settings.claim_idle_seconds / 2,
+                    lambda: self.consumer.claim_orphans(handlers),
+                )
+                loops.start_soon(
+                    resilience.every,
+                    "recipe-runtime.scopes",
+                    settings.scope_poll_seconds,
+                    self.scopes.discover,
+                )
+                loops.start_soon(
+                    resilience.every,
+                    "recipe-runtime.reconcile",
+                    settings.reconcile_seconds,
+                    self.reconciler.reconcile,
+                )
+                loops.start_soon(
+                    resilience.every,
+                    "recipe-runtime.memory",
+                    settings.reconcile_seconds,
+                    self.memory.resize,
+                )
+                if methods is not None:
+                    loops.start_soon(self.memory.follow, methods)
+                loops.start_soon(
+                    resilience.every,
+                    "recipe-runtime.outbox",
+                    settings.timer_poll_seconds,
+                    self.steps.flush_published,
+                )
+                await self.context.gateway.stopping.wait()
+                loops.cancel_scope.cancel()
+        finally:
+            self._handlers = None

@@ -2,8 +2,9 @@
 
 Per scope:
 
-- ``rt:work`` stream, consumer group ``recipe-runtime``: the work no message carries (start, MES
-  command, due timer, report, a command to send again); XREADGROUP hands each to one instance,
+- ``rt:work`` stream, consumer group ``recipe-runtime``: the work no message carries (MES
+  command, due timer, a report of a hold, a command to send again; a start the instance that
+  admitted the job could not handle itself); XREADGROUP hands each to one instance,
   XAUTOCLAIM hands the entries of a dead instance to a live one. Equipment replies and events
   do not pass through it: they are applied by the instance that receives them.
 - ``rt:exec:<job>``: the execution state (``gateway_runtime.state``), changed only by the CAS
@@ -29,9 +30,9 @@ Per scope:
   before its first step, which has no execution state yet (``breakpoints``), and
   ``rt:parked-jobs`` the set of them, which reconciliation looks at.
 
-Globally: ``rt:scopes`` (every scope that ran a job, for discovery) and ``rt:job-scope:<job>``
-(its scope, for replies that do not say it; it expires with the job's ended state, so a late
-reply still finds its job).
+Globally: ``rt:scopes`` (every scope that ran a job, for discovery). A reply or event that
+does not say its scope is looked for in each scope (``ScopeRegistry.job_scope``): no key per
+job says it, so a start and an end write nothing outside their scope's commit script.
 """
 
 from __future__ import annotations
@@ -92,9 +93,6 @@ class RuntimeKeys:
     @property
     def scopes(self) -> str:
         return self.schema.global_key("rt", "scopes")
-
-    def job_scope(self, job: str) -> str:
-        return self.schema.global_key("rt", "job-scope", job)
 
 
 def scope_of_stream(stream: str) -> str:

@@ -33,6 +33,7 @@ class Reconciler:
         self.parked = Lingering()
         self.finishing = Lingering()
         self.at_breakpoint = Lingering()
+        self.unstarted = Lingering()
 
     async def recovery_scan(self) -> None:
         """Re-examine every unfinished job once: re-send what waits, advance what can."""
@@ -52,13 +53,14 @@ class Reconciler:
         control = self.context.gateway.job_control
         keys = self.context.keys
         for scope in self.scopes.scopes | await self.context.store.known_scopes():
-            for job in await control.startable(scope):
+            startable = await control.startable(scope)
+            for job in startable:
                 if await self.executions.exists(scope, job):
                     continue
-                recipe_job = await control.job(scope, job)
-                if recipe_job is not None and recipe_job.dataschema in self.context.formats:
+                if await self._ours(scope, job):
                     log.info("job %s/%s waits in AllowedToStart: starting it", scope, job)
                     await self.work.start(scope, job)
+            await self._unstarted(scope, set(startable))
             kept_events = bool(await self.context.client.llen(keys.unclaimed(scope)))
             for job in await self.scopes.members(keys.active(scope)):
                 execution = await self.executions.read(scope, job)
@@ -90,9 +92,40 @@ class Reconciler:
                     log.info("job %s/%s: the execution missed %s; applying it", scope, job, command)
                     await self.work.command(scope, job, command, execution.run)
             await self._parked(scope)
+        self.unstarted.next_pass()
         self.finishing.next_pass()
         self.at_breakpoint.next_pass()
         self.parked.next_pass()
+
+    async def _ours(self, scope: str, job: str) -> bool:
+        """Whether the job's recipe runs on this runtime (a format installed here)."""
+        recipe_job = await self.context.gateway.job_control.job(scope, job)
+        return recipe_job is not None and recipe_job.dataschema in self.context.formats
+
+    async def _unstarted(self, scope: str, startable: set[str]) -> None:
+        """Jobs let start, out of AllowedToStart, with no execution and not parked before their
+        first step: the instance that started the job (where it was admitted) died between its
+        Run and its create. Started now (the start finds the job running and creates its
+        execution); only a job seen so from one pass to the next, as a start may be under way."""
+        keys, client = self.context.keys, self.context.client
+        admitted = set((await self.context.gateway.job_control.queue(scope)).running)
+        candidates = sorted(
+            admitted - startable - await self.scopes.members(keys.parked_jobs(scope))
+        )
+        if not candidates:
+            return
+        async with client.pipeline(transaction=False) as pipe:
+            for job in candidates:
+                pipe.exists(keys.execution(scope, job))
+            found = await pipe.execute()
+        for job, exists in zip(candidates, found, strict=True):
+            if exists or not self.unstarted.again((scope, job), 0):
+                continue
+            if await self._ours(scope, job):
+                log.info(
+                    "job %s/%s runs with no execution (its start was lost): starting it", scope, job
+                )
+                await self.work.start(scope, job)
 
     async def _parked(self, scope: str) -> None:
         """Jobs paused before their first step (no state yet): one that is Running again

@@ -72,14 +72,31 @@ class ScopeRegistry:
         with anyio.move_on_after(self.context.settings.scope_poll_seconds):
             await self._scope_added.wait()
 
-    async def forget_job(self, job: str) -> None:
-        """The job's chart has ended (or will never run): its scope is kept as long as its
-        ended state (a late reply still finds its job), then goes."""
-        keys, ttl = self.context.keys, self.context.settings.ended_ttl_seconds
-        async with self.context.client.pipeline(transaction=False) as pipe:
-            pipe.expire(keys.job_scope(job), ttl)
-            await pipe.execute()
-
     async def job_scope(self, job: str) -> str | None:
-        scope = await self.context.client.get(self.context.keys.job_scope(job))
-        return str(scope) if scope is not None else None
+        """The scope of a job whose reply or event does not say it: where its execution state
+        is (it lasts ``ended_ttl_seconds`` after the job's end, so a late reply still finds its
+        job), else where job management holds it (an event may come before the job's start).
+        One pipelined look per scope known; only for messages that do not name their scope."""
+        known = sorted(self.scopes)
+        found = await self._holding(job, known)
+        if found is None:
+            others = sorted(await self.members(self.context.keys.scopes) - set(known))
+            found = await self._holding(job, others)
+        return found
+
+    async def _holding(self, job: str, scopes: list[str]) -> str | None:
+        if not scopes:
+            return None
+        keys = self.context.keys
+        async with self.context.client.pipeline(transaction=False) as pipe:
+            for scope in scopes:
+                pipe.exists(keys.execution(scope, job))
+            found = await pipe.execute()
+        for scope, exists in zip(scopes, found, strict=True):
+            if exists:
+                return scope
+        control = self.context.gateway.job_control
+        for scope in scopes:
+            if await control.state(scope, job) is not None:
+                return scope
+        return None

@@ -141,14 +141,12 @@ class StepHandlers:
                     log.warning("job %s/%s to start no longer exists", scope, job)
                 else:
                     log.info("job %s/%s not started: it is %s", scope, job, state)
-                await self.scopes.forget_job(job)
                 return
         # Read now that it runs: an edit of its steps made before, while it waited, is in its
         # Work Master (job management edits it there only before the job runs).
         recipe_job = await control.job(scope, job)
         if recipe_job is None:
             log.warning("job %s/%s to start no longer exists", scope, job)
-            await self.scopes.forget_job(job)
             return
         dataschema = recipe_job.dataschema or ""
         try:
@@ -174,7 +172,6 @@ class StepHandlers:
             JobCommand.ABORT,
         ):
             log.info("job %s/%s not started: the MES ended it meanwhile", scope, job)
-            await self.scopes.forget_job(job)
             return
         snapshot = self.recipes.snapshot(
             dataschema, recipe_job.recipe, recipe_job.parameters(), run, bound, members=members
@@ -267,7 +264,6 @@ class StepHandlers:
 
     async def _never_runs(self, scope: str, job: str, error: str) -> None:
         await self.context.gateway.job_control.abort(scope, job, JobOutcome(error=error))
-        await self.scopes.forget_job(job)
         await self.events.drop_kept_for(scope, job)  # it held its equipment until now
 
     async def _offline_reason(self, scope: str, job: str, timer: Timer) -> str | None:
@@ -412,8 +408,6 @@ class StepHandlers:
             # What the job held while it was rolled back (``hold_for_rollback``) is safe now;
             # released once its results say so.
             await control.release(scope, job)
-        # Before the state is closed: if this fails, the report is handled again, and forgets.
-        await self.scopes.forget_job(job)
         # The close forgets the job's breakpoints, parking and kept events with it.
         ended_here = await self.executions.close(execution)
         self.recipes.forget(scope, job)

@@ -21,15 +21,9 @@ class WorkQueue:
         await self.context.client.xadd(self.context.keys.work(scope), dict(fields))  # type: ignore[arg-type]
 
     async def start(self, scope: str, job: str) -> None:
-        """The job's scope (``ScopeRegistry.job_scope``) and its start entry, in one round
-        trip (a pipeline: the two keys are in different slots)."""
-        if scope not in self.scopes.scopes:
-            await self.scopes.adopt(scope, announce=True)
-        keys = self.context.keys
-        async with self.context.client.pipeline(transaction=False) as pipe:
-            pipe.set(keys.job_scope(job), scope)
-            pipe.xadd(keys.work(scope), {"kind": "start", "job": job})
-            await pipe.execute()
+        """A start entry: the job's start, handled by whichever instance reads it (a start
+        that failed where the job was admitted, a start reconciliation repairs)."""
+        await self.enqueue(scope, {"kind": "start", "job": job})
 
     async def command(self, scope: str, job: str, command: JobCommand, run: str) -> None:
         """The MES's ``command`` for run ``run`` of the job (``Execution.run``): a run of the

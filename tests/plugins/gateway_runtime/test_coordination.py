@@ -38,6 +38,7 @@ from gateway_jobs.testing import response_data as data_of
 from gateway_jobs.testing import state_texts as state_of
 from gateway_runtime.coordination import Coordinator
 from gateway_runtime.events import EventRouter
+from gateway_runtime.executions import Commit
 from gateway_runtime.keys import RuntimeKeys
 from gateway_runtime.progress import read_progress
 from gateway_runtime.reconcile import lost_command, report_lost
@@ -320,48 +321,46 @@ async def test_an_mes_command_that_comes_while_the_chart_is_created_is_applied_a
 ) -> None:
     """The job is Running and its chart being created when the MES aborts, stops or pauses
     it: the command's entry finds no chart yet. It is applied as soon as the chart exists,
-    not at the next reconciliation (an hour away here). The start entry, slow, is claimed
-    again meanwhile (as another instance would take it over): that second start of a job
-    paused since creates the chart too (the first one may be gone), one of stopped or aborted
-    job does not."""
+    not at the next reconciliation (an hour away here). The start, slow, is handled again
+    meanwhile (as another instance's reconciliation would, taking the first one for lost):
+    that second start of a job paused since creates the chart too (the first one may be
+    gone), one of stopped or aborted job does not."""
 
     def silent(command: EquipmentCommand) -> Any:
         raise NoAnswer
 
     station.equipment.behaviours = {"com.example.tighten.v1": silent}
-    gateway = station.gateway(
-        GATEWAY_RUNTIME_RECONCILE_SECONDS="3600", GATEWAY_RUNTIME_CLAIM_IDLE_SECONDS="0.2"
-    )
+    gateway = station.gateway(GATEWAY_RUNTIME_RECONCILE_SECONDS="3600")
     coordinator = gateway.state.find(Coordinator)
     assert coordinator is not None
     create, release = coordinator.executions.create, anyio.Event()
     creating: list[str] = []
 
-    async def held_create(*args: Any, **kwargs: Any) -> bool:
+    async def held_create(*args: Any, **kwargs: Any) -> Commit:
         creating.append("J1")
         await release.wait()
         return await create(*args, **kwargs)
 
     coordinator.executions.create = held_create  # type: ignore[method-assign]
-    async with running(gateway), station.mes() as mes:
+    async with running(gateway), station.mes() as mes, anyio.create_task_group() as again:
         await run_job(mes, SIMPLE)
 
         async def running_job() -> bool:
             return state_of(await response_of(mes, "J1"))[:1] == ["Running"]
 
         await poll_until(running_job)
+        await poll_until(lambda: _at_least(creating, 1))
         assert return_status(await mes.act(method, "J1")) == OK
-        await engine_settled(station, "cell1", held=1)  # all done but the start held
+        await engine_settled(station, "cell1")  # all done but the start held
+        again.start_soon(coordinator.steps.start, "cell1", "J1")
         if method == "Pause":
-            await poll_until(lambda: _at_least(creating, 2))  # the claimed start's too
+            await poll_until(lambda: _at_least(creating, 2))  # the second start's too
         release.set()
 
         async def applied() -> bool:
             execution = await coordinator.executions.read("cell1", "J1")
             return execution is not None and execution.status is status
 
-        # Not ``engine_settled``: the start entry was claimed and acknowledged by its second
-        # handling, so the stream looks settled while the held first one still works.
         await poll_until(applied)
         await engine_settled(station, "cell1")
         execution = await coordinator.executions.read("cell1", "J1")
@@ -695,7 +694,8 @@ async def test_a_job_run_and_cleared_leaves_nothing_that_lasts(station: SfcStati
         await complete_and_clear(mes, job, "WM")
         await engine_settled(station, "cell1")
 
-    async with running(station.gateway()), station.mes() as mes:
+    gateway = station.gateway()
+    async with running(gateway), station.mes() as mes:
         wm = work_master("WM", linear_recipe(3), dataschema=DATASCHEMA)
         assert return_status(await mes.configure("workmaster", wm)) == OK
         await run_and_clear(mes, "J0")  # the station's own keys exist from here on
@@ -704,9 +704,11 @@ async def test_a_job_run_and_cleared_leaves_nothing_that_lasts(station: SfcStati
             await run_and_clear(mes, job)
 
         assert await grown_since(station.redis_url, station.name, before) == {}
-        async with redis_client(station.redis_url) as redis:  # a late reply finds its job
-            key = RuntimeKeys(KeySchema(station.name)).job_scope("J3")
-            assert await redis.get(key) == "cell1"
+        # A late reply that does not say its scope finds its job as long as its ended state
+        # is kept.
+        assert await gateway.state.get(Coordinator).scopes.job_scope("J3") == "cell1"
+        async with redis_client(station.redis_url) as redis:
+            key = RuntimeKeys(KeySchema(station.name)).execution("cell1", "J3")
             assert 0 < await redis.ttl(key) <= RuntimeSettings().ended_ttl_seconds
 
 
