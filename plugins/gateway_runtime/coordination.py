@@ -25,7 +25,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from gateway.equipment import CorrelationId, EquipmentEvent, EquipmentReply
 from gateway.errors import NotPermitted
-from gateway.formats import RecipeFormat
+from gateway.formats import Execution, RecipeFormat
 from gateway.logs import log_context
 from gateway.recipes import JobCommand, RecipeJob
 from gateway_runtime.breakpoints import Breakpoints
@@ -123,6 +123,27 @@ class Coordinator:
                     await self.work.start(scope, job)
                 except Exception:
                     log.exception("job %s/%s: start left to reconciliation", scope, job)
+
+    def _report_soon(self, execution: Execution) -> None:
+        """``ExecutionStore.report_here``: the end just committed, reported in the background
+        (the commit's caller, an equipment reply say, goes on)."""
+        if self._handlers is None:  # stopping: reconciliation reports it
+            return
+        self._handlers.start_soon(self._report_here, execution)
+
+    async def _report_here(self, execution: Execution) -> None:
+        scope, job = execution.scope, execution.job
+        with log_context(scope=scope, job=job):
+            try:
+                await self.steps.report(scope, job, execution)
+            except Exception as error:
+                # The work stream tries again (with backoff, reading the state again); if
+                # even that fails, reconciliation reports the end.
+                log.info("job %s/%s: report handed to the work stream (%s)", scope, job, error)
+                try:
+                    await self.work.report(scope, job)
+                except Exception:
+                    log.exception("job %s/%s: report left to reconciliation", scope, job)
 
     async def command_job(self, job: RecipeJob, command: JobCommand) -> None:
         if command is JobCommand.ABORT:
@@ -268,6 +289,7 @@ class Coordinator:
         try:
             async with anyio.create_task_group() as handlers, anyio.create_task_group() as loops:
                 self._handlers = handlers
+                self.executions.report_here = self._report_soon
                 resilience = self.context.gateway.resilience
                 loops.start_soon(self.consumer.read_loop, handlers)
                 # Each loop survives store outages under a readiness check of its own (logged
@@ -314,3 +336,4 @@ class Coordinator:
                 loops.cancel_scope.cancel()
         finally:
             self._handlers = None
+            self.executions.report_here = None

@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 Apply = Callable[[Executor, Execution, float], Effects]
 WaitStarted = Callable[[str, str], Awaitable[None]]
 Committed = Callable[[str, str, Sequence[tuple[str, int]]], Awaitable[None]]
+ReportHere = Callable[[Execution], None]
 Try = tuple[str, int]  # action name, attempt
 
 # Timers of one try: at most one of these per (action, attempt), so each has a fixed name.
@@ -77,6 +78,11 @@ class ExecutionStore:
         self.wait_started: WaitStarted | None = None
         # Called after every write that dispatched commands (scope, job, the tries to send).
         self.committed: Committed | None = None
+        # While the engine runs: reports the end a write just committed, here (the execution as
+        # written, which nobody else changes: it is not remembered). Without it, or for a hold,
+        # the write adds a work entry for the report instead. A crash before the report leaves
+        # the execution finishing, which reconciliation reports (``reconcile.report_lost``).
+        self.report_here: ReportHere | None = None
 
     def start(self) -> None:
         """Called when the engine starts running: the store's client is new on every run."""
@@ -232,14 +238,21 @@ class ExecutionStore:
             await self.committed(execution.scope, execution.job, tries)
         if started_waiting and self.wait_started is not None:
             await self.wait_started(execution.scope, execution.job)
+        if self.report_here is not None and _reported_here(execution, effects):
+            self.report_here(execution)
+
+    def remembered(self, scope: str, job: str) -> int | None:
+        """The version of the job's state this instance remembers committing (``None``: none)."""
+        execution = self._remembered.get((scope, job))
+        return None if execution is None else execution.version
 
     def forget(self, scope: str, job: str) -> None:
         """Drop what is remembered of the job (written elsewhere: the next step reads it)."""
         self._remembered.pop((scope, job))
 
     def _remember(self, execution: Execution) -> None:
-        if execution.status is Status.ENDED:
-            return
+        if execution.status in (Status.ENDED, Status.FINISHING):
+            return  # a finishing one is its report's (``report_here``)
         self._remembered.put((execution.scope, execution.job), execution)
 
     def announce_steps(
@@ -277,7 +290,9 @@ class ExecutionStore:
         scope, job = execution.scope, execution.job
         keys = self.context.keys
         work: list[list[str]] = []
-        if effects.report is not None:
+        if effects.report is not None and not (
+            self.report_here is not None and _reported_here(execution, effects)
+        ):
             work.append(["kind", "report", "job", job])
         if breakpoint:
             work.append(["kind", "breakpoint", "job", job])
@@ -363,6 +378,13 @@ class ExecutionStore:
         if dropped:
             self.context.metrics.events_dropped.labels("job_ended").inc(dropped)
             log.info("job %s/%s ended: %d event(s) kept for it dropped", scope, job, dropped)
+
+
+def _reported_here(execution: Execution, effects: Effects) -> bool:
+    """Whether the end ``effects`` report is reported where it is committed (``report_here``):
+    an execution finishing, which reconciliation reports again should its report be lost. A
+    hold goes through the work stream: a held execution is not looked at again."""
+    return effects.report is not None and execution.status is Status.FINISHING
 
 
 def note_reached(execution: Execution, was_active: Mapping[str, float]) -> None:

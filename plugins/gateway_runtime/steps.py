@@ -363,9 +363,11 @@ class StepHandlers:
         reason = f"job {job} is being rolled back (aborted by the MES)"
         await self.context.gateway.job_control.block(scope, job, touched, reason)
 
-    async def report(self, scope: str, job: str) -> None:
-        """Tell job control how the execution ended (or that it holds), then close the state."""
-        execution = await self.executions.read(scope, job)
+    async def report(self, scope: str, job: str, execution: Execution | None = None) -> None:
+        """Tell job control how the execution ended (or that it holds), then close the state
+        (``execution``: as just committed; ``None``: read)."""
+        if execution is None:
+            execution = await self.executions.read(scope, job)
         if execution is None:
             return
         control = self.context.gateway.job_control

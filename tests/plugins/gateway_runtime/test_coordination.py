@@ -110,17 +110,27 @@ async def run_job(
 
 async def engine_settled(station: SfcStation, scope: str, *, held: int = 0) -> None:
     """Wait until the engine has read and acknowledged every entry of the scope's work stream
-    (all delivered, none pending but at most the ``held`` ones a test keeps in hand): whatever
-    it was going to do about them is done."""
+    (all delivered, none pending but at most the ``held`` ones a test keeps in hand), and
+    reported every end it committed (reported where committed, not through the stream):
+    whatever it was going to do about them is done."""
+    keys = RuntimeKeys(KeySchema(station.name))
     async with redis_client(station.redis_url) as redis:
-        stream = f"{station.name}:{{{scope}}}:rt:work"
+        stream = keys.work(scope)
 
         async def settled() -> bool:
             last = (await redis.xinfo_stream(stream))["last-generated-id"]
             groups = await redis.xinfo_groups(stream)
             return all(g["pending"] <= held and g["last-delivered-id"] == last for g in groups)
 
+        async def reported() -> bool:
+            for job in await redis.smembers(keys.active(scope)):
+                text = await redis.get(keys.execution(scope, job))
+                if text is not None and load_execution(text).status is Status.FINISHING:
+                    return False
+            return True
+
         await poll_until(settled)
+        await poll_until(reported)
 
 
 def tightener(equipment: TestEquipment, torque: float = 85.2) -> dict[str, Any]:
