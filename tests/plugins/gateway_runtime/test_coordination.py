@@ -124,7 +124,7 @@ async def engine_settled(station: SfcStation, scope: str, *, held: int = 0) -> N
 
         async def reported() -> bool:
             for job in await redis.smembers(keys.active(scope)):
-                text = await redis.get(keys.execution(scope, job))
+                text = await redis.get(keys.execution(scope, str(job)))
                 if text is not None and load_execution(text).status is Status.FINISHING:
                     return False
             return True

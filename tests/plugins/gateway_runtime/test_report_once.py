@@ -17,7 +17,7 @@ import anyio
 import pytest
 
 from gateway.equipment import EquipmentCommand, EquipmentReply
-from gateway.formats import Status
+from gateway.formats import Execution, Status
 from gateway.jobstates import JobState
 from gateway.testing import poll_until, running, wait_until
 from gateway.testing.equipment import NoAnswer, TestEquipment, station_with
@@ -45,8 +45,8 @@ async def test_an_end_reported_twice_at_once_is_logged_and_counted_once(
     completes = 0
     reported: list[str] = []  # reports of the job that are over
 
-    async def counted_report(scope: str, job: str) -> None:
-        await report(scope, job)
+    async def counted_report(scope: str, job: str, execution: Execution | None = None) -> None:
+        await report(scope, job, execution)
         reported.append(job)
 
     async def complete_as_another_report_does(*args: Any, **kwargs: Any) -> bool:

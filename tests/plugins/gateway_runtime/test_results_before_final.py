@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -11,6 +10,7 @@ import pytest
 
 from gateway.changes import ChangeRecord, Trigger
 from gateway.equipment import EquipmentCommand
+from gateway.formats import Execution
 from gateway.testing import poll_until, running
 from gateway.testing.equipment import NoAnswer, TestEquipment
 from gateway_jobs.model import ReturnStatus
@@ -41,11 +41,11 @@ async def test_the_response_is_final_once_the_recipe_recorded_its_results(
     release = anyio.Event()
     async with running(gateway), station.mes() as mes:
         steps = gateway.state.get(Coordinator).steps
-        report: Callable[[str, str], Awaitable[None]] = steps.report
+        report = steps.report
 
-        async def late_report(scope: str, job: str) -> None:
+        async def late_report(scope: str, job: str, execution: Execution | None = None) -> None:
             await release.wait()  # the recipe's report comes late (a slow instance)
-            await report(scope, job)
+            await report(scope, job, execution)
 
         steps.report = late_report  # type: ignore[method-assign]
         await run_job(mes, linear_recipe(2))
@@ -79,7 +79,7 @@ async def test_a_recipe_that_never_reports_holds_the_response_back_only_a_while(
     async with running(gateway), station.mes() as mes:
         steps = gateway.state.get(Coordinator).steps
 
-        async def never(scope: str, job: str) -> None:
+        async def never(scope: str, job: str, execution: Execution | None = None) -> None:
             """The instance that would report is gone."""
 
         steps.report = never  # type: ignore[method-assign]
