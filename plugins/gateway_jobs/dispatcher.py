@@ -41,6 +41,7 @@ from gateway_jobs.queue import (
     QueueView,
     entry_equipment,
     read_queue,
+    scripted_view,
 )
 from gateway_jobs.roles import JOB_CHANGING_ROLES
 
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Start = Callable[[str, str], Awaitable[None]]
-Feed = Callable[[str], Awaitable[None]]  # the scope's queue may have changed
+Feed = Callable[[str, QueueView], Awaitable[None]]  # the scope's queue, as a pass left it
 
 
 class Dispatcher:
@@ -114,7 +115,7 @@ class Dispatcher:
         entries whose job is no longer in a state that may hold one (the periodic pass)."""
         keys = self.keys
         script = self.store.client.register_script(DISPATCH)
-        admitted, due = await script(
+        admitted, due, *view = await script(
             keys=[
                 keys.waiting(scope),
                 keys.arrival(scope),
@@ -126,16 +127,21 @@ class Dispatcher:
                 keys.acceptance(scope),
                 keys.blocked(scope),
             ],
-            args=[repr(self.clock()), self.capacity, "1" if verify else "0"],
+            args=[
+                repr(self.clock()),
+                self.capacity,
+                "1" if verify else "0",
+                "0" if self.feed is None else "1",  # the queue as it leaves it, for the feed
+            ],
         )
         if due:
             self._wake(scope, float(due))
         async with anyio.create_task_group() as handing:  # side by side: a burst of Stores
             for job in admitted:  # admits many at once, and each start waits on the store
                 handing.start_soon(self._hand_over, scope, str(job))
-        if self.feed is not None:
+        if self.feed is not None and view:
             try:
-                await self.feed(scope)
+                await self.feed(scope, scripted_view(view[0], self.capacity))
             except Exception as error:  # the next pass publishes it
                 log.info("queue of %s not published: %s", scope, error)
         return [str(job) for job in admitted]

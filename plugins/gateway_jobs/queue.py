@@ -65,9 +65,18 @@ return 1
 # config:jobacceptance, blocked. ARGV: now (Unix s), capacity (0: unlimited) unless jobacceptance
 # sets MaxRunningJobOrders, verify ('1': check every admitted job's state; the periodic pass does, a
 # dispatch after a change need not, since the change released what it had to in its own
-# transaction).
-# Returns {admitted jobs, next StartTime not reached yet ('' when none)}.
+# transaction), view ('1': also return the queue as the pass leaves it, what ``read_queue``
+# reads, so whoever shows the queue needs no read of its own).
+# Returns {admitted jobs, next StartTime not reached yet ('' when none)[, view]}, the view being
+# {waiting (HGETALL), arrival (ZRANGE WITHSCORES), admitted (HGETALL), online, jobacceptance,
+# blocked (HGETALL)}, each as those commands answer.
 DISPATCH = """
+local function view()
+  if ARGV[4] ~= '1' then return nil end
+  return {redis.call('HGETALL', KEYS[1]), redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES'),
+          redis.call('HGETALL', KEYS[3]), redis.call('GET', KEYS[4]),
+          redis.call('GET', KEYS[8]), redis.call('HGETALL', KEYS[9])}
+end
 local now, capacity, verify = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1'
 local acceptance = redis.call('GET', KEYS[8])
 if acceptance then
@@ -98,7 +107,7 @@ end
 local online = redis.call('GET', KEYS[4])
 if online then
   local ok, doc = pcall(cjson.decode, online)
-  if ok and type(doc) == 'table' and doc.Online == false then return {{}, ''} end
+  if ok and type(doc) == 'table' and doc.Online == false then return {{}, '', view()} end
 end
 local waiting, queue = redis.call('HGETALL', KEYS[1]), {}
 for i = 1, #waiting, 2 do
@@ -137,7 +146,7 @@ for _, entry in ipairs(queue) do
     end
   end
 end
-return {started, due and tostring(due) or ''}
+return {started, due and tostring(due) or '', view()}
 """
 
 
@@ -317,6 +326,38 @@ async def read_queue(keys: QueueKeys, scope: str, capacity: int) -> QueueView:
     pipeline.get(keys.acceptance(scope))
     pipeline.hgetall(keys.blocked(scope))
     waiting, arrivals, admitted, online, acceptance, blocked = await pipeline.execute()
+    return queue_view(waiting, arrivals, admitted, online, acceptance, blocked, capacity)
+
+
+def scripted_view(reply: Sequence[Any], capacity: int) -> QueueView:
+    """The view ``DISPATCH`` returns (its replies as Lua gives them: flat arrays)."""
+    waiting, arrivals, admitted, online, acceptance, blocked = reply
+    pairs = list(zip(arrivals[::2], arrivals[1::2], strict=True))
+    return queue_view(
+        _pairs(waiting),
+        [(job, float(score)) for job, score in pairs],
+        _pairs(admitted),
+        online,
+        acceptance,
+        _pairs(blocked),
+        capacity,
+    )
+
+
+def _pairs(flat: Sequence[Any]) -> dict[Any, Any]:
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+def queue_view(
+    waiting: Mapping[Any, Any],
+    arrivals: Sequence[tuple[Any, float]],
+    admitted: Mapping[Any, Any],
+    online: str | None,
+    acceptance: str | None,
+    blocked: Mapping[Any, Any],
+    capacity: int,
+) -> QueueView:
+    """The view of the queue's keys as read (``read_queue``, ``scripted_view``)."""
     if acceptance is not None:
         override = from_json(json.loads(acceptance), JobAcceptance).max_running_job_orders
         capacity = capacity if override is None else override

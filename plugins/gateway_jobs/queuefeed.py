@@ -22,9 +22,11 @@ queue_feed_jobs`` jobs (the first ones), and ``RunningCount`` / ``WaitingCount``
 are: the bytes of one update stay bounded however many jobs a scope holds (the rest of the queue:
 RequestJobResponseByJobOrderState, AllowedToStart, gives every queued job's QueuePosition).
 
-Publishing follows the dispatch passes without delaying them (``coalesce``): at most one read
-and publish per scope is in flight, and they start at least ``[jobs] queue_feed_ms`` apart, so
-a burst of changes costs one read of the queue per interval, not one per change. Every
+Publishing follows the dispatch passes without delaying them (``coalesce``): each pass hands
+over the queue as it left it (the dispatch script returns it: no read of its own), at most one
+publish per scope is in flight, and they start at least ``[jobs] queue_feed_ms`` apart, showing
+the latest queue handed over, so a burst of changes costs one publish per interval, not one
+per change. Every
 instance publishes what it reads; two instances may publish in either order, so each also
 publishes after its periodic dispatch pass whenever what it read differs from what it last
 sent, and every ``REFRESH_SECONDS`` in any case (a broker that lost its retained messages gets
@@ -103,8 +105,9 @@ def queue_document(scope: str, view: QueueView, limit: int) -> dict[str, Any]:
 class QueueFeed:
     """Publishes a scope's queue when it changed (see the module docstring).
 
-    ``read``: the scope's queue as stored now (``Dispatcher.queue``). Also the service that runs
-    the publishing in the background; while it does not run, ``changed`` publishes at once.
+    ``read``: the scope's queue as stored now (``Dispatcher.queue``), for a change that comes
+    without it. Also the service that runs the publishing in the background; while it does not
+    run, ``changed`` publishes at once.
     """
 
     name = "jobs-queue-feed"
@@ -129,9 +132,15 @@ class QueueFeed:
         self.clock = clock
         self.updates = Coalescer("publishing the queue", self._update, interval=interval)
         self._sent: dict[str, tuple[str, float]] = {}  # scope -> (document, when)
+        self._latest: dict[str, QueueView] = {}  # scope -> the newest view handed over
 
-    async def changed(self, scope: str) -> None:
-        """The scope's queue may have changed: publish it soon (``Dispatcher.feed``)."""
+    async def changed(self, scope: str, view: QueueView | None = None) -> None:
+        """The scope's queue may have changed: publish it soon (``Dispatcher.feed``), as
+        ``view`` shows it (``None``: as read then)."""
+        if view is None:
+            self._latest.pop(scope, None)
+        else:
+            self._latest[scope] = view
         await self.updates.request(scope)
 
     async def run(self, gateway: Gateway, *, task_status: TaskStatus[None]) -> None:
@@ -144,7 +153,8 @@ class QueueFeed:
             tasks.cancel_scope.cancel()
 
     async def _update(self, scope: str) -> None:
-        await self.publish(scope, await self.read(scope))
+        view = self._latest.pop(scope, None)
+        await self.publish(scope, view if view is not None else await self.read(scope))
 
     async def publish(self, scope: str, view: QueueView) -> None:
         document = queue_document(scope, view, self.limit)

@@ -238,3 +238,24 @@ def test_the_queue_document_lists_the_first_jobs_and_counts_them_all() -> None:
     assert (document["RunningCount"], document["WaitingCount"]) == (300, 1000)
     assert [job["JobOrderID"] for job in document["Running"]] == ["R000", "R001", "R002"]
     assert [job["Position"] for job in document["Waiting"]] == [1, 2, 3]
+
+
+async def test_the_queue_a_pass_hands_over_is_published_without_a_read() -> None:
+    """A dispatch pass hands the feed the queue as it left it: the newest one handed over is
+    published, and nothing is read."""
+    binding = RecordingBinding()
+    reads: list[str] = []
+
+    async def read(scope: str) -> QueueView:
+        reads.append(scope)
+        return view(running=0, waiting=0)
+
+    feed = QueueFeed(binding, "jobs", "urn:test", read, interval=1.0)  # type: ignore[arg-type]
+    async with served(feed.updates):
+        await feed.changed(SCOPE, view(running=1, waiting=0))
+        await wait_until(lambda: len(binding.published) == 1)
+        for waiting in range(1, 4):  # within the interval: the last one is what goes out
+            await feed.changed(SCOPE, view(running=1, waiting=waiting))
+        await wait_until(feed.updates.idle)
+    assert reads == []
+    assert [event.data["WaitingCount"] for _, event in binding.published] == [0, 3]

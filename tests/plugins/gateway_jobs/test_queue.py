@@ -200,3 +200,43 @@ async def test_jobs_allowed_to_start_without_a_queue_entry_are_adopted(jobs: Loc
     assert jobs.interpreter.started == ["older"]
     view = await jobs.manager.dispatcher.queue(SCOPE)
     assert [entry.job_order_id for entry in view.waiting] == ["old"]
+
+
+async def test_a_pass_hands_its_feed_the_queue_as_it_left_it_without_a_read(
+    jobs: LocalJobs,
+) -> None:
+    """What the retained queue topic shows comes with the dispatch script's reply: the same
+    view ``read_queue`` gives, and no read of its own."""
+    await configured(jobs, "e1", "e2")
+    dispatcher = jobs.manager.dispatcher
+    dispatcher.clock = lambda: T0
+    await submit(jobs, "run1", EquipmentRequirements=needs("e1"), priority=1)
+    await dispatcher.block(SCOPE, "failed", ["e2"], "unsafe rollback")
+    await jobs.manager.configure(SCOPE, "jobacceptance", "PUT", {"MaxRunningJobOrders": 2})
+    handed: list[Any] = []
+
+    async def feed(scope: str, view: Any) -> None:
+        handed.append((scope, view))
+
+    reads = 0
+    queue = dispatcher.queue
+
+    async def counted(scope: str) -> Any:
+        nonlocal reads
+        reads += 1
+        return await queue(scope)
+
+    dispatcher.feed = feed
+    dispatcher.queue = counted  # type: ignore[method-assign]
+    await submit(jobs, "wait1", EquipmentRequirements=needs("e1"), priority=5)  # e1 is held
+    await submit(jobs, "wait2", EquipmentRequirements=needs("e2"))  # e2 is blocked
+    assert reads == 0
+    scope, view = handed[-1]
+    assert scope == SCOPE
+    assert view == await queue(SCOPE)
+    assert [entry.job_order_id for entry in view.waiting] == ["wait1", "wait2"]
+    assert (view.capacity, dict(view.admitted), set(view.blocked)) == (2, {"run1": ("e1",)}, {"e2"})
+    await jobs.manager.configure(SCOPE, "online", "PUT", {"Online": False, "Reason": "shift"})
+    offline = handed[-1][1]
+    assert (offline.online, offline.reason) == (False, "shift")
+    assert offline == await queue(SCOPE)
