@@ -39,6 +39,17 @@ EXTENSION_ATTRIBUTES = (
 KNOWN_ATTRIBUTES = CORE_ATTRIBUTES + OPTIONAL_ATTRIBUTES + EXTENSION_ATTRIBUTES
 CONFIG_METHODS = ("PUT", "DELETE")
 
+# The text attributes an event may leave out (checked by ``validate`` when set).
+_OPTIONAL_TEXT = (
+    "subject",
+    "datacontenttype",
+    "dataschema",
+    "correlationid",
+    "causationid",
+    "tracestate",
+    "errorcode",
+    "errormessage",
+)
 _ATTRIBUTE_NAME = re.compile(r"^[a-z0-9]{1,20}$")
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
 _MAX_STRING = 4096
@@ -85,10 +96,10 @@ class CloudEvent:
             raise CloudEventError("specversion", f"must be {SPEC_VERSION!r}")
         for name in ("id", "source", "type"):
             _check_text(name, getattr(self, name), required=True)
-        for name in ("subject", "datacontenttype", "dataschema", "correlationid", "causationid"):
-            _check_text(name, getattr(self, name), required=False)
-        for name in ("tracestate", "errorcode", "errormessage"):
-            _check_text(name, getattr(self, name), required=False)
+        for name in _OPTIONAL_TEXT:
+            value = getattr(self, name)
+            if value is not None:  # most are not set: no call for them
+                _check_text(name, value, required=False)
         for name in ("time", "expirytime"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):
@@ -180,6 +191,8 @@ def _is_mqtt_text(value: str) -> bool:
     is allowed by MQTT, but paho (and so many an MES) refuses a packet that holds it and drops the
     connection: an event with it would never be read. The gateway reads such a packet
     (``gateway_mqtt.decoding``) and refuses the event here, naming the attribute."""
+    if value.isascii():  # nearly every attribute: UTF-8 already, and no U+FEFF
+        return "\x00" not in value
     if "\x00" in value or "\ufeff" in value:
         return False
     try:
@@ -236,11 +249,19 @@ def event_from_attributes(attributes: Mapping[str, str], data: Any) -> CloudEven
 
 
 def attributes_as_text(event: CloudEvent) -> dict[str, str]:
-    """Every set attribute as a string, the way header-based wire formats carry them."""
+    """Every set attribute as a string, the way header-based wire formats carry them (those of
+    ``CloudEvent.attributes``, in its order: one pass, as every message sent asks)."""
     text: dict[str, str] = {}
-    for name, value in event.attributes().items():
-        if isinstance(value, datetime):
+    for name in KNOWN_ATTRIBUTES:
+        value = getattr(event, name)
+        if value is None:
+            continue
+        if type(value) is str:
+            text[name] = value
+        elif isinstance(value, datetime):
             text[name] = format_time(value)
         else:
             text[name] = str(value)
+    for name, value in event.extensions.items():
+        text[name] = str(value)
     return text

@@ -192,6 +192,21 @@ def _text(value: str) -> bytes:
     return _binary(value.encode())
 
 
+# Packed user property names (identifier and name), by name: the attribute names of the
+# events the gateway sends, a handful, the same on every message.
+_PACKED_NAMES: dict[str, bytes] = {}
+_PACKED_NAMES_KEPT = 256
+
+
+def _user_property_name(name: str) -> bytes:
+    packed = _PACKED_NAMES.get(name)
+    if packed is None:
+        packed = _USER_PROPERTY + _text(name)
+        if len(_PACKED_NAMES) < _PACKED_NAMES_KEPT:
+            _PACKED_NAMES[name] = packed
+    return packed
+
+
 def _variable_integer(value: int) -> bytes:
     encoded = bytearray()
     while True:
@@ -213,7 +228,7 @@ def publish_properties(message: MqttMessage) -> Properties:
     if message.correlation_data is not None:
         parts += (_CORRELATION_DATA, _binary(message.correlation_data))
     for name, value in message.user_properties:
-        parts += (_USER_PROPERTY, _text(name), _text(value))
+        parts += (_user_property_name(name), _text(value))
     body = b"".join(parts)
     description = f"[{len(message.user_properties)} user properties, {len(body)} bytes]"
     return PackedProperties(_variable_integer(len(body)) + body, description)

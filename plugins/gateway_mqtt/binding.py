@@ -431,7 +431,10 @@ class MqttBinding:
     ) -> None:
         async for received in client.messages():
             self.received += 1
-            await lane.slots.acquire()
+            try:  # a free slot: taken without a turn of the event loop (anyio's acquire yields)
+                lane.slots.acquire_nowait()
+            except anyio.WouldBlock:
+                await lane.slots.acquire()
             handlers.start_soon(self.handle, client, gateway, received, lane)
 
     async def handle(

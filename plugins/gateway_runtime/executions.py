@@ -15,7 +15,10 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
+from json.encoder import encode_basestring_ascii as _json_text  # json.dumps's, in C
 from typing import TYPE_CHECKING
+
+import orjson
 
 from gateway.errors import GatewayError
 from gateway.formats import Effects, Execution, Executor, Phase, Status, Timer, TimerKind
@@ -356,7 +359,7 @@ class ExecutionStore:
                 args=[
                     expected,
                     dump_execution(execution),
-                    json.dumps(ops),
+                    orjson.dumps(ops),  # the same JSON, compact, from C
                     snapshot,
                     execution.run,
                 ],
@@ -418,13 +421,16 @@ def mark_ended(executor: Executor, execution: Execution, now: float) -> Effects:
 
 
 def outbox_member(job: str, action: str, attempt: int) -> str:
-    return json.dumps([job, action, attempt])
+    """``json.dumps([job, action, attempt])``, built directly (several per step)."""
+    return f"[{_json_text(job)}, {_json_text(action)}, {int(attempt)}]"
 
 
 def timer_member(job: str, kind: str, action: str, attempt: int) -> str:
-    """A timer's name in the timers set; the due time is its score."""
-    return json.dumps(
-        {"job": job, "kind": kind, "action": action, "attempt": attempt}, sort_keys=True
+    """A timer's name in the timers set; the due time is its score. The text of
+    ``json.dumps({"job", "kind", "action", "attempt"}, sort_keys=True)``, built directly."""
+    return (
+        f'{{"action": {_json_text(action)}, "attempt": {int(attempt)}, '
+        f'"job": {_json_text(job)}, "kind": {_json_text(kind)}}}'
     )
 
 
