@@ -35,6 +35,7 @@ and asserts on them).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -408,9 +409,11 @@ async def _drive(station: Station, options: Options) -> dict[str, Any]:
                 await run_job(mes, f"S{next(counter):07d}", tally, give_up=options.drain)
 
         async def killer() -> None:
+            # Kills on a fixed schedule from the start, so a slow restart (a loaded machine)
+            # delays the next kill rather than the whole schedule.
             victim = station.gateways["b"]
-            while True:
-                await anyio.sleep(options.kill_every)
+            for kill in itertools.count(1):
+                await anyio.sleep(max(0.0, began + kill * options.kill_every - time.monotonic()))
                 victim.kill()
                 tally.kills += 1
                 await anyio.sleep(options.restart_after)
