@@ -75,9 +75,9 @@ class Dispatcher:
         self.start = start  # hands an admitted job to its interpreter
         self.clock = clock
         self.feed: Feed | None = None  # told after each pass (``queuefeed``)
-        # Called by the periodic pass before dispatching a scope: queues jobs in AllowedToStart
-        # that are neither queued nor admitted (stored by a version without the queue).
-        self.adopt: Callable[[str], Awaitable[None]] | None = None
+        # Called by the periodic pass with the jobs in AllowedToStart its script found neither
+        # queued nor admitted (stored by a version without the queue): queues them.
+        self.adopt: Callable[[str, Sequence[str]], Awaitable[None]] | None = None
         self._tasks: TaskGroup | None = None  # set while the service runs: StartTime wake-ups
         self._wake_at: dict[str, float] = {}
         self.passes = Coalescer("dispatching", self.dispatch)  # requested after changes
@@ -113,9 +113,14 @@ class Dispatcher:
     async def dispatch(self, scope: str, *, verify: bool = False) -> list[str]:
         """Admit what may start now and start it; returns the admitted jobs. ``verify``: drop
         entries whose job is no longer in a state that may hold one (the periodic pass)."""
+        admitted, _ = await self._pass(scope, verify)
+        return admitted
+
+    async def _pass(self, scope: str, verify: bool) -> tuple[list[str], list[str]]:
+        """The admitted jobs, and (``verify``) the jobs in AllowedToStart with no queue entry."""
         keys = self.keys
         script = self.store.client.register_script(DISPATCH)
-        admitted, due, *view = await script(
+        admitted, due, view, unqueued = await script(
             keys=[
                 keys.waiting(scope),
                 keys.arrival(scope),
@@ -141,10 +146,10 @@ class Dispatcher:
                 handing.start_soon(self._hand_over, scope, str(job))
         if self.feed is not None and view:
             try:
-                await self.feed(scope, scripted_view(view[0], self.capacity))
+                await self.feed(scope, scripted_view(view, self.capacity))
             except Exception as error:  # the next pass publishes it
                 log.info("queue of %s not published: %s", scope, error)
-        return [str(job) for job in admitted]
+        return [str(job) for job in admitted], [str(job) for job in unqueued]
 
     async def _hand_over(self, scope: str, job: str) -> None:
         log.info("job %s/%s: its turn; starting it", scope, job)
@@ -208,18 +213,10 @@ class Dispatcher:
     async def sweep(self) -> None:
         """Dispatch every scope the store knows (the service's periodic pass)."""
         for scope in sorted(await self.store.known_scopes()):
-            if self.adopt is not None:
-                await self.adopt(scope)
-            await self.dispatch(scope, verify=True)
-
-    async def unqueued(self, scope: str) -> list[str]:
-        """Jobs in AllowedToStart that are neither waiting nor admitted."""
-        pipeline = self.store.client.pipeline(transaction=True)
-        pipeline.smembers(self.keys.state(scope, TopState.ALLOWED_TO_START))
-        pipeline.hkeys(self.keys.waiting(scope))
-        pipeline.hkeys(self.keys.admitted(scope))
-        allowed, waiting, admitted = await pipeline.execute()
-        return sorted(set(allowed) - set(waiting) - set(admitted))
+            _, unqueued = await self._pass(scope, verify=True)
+            if unqueued and self.adopt is not None:  # rare: their turn comes in a pass now
+                await self.adopt(scope, sorted(unqueued))
+                await self.dispatch(scope)
 
     async def enqueue(self, scope: str, job_order_id: str, entry: str) -> None:
         """Queue a job outside a state change (``adopt``); never one already let start."""

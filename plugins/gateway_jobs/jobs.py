@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from gateway.changes import Trigger
@@ -369,11 +369,12 @@ class JobManager:
             await self.dispatcher.request(scope)
         return outcome
 
-    async def adopt(self, scope: str) -> None:
-        """Queue the scope's jobs in AllowedToStart that have no queue entry: stored by a version
-        of the gateway without the queue. A job that moved on meanwhile leaves an entry the
-        dispatch pass that follows drops (it checks entries against the states)."""
-        for job_order_id in await self.dispatcher.unqueued(scope):
+    async def adopt(self, scope: str, unqueued: Sequence[str]) -> None:
+        """Queue those of the scope's jobs in AllowedToStart that have no queue entry (the
+        periodic dispatch pass finds them): stored by a version of the gateway without the
+        queue. A job that moved on meanwhile leaves an entry the next periodic pass drops (it
+        checks entries against the states)."""
+        for job_order_id in unqueued:
             job = await self.repository.load(scope, job_order_id)
             if job is None or job.state.top is not TopState.ALLOWED_TO_START:
                 continue

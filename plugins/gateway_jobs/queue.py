@@ -67,9 +67,11 @@ return 1
 # dispatch after a change need not, since the change released what it had to in its own
 # transaction), view ('1': also return the queue as the pass leaves it, what ``read_queue``
 # reads, so whoever shows the queue needs no read of its own).
-# Returns {admitted jobs, next StartTime not reached yet ('' when none)[, view]}, the view being
-# {waiting (HGETALL), arrival (ZRANGE WITHSCORES), admitted (HGETALL), online, jobacceptance,
-# blocked (HGETALL)}, each as those commands answer.
+# Returns {admitted jobs, next StartTime not reached yet ('' when none), view or false, unqueued},
+# the view being {waiting (HGETALL), arrival (ZRANGE WITHSCORES), admitted (HGETALL), online,
+# jobacceptance, blocked (HGETALL)}, each as those commands answer; unqueued (verify only): the
+# jobs in AllowedToStart neither waiting nor admitted (stored by a version without the queue:
+# the caller queues them, ``JobManager.adopt``).
 DISPATCH = """
 local function view()
   if ARGV[4] ~= '1' then return nil end
@@ -78,6 +80,16 @@ local function view()
           redis.call('GET', KEYS[8]), redis.call('HGETALL', KEYS[9])}
 end
 local now, capacity, verify = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1'
+local function unqueued()
+  local found = {}
+  if not verify then return found end
+  for _, job in ipairs(redis.call('SMEMBERS', KEYS[7])) do
+    if redis.call('HEXISTS', KEYS[1], job) == 0 and redis.call('HEXISTS', KEYS[3], job) == 0 then
+      found[#found + 1] = job
+    end
+  end
+  return found
+end
 local acceptance = redis.call('GET', KEYS[8])
 if acceptance then
   local ok, doc = pcall(cjson.decode, acceptance)
@@ -107,7 +119,9 @@ end
 local online = redis.call('GET', KEYS[4])
 if online then
   local ok, doc = pcall(cjson.decode, online)
-  if ok and type(doc) == 'table' and doc.Online == false then return {{}, '', view()} end
+  if ok and type(doc) == 'table' and doc.Online == false then
+    return {{}, '', view() or false, unqueued()}
+  end
 end
 local waiting, queue = redis.call('HGETALL', KEYS[1]), {}
 for i = 1, #waiting, 2 do
@@ -146,7 +160,7 @@ for _, entry in ipairs(queue) do
     end
   end
 end
-return {started, due and tostring(due) or '', view()}
+return {started, due and tostring(due) or '', view() or false, unqueued()}
 """
 
 

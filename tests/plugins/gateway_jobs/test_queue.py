@@ -240,3 +240,24 @@ async def test_a_pass_hands_its_feed_the_queue_as_it_left_it_without_a_read(
     offline = handed[-1][1]
     assert (offline.online, offline.reason) == (False, "shift")
     assert offline == await queue(SCOPE)
+
+
+async def test_the_periodic_pass_looks_for_unqueued_jobs_in_its_script(
+    jobs: LocalJobs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every instance's sweep, every second: one script per scope, no read of its own."""
+    await configured(jobs)
+    await submit(jobs, "j1")
+    dispatcher = jobs.manager.dispatcher
+    client = dispatcher.store.client
+    pipeline, pipelines = client.pipeline, 0
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        nonlocal pipelines
+        pipelines += 1
+        return pipeline(*args, **kwargs)
+
+    monkeypatch.setattr(client, "pipeline", counted)
+    await dispatcher.sweep()
+    assert pipelines == 0
+    assert jobs.interpreter.started == ["j1"]
