@@ -15,6 +15,11 @@ position it had when the page joined, so nothing falls between the two and nothi
 
 A page that does not keep up (its queue of ``QUEUE_ENTRIES`` fills) is dropped: its stream ends
 and the browser reconnects with its Last-Event-ID, catching up from the store.
+
+The reader is paced (``gateway.changes.ReadPace``): the first entry after a quiet spell is
+handed out at once, and while entries keep coming it reads at most every
+``READ_PACE_SECONDS``, so an open dashboard costs the store one read per tenth of a second
+under load, not one per change.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import anyio
 from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from gateway.changes import ReadPace
 from gateway.resilience import Resilience
 from gateway.store import Store
 
@@ -41,6 +47,7 @@ READ_BLOCK_MS = 1000  # one shared read waits this long (a stream newly followed
 KEEPALIVE_SECONDS = 2.0  # a page with nothing new gets ``None`` (a keep-alive) this often
 QUEUE_ENTRIES = 1000  # entries waiting for one page before it is dropped
 BATCH = 100  # entries per read
+READ_PACE_SECONDS = 0.1  # while entries keep coming, a read at most this often (pages: 10/s)
 START = "0-0"
 
 Entries = list[tuple[str, dict[str, str]]]
@@ -68,6 +75,7 @@ class LiveFeed:
     block_ms: int = READ_BLOCK_MS
     keepalive_seconds: float = KEEPALIVE_SECONDS
     queue_entries: int = QUEUE_ENTRIES
+    pace: ReadPace = field(default_factory=lambda: ReadPace(READ_PACE_SECONDS))
     _heads: dict[str, str] = field(default_factory=dict)  # key -> the last id handed out
     _followers: dict[str, set[_Follower]] = field(default_factory=dict)
     _wake: anyio.Event = field(default_factory=anyio.Event)
@@ -95,6 +103,7 @@ class LiveFeed:
                     with anyio.move_on_after(self.keepalive_seconds):
                         await self._wake.wait()
                     continue
+                await self.pace.wait()
                 try:
                     reply = await self.store.read_streams(
                         dict(self._heads), count=BATCH, block_ms=self.block_ms
@@ -104,7 +113,9 @@ class LiveFeed:
                     await outage.pause(outage.failed(error), self.stopping)
                     continue
                 outage.succeeded()
-                self._hand_out(cast(Batch, reply or []))
+                batch = cast(Batch, reply or [])
+                self.pace.read(max((len(entries) for _, entries in batch), default=0), BATCH)
+                self._hand_out(batch)
         finally:
             outage.close()
 
