@@ -9,9 +9,9 @@ contract behind the same ``Store``. What callers may rely on, and must keep to:
   with their own data (job management, the SFC engine, the publisher) use Redis commands, Lua
   scripts, transactions and streams directly, with keys from ``store.keys``;
 - every key of a scope carries the scope as a hash tag, ``{prefix}:{<scope>}:<name>``, and every
-  multi-key operation (a script, a MULTI/EXEC, a multi-stream read) touches the keys of **one**
-  scope, or of the pseudo-scope ``_global`` only, so it stays within one hash slot and runs
-  unchanged on Redis Cluster;
+  multi-key operation (a script, a MULTI/EXEC, a scope transaction's commit, a multi-stream
+  read) touches the keys of **one** scope, or of the pseudo-scope ``_global`` only, so it
+  stays within one hash slot and runs unchanged on Redis Cluster;
 - a read over the streams of many scopes goes through ``store.read_streams``, which makes it
   one blocking command on one node and one pipelined command per stream (one round trip per
   node, no connection per scope) on a Cluster;
@@ -35,7 +35,6 @@ from gateway.errors import ValidationError
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
-    from redis.asyncio.client import Pipeline
 
     from gateway.equipment import Liveness
 
@@ -187,26 +186,85 @@ class CommandLedger(Protocol):
         ...
 
 
+class WriteCommands(Protocol):
+    """The write commands a scope transaction collects (redis-py's names and arguments), all
+    on keys of its scope. They run at the commit, in order, after its guards."""
+
+    def set(self, name: str, value: str, ex: int | None = None) -> None: ...
+
+    def delete(self, *names: str) -> None: ...
+
+    def expire(self, name: str, time: int) -> None: ...
+
+    def sadd(self, name: str, *values: Any) -> None: ...
+
+    def srem(self, name: str, *values: Any) -> None: ...
+
+    def zadd(self, name: str, mapping: Mapping[str, float]) -> None: ...
+
+    def zrem(self, name: str, *values: Any) -> None: ...
+
+    def hset(
+        self,
+        name: str,
+        key: str | None = None,
+        value: Any = None,
+        mapping: Mapping[str, Any] | None = None,
+    ) -> None: ...
+
+    def hdel(self, name: str, *keys: str) -> None: ...
+
+    def xadd(
+        self,
+        name: str,
+        fields: Mapping[str, Any],
+        id: str = "*",  # redis-py's name
+        maxlen: int | None = None,
+        approximate: bool = True,
+    ) -> None: ...
+
+    def eval(self, script: str, numkeys: int, *keys_and_args: Any) -> None:
+        """What the Lua ``script`` does, run within the commit (it must not call EVAL)."""
+        ...
+
+
 class ScopeTransaction(Protocol):
-    """Writes to one scope that commit together with their change record (MULTI/EXEC)."""
+    """Writes to one scope that commit together with their change record, atomically.
+
+    The commit is one guarded script call: it writes only if every watched key still holds
+    the text the transaction read (or was told it holds: ``Store.transaction``'s ``known``),
+    and every ``require_fewer`` still holds; else it fails with ``redis.WatchError`` and writes
+    nothing, as a WATCHed MULTI/EXEC would.
+    """
 
     @property
     def scope(self) -> str: ...
 
     @property
-    def pipeline(self) -> Pipeline:
-        """Queue further commands on this scope's keys (already in MULTI mode)."""
+    def pipeline(self) -> WriteCommands:
+        """Queue further writes on this scope's keys (sent with the commit)."""
+        ...
+
+    @property
+    def texts(self) -> Mapping[str, str | None]:
+        """The watched keys' texts as the commit will leave them: as read (or known), then as
+        the writes queued since (``set``/``set_json``, ``delete``) make them."""
         ...
 
     async def get_json(self, key: str) -> Any:
-        """Read now (under the WATCH, if any); does not see writes queued before it."""
+        """A watched key: as read when the transaction began (or known); another key: read
+        now, unguarded. Neither sees the writes queued before it."""
         ...
 
     async def get_json_many(self, keys: Sequence[str]) -> list[Any]:
-        """``get_json`` of each of ``keys``, in one round trip."""
+        """``get_json`` of each of ``keys``, in one round trip (none when all are watched)."""
         ...
 
     def set_json(self, key: str, value: Any, *, ttl_seconds: int | None = None) -> None: ...
+
+    def require_fewer(self, key: str, limit: int) -> None:
+        """Commit only if the sorted set at ``key`` then has fewer than ``limit`` members."""
+        ...
 
     def append_change(self, record: ChangeRecord) -> None:
         """Append ``record`` (of this scope) to the scope's change stream, with the commit."""
@@ -254,12 +312,21 @@ class Store(Protocol):
     async def set_json(self, key: str, value: Any, *, ttl_seconds: int | None = None) -> None: ...
 
     def transaction(
-        self, scope: str, *, watch: Sequence[str] = ()
+        self,
+        scope: str,
+        *,
+        watch: Sequence[str] = (),
+        known: Mapping[str, str | None] | None = None,
     ) -> AbstractAsyncContextManager[ScopeTransaction]:
-        """Collect writes to ``scope``; they and the change records commit atomically on exit.
+        """Collect writes to ``scope``; they and the change records commit atomically on exit,
+        in one round trip (one script call, whatever they write).
 
-        With ``watch`` keys, the commit fails with ``redis.WatchError`` if any of them changed
-        since the transaction began (optimistic compare-and-swap).
+        With ``watch`` keys (strings, or no value), the commit fails with ``redis.WatchError``
+        if any of them changed since the transaction began (optimistic compare-and-swap). Those
+        not in ``known`` are read as it begins (one MGET); ``known`` gives the texts the caller
+        believes the others hold (what it last wrote or read: ``None``, no value), not read: a
+        wrong belief fails the commit like a change would. A connection lost during a guarded
+        commit raises ``WatchError`` too (it may have happened: reading again shows it).
         """
         ...
 

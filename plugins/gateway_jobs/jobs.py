@@ -94,8 +94,8 @@ class JobManager:
         state = next_state(JobState.INITIAL, trigger)
         assert state is not None, f"{method} creates no job"
         work_master_ids = named_work_masters(order)
-        # The configuration checked is read with the job's WATCH: one round trip, and a change
-        # to it before the commit makes the Store decide again.
+        # The configuration checked is watched with the job (read, or remembered): a change to
+        # it before the commit makes the Store decide again.
         reads = self.config.snapshot_keys(scope, work_master_ids)
 
         async def admit(transaction: ScopeTransaction) -> Admission | Refusal:
@@ -114,7 +114,6 @@ class JobManager:
             trigger,
             admit,
             reads=reads,
-            limited=self.settings.max_job_orders < NO_LIMIT,
         )
         return await self._finish(scope, order.job_order_id, method, result, cause)
 

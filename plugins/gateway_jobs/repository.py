@@ -12,12 +12,21 @@ The documents are ``gateway_jobs.stored.StoredJob``. Keys, all in the scope's ha
                                                running jobs hold (``queue``), kept in the same
                                                transaction as the state
 
-A state change is optimistic: WATCH the job's two documents, read them, decide with the state
-table, then write documents, indexes and one change record in one MULTI/EXEC. If another
-instance changed the job meanwhile, EXEC fails, and the change is decided again on what is
-stored now, so two instances never apply conflicting transitions and a state never goes without
-its change record. Store also watches the priority index when the scope has a job limit, so
-concurrent Stores cannot overshoot it.
+A state change is optimistic: take the job's two documents, decide with the state table, then
+write documents, indexes and one change record in one guarded commit (``store.transaction``:
+one script call that writes only if the documents are still the ones decided on). If another
+instance changed the job meanwhile, the commit fails, and the change is decided again on what
+is stored now, so two instances never apply conflicting transitions and a state never goes
+without its change record. A Store in a scope with a job limit commits only while the scope
+holds fewer jobs than the limit (checked in the commit), so concurrent Stores cannot overshoot
+it.
+
+The documents decided on are, in the common case, not read: the repository remembers the texts
+it last wrote or read of each key it watches (``_Texts``, bounded, a job's dropped when it is
+deleted), and the commit's guard checks them. A remembered text another instance has changed
+since fails the guard, and the change is decided again on a fresh read; so does a refusal
+decided on remembered texts (it writes nothing, so no guard would have caught them). A change
+thus costs one Redis command when its documents are remembered, two when they are not.
 
 Cancelled and cleared jobs (EndState) are deleted, documents and index entries, in the
 transaction that records the Cancel / Clear: they no longer count against the limit, and their
@@ -28,9 +37,10 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import anyio
 from redis.exceptions import WatchError
@@ -99,6 +109,45 @@ class _Refused(Exception):
 Edit = Callable[[StoredJob], StoredJob]
 """Adjusts a job already moved to its new state (its order, its response's data)."""
 
+Attempt = Callable[[ScopeTransaction, bool], Awaitable[Change]]
+"""Decides a change in its transaction; ``True``: on what was read now (not remembered)."""
+
+REMEMBERED_KEYS = 4096
+"""At most this many documents' texts are remembered (``_Texts``): the jobs held in progress,
+two documents each, and the configuration a Store checks. A job's go when it is deleted."""
+
+
+class _Texts:
+    """The texts this process last wrote or read of the keys job changes watch, least recently
+    used dropped first. What it remembers may be stale (another instance wrote since): it is
+    only ever decided on under a commit's guard, which then fails."""
+
+    def __init__(self, limit: int = REMEMBERED_KEYS) -> None:
+        self.limit = limit
+        self._texts: OrderedDict[str, str | None] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._texts)
+
+    def known(self, keys: Iterable[str]) -> dict[str, str | None]:
+        found = {}
+        for key in keys:
+            if key in self._texts:
+                self._texts.move_to_end(key)
+                found[key] = self._texts[key]
+        return found
+
+    def remember(self, texts: Mapping[str, str | None]) -> None:
+        for key, text in texts.items():
+            self._texts[key] = text
+            self._texts.move_to_end(key)
+        while len(self._texts) > self.limit:
+            self._texts.popitem(last=False)
+
+    def forget(self, keys: Iterable[str]) -> None:
+        for key in keys:
+            self._texts.pop(key, None)
+
 
 class JobRepository:
     """Reads and compare-and-swap writes of one store's jobs."""
@@ -107,6 +156,7 @@ class JobRepository:
         self.store = store
         self.retry_limit = retry_limit
         self.queue_keys = QueueKeys(store)
+        self.texts = _Texts()
 
     # -- keys -------------------------------------------------------------------------------
 
@@ -115,6 +165,9 @@ class JobRepository:
 
     def response_key(self, scope: str, job_order_id: str) -> str:
         return self.store.keys.scoped(scope, "jobresponse", job_order_id)
+
+    def _keys(self, scope: str, job_order_id: str) -> list[str]:
+        return [self.job_key(scope, job_order_id), self.response_key(scope, job_order_id)]
 
     def priority_key(self, scope: str) -> str:
         return self.store.keys.scoped(scope, "jobs", "by-priority")
@@ -142,10 +195,16 @@ class JobRepository:
         return sorted(str(member) for member in members)
 
     async def load(self, scope: str, job_order_id: str) -> StoredJob | None:
-        job, response = await self._documents(
-            [self.job_key(scope, job_order_id), self.response_key(scope, job_order_id)]
-        )
-        return None if job is None else StoredJob.from_documents(job, response)
+        """The job as stored now (read, never remembered: another instance may have changed
+        it); what is read is remembered for the next change of the job."""
+        keys = self._keys(scope, job_order_id)
+        texts = cast(list[str | None], await self.store.client.mget(keys))  # decoded
+        job_text, response_text = texts
+        if job_text is None:
+            self.texts.forget(keys)
+            return None
+        self.texts.remember(dict(zip(keys, texts, strict=True)))
+        return StoredJob.from_documents(json.loads(job_text), _parsed(response_text))
 
     async def exists(self, scope: str, job_order_id: str) -> bool:
         return bool(await self.store.client.exists(self.job_key(scope, job_order_id)))
@@ -186,39 +245,36 @@ class JobRepository:
         admit: Admit,
         *,
         reads: Sequence[str] = (),
-        limited: bool = False,
     ) -> Change | Refusal:
         """Store the new job ``admit`` decides on, unless its id is taken or the scope holds
         its limit of jobs already.
 
-        ``reads``: the keys ``admit`` reads (the configuration it checks against), watched and
-        read with the job's own in one round trip, so a change to them makes it decide again.
-        ``limited``: the scope may have a job limit (its count is watched from the start)."""
+        ``reads``: the keys ``admit`` reads (the configuration it checks against), watched with
+        the job's own (read in one round trip, or remembered), so a change to them makes it
+        decide again. The job's keys are assumed free, the count below the limit: the commit's
+        guards check both, and a failed guard decides again on what is read then."""
         job_key = self.job_key(scope, job_order_id)
-        watch = [job_key, self.response_key(scope, job_order_id), *reads]
+        response_key = self.response_key(scope, job_order_id)
+        watch = [job_key, response_key, *reads]
         count_key = self.priority_key(scope)
-        if limited:
-            watch.append(count_key)
 
-        async def attempt(transaction: ScopeTransaction) -> Change:
+        async def attempt(transaction: ScopeTransaction, fresh: bool) -> Change:
             if await transaction.get_json(job_key) is not None:
                 raise _Refused(Refusal("duplicate"))
             admission = await admit(transaction)
             if isinstance(admission, Refusal):
                 raise _Refused(admission)
             limit = admission.limit
-            if limit is not None and count_key not in watch:
-                # A limit the configuration just read sets: decide again, the count watched.
-                watch.append(count_key)
-                raise WatchError("the job count was not watched")
-            # Read on another connection, after the WATCH: a Store or Clear committed from
-            # now on makes this transaction fail, and the count is taken again.
-            if limit is not None and await self.count(scope) >= limit:
-                raise _Refused(Refusal("full", limit=limit))
+            if limit is not None:
+                # Counted now only when deciding again (a full scope fails the guard first).
+                if fresh and await self.count(scope) >= limit:
+                    raise _Refused(Refusal("full", limit=limit))
+                transaction.require_fewer(count_key, limit)
             change = Change(trigger, None, admission.job)
             return self._queue(transaction, change, admission.equipment)
 
-        return await self._swap(scope, watch, attempt)
+        assumed: dict[str, str | None] = {job_key: None, response_key: None}
+        return await self._swap(scope, watch, attempt, assumed)
 
     async def transition(
         self,
@@ -236,7 +292,7 @@ class JobRepository:
         job_key = self.job_key(scope, job_order_id)
         response_key = self.response_key(scope, job_order_id)
 
-        async def attempt(transaction: ScopeTransaction) -> Change:
+        async def attempt(transaction: ScopeTransaction, fresh: bool) -> Change:
             document, response = await transaction.get_json_many([job_key, response_key])
             if document is None:
                 raise _Refused(Refusal("unknown"))
@@ -257,19 +313,38 @@ class JobRepository:
         self,
         scope: str,
         watch: list[str],
-        attempt: Callable[[ScopeTransaction], Awaitable[Change]],
+        attempt: Attempt,
+        assumed: Mapping[str, str | None] | None = None,
     ) -> Change | Refusal:
+        """Decide and commit, on remembered (or ``assumed``) texts first, then on fresh reads
+        while the commit's guards find them changed."""
+        fresh = False
         for tries in range(self.retry_limit):
+            known = {} if fresh else {**(assumed or {}), **self.texts.known(watch)}
             try:
-                async with self.store.transaction(scope, watch=watch) as transaction:
-                    change = await attempt(transaction)
+                async with self.store.transaction(scope, watch=watch, known=known) as transaction:
+                    change = await attempt(transaction, fresh)
             except _Refused as refused:
+                if known:  # decided on texts not read now: decide again on what is stored
+                    self.texts.forget(watch)
+                    fresh = True
+                    continue
                 return refused.refusal
             except WatchError:
-                # Another instance changed the job (or the scope's job count): decide again.
-                # Random, growing pauses keep many contenders from colliding in lockstep.
-                await anyio.sleep(random.uniform(0, min(0.0005 * 2**tries, 0.05)))
+                # Another instance changed the job (or the scope's job count), or what was
+                # remembered is stale: decide again on what is read now. Random, growing
+                # pauses keep many contenders from colliding in lockstep.
+                self.texts.forget(watch)
+                if fresh:
+                    await anyio.sleep(random.uniform(0, min(0.0005 * 2**tries, 0.05)))
+                fresh = True
                 continue
+            except BaseException:
+                self.texts.forget(watch)  # the commit may or may not have happened
+                raise
+            self.texts.remember(transaction.texts)
+            if change.after.state is JobState.END:  # deleted: nothing left to remember
+                self.texts.forget(self._keys(scope, change.after.job_order_id))
             return change
         raise GatewayError(
             f"jobs of scope {scope!r} kept changing: gave up after {self.retry_limit} attempts"
@@ -353,6 +428,10 @@ def change_record(scope: str, change: Change) -> ChangeRecord:
         job_order=_compact(to_json(after.job_order)) if change.trigger.sets_order else None,
         job_response=_compact(to_json(after.response)) if after.state.final else None,
     )
+
+
+def _parsed(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
 
 
 def _compact(document: Any) -> str:

@@ -6,6 +6,7 @@ stores is text (JSON documents, stream fields), so plugins using ``store.client`
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -14,8 +15,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 from redis.asyncio import BlockingConnectionPool, Redis, UnixDomainSocketConnection
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError, WatchError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.changes import ChangeRecord
 from gateway.cloudevents import format_time, utc_now
@@ -24,6 +27,7 @@ from gateway.store import STORE_SCHEMA, KeySchema, StreamBatch, check_scope
 from gateway_redis.clients import connect, connection_errors_named
 from gateway_redis.dedupe import RedisDeduplicator
 from gateway_redis.embedded import EmbeddedRedis
+from gateway_redis.guarded import Batch, Writes
 from gateway_redis.jsondoc import dumps, loads
 from gateway_redis.presence import (
     RedisCommandLedger,
@@ -36,7 +40,6 @@ from gateway_redis.topology import Topology
 from gateway_redis.usage import memory_budget
 
 if TYPE_CHECKING:
-    from redis.asyncio.client import Pipeline
     from redis.commands.core import AsyncScript
 
 log = logging.getLogger(__name__)
@@ -63,33 +66,50 @@ def _now() -> str:
 
 
 class RedisScopeTransaction:
-    """``gateway.store.ScopeTransaction``: writes queued on a MULTI pipeline for one scope.
+    """``gateway.store.ScopeTransaction``: writes to one scope, collected, committed as one
+    guarded script call (``gateway_redis.guarded``).
 
-    ``pipeline`` is already in MULTI mode: whatever is queued on it commits on exit, together
-    with the change records. Reads (``get_json``) happen at once, under the WATCH when there is
-    one, and so do not see the writes queued before them. The watched keys were read with the
-    WATCH, in its round trip (``watched``): reading them costs no other.
+    The watched keys are read when the transaction begins, in one MGET (none when the caller
+    knows their texts: ``known``), and the commit checks that each still holds what was read or
+    known: another instance's change to any of them fails it (``WatchError``), the way WATCH
+    did, in the one round trip of the commit. Reads of other keys (``get_json``) happen at once
+    and are not guarded.
     """
 
     def __init__(
         self,
         store: RedisStore,
         scope: str,
-        pipeline: Pipeline,
         *,
-        watching: bool,
-        watched: Mapping[str, str | None] | None = None,
+        watched: Mapping[str, str | None],
     ):
         self.scope = scope
-        self.pipeline = pipeline
         self.changed = False  # a change record was queued: the scope must be discoverable
+        self.batch = Batch()
         self._store = store
-        self._watching = watching
-        self._watched = watched or {}
+        self._watched = dict(watched)  # what the guards compare
+        self._texts = dict(watched)  # what the commit leaves
+        for key, text in watched.items():
+            self.batch.same_text(key, text)
+        self.pipeline = Writes(self.batch, self._check, self._wrote)
+
+    @property
+    def texts(self) -> Mapping[str, str | None]:
+        return self._texts
+
+    def _check(self, key: str) -> None:
+        self._store.check_key(self.scope, key)
+
+    def _wrote(self, key: str, text: str | None) -> None:
+        if key in self._texts:
+            self._texts[key] = text
 
     def set_json(self, key: str, value: Any, *, ttl_seconds: int | None = None) -> None:
-        self._store.check_key(self.scope, key)
         self.pipeline.set(key, dumps(value), ex=ttl_seconds)
+
+    def require_fewer(self, key: str, limit: int) -> None:
+        self._check(key)
+        self.batch.fewer_than(key, limit)
 
     def append_change(self, record: ChangeRecord) -> None:
         if record.scope != self.scope:
@@ -97,33 +117,25 @@ class RedisScopeTransaction:
         fields = {"ts": _now(), **record.fields()}
         self.pipeline.xadd(
             self._store.keys.changes(self.scope),
-            fields,  # type: ignore[arg-type]  # redis-py types stream fields invariantly
+            fields,
             maxlen=self._store.settings.change_stream_maxlen,
             approximate=True,
         )
         self.changed = True
 
     async def get_json(self, key: str) -> Any:
-        """The document at ``key`` now; watched keys changing later make the commit fail."""
+        """The document at ``key``: as watched, else now."""
         (document,) = await self.get_json_many([key])
         return document
 
     async def get_json_many(self, keys: Sequence[str]) -> list[Any]:
-        """The documents at ``keys`` now, in one round trip (none when every key is watched);
-        watched keys changing later make the commit fail."""
+        """The documents at ``keys``, in one round trip (none when every key is watched)."""
         for key in keys:
-            self._store.check_key(self.scope, key)
+            self._check(key)
         if all(key in self._watched for key in keys):
             return [loads(self._watched[key]) for key in keys]
-        command = getattr(self.pipeline, "immediate_execute_command", None)
-        if not self._watching or command is None:
-            # A Cluster pipeline has no way to send on its WATCHing connection now. Read on
-            # another: the WATCH has been answered, so a change after this read still fails
-            # the commit, which is all the compare-and-swap needs.
-            texts = await self._store.client.mget(keys)
-        else:  # on the WATCHing connection, sent before the MULTI that ``execute`` sends
-            texts = await command("MGET", *keys)
-        return [loads(text) for text in texts]
+        texts = await self._store.client.mget(keys)
+        return [loads(self._watched.get(key, text)) for key, text in zip(keys, texts, strict=True)]
 
 
 class RedisStore:
@@ -157,6 +169,7 @@ class RedisStore:
             poll_ms=settings.cluster_poll_ms,
         )
         self._discover: AsyncScript | None = None
+        self._scripts: dict[str, tuple[str, str]] = {}  # commit scripts: source -> (source, sha)
         self._registered: set[str] = set()  # scopes this process has already made discoverable
 
     @property
@@ -334,35 +347,56 @@ class RedisStore:
 
     @asynccontextmanager
     async def transaction(
-        self, scope: str, *, watch: Sequence[str] = ()
+        self,
+        scope: str,
+        *,
+        watch: Sequence[str] = (),
+        known: Mapping[str, str | None] | None = None,
     ) -> AsyncIterator[RedisScopeTransaction]:
-        """Queue writes to ``scope``; they commit with their change records on a clean exit.
+        """Collect writes to ``scope``; they commit with their change records on a clean exit,
+        as one script call (``gateway_redis.guarded``).
 
         An exception in the block discards everything. With ``watch`` keys, a change to any of
-        them by someone else before the commit raises ``redis.exceptions.WatchError`` and
-        nothing is written: the caller reads again and retries. So does a connection lost
-        while watching (the commit may then have happened: what is read again shows it).
+        them by someone else (since they were read, or from the text ``known`` says they hold)
+        makes the commit raise ``redis.exceptions.WatchError`` and write nothing: the caller
+        reads again and retries. So does a connection lost during the commit (it may then have
+        happened: what is read again shows it).
         """
         check_scope(scope)
         for key in watch:
             self.check_key(scope, key)
-        with connection_errors_named():  # a Cluster client relearns its nodes first if due
-            pipeline = await self.client.pipeline(transaction=True).__aenter__()
-        try:
-            watched = None
-            if watch:
-                with connection_errors_named():  # WATCH is sent at once, outside execute
-                    watched = await _watch(pipeline, watch)
-            pipeline.multi()  # type: ignore[no-untyped-call]  # untyped in redis-py
-            transaction = RedisScopeTransaction(
-                self, scope, pipeline, watching=bool(watch), watched=watched
-            )
-            yield transaction
-            await pipeline.execute()
-        finally:
-            await _reset(pipeline)
+        known = known or {}
+        unread = [key for key in watch if key not in known]
+        texts = cast(list[str | None], await self.client.mget(unread)) if unread else []
+        watched = {key: known[key] for key in watch if key in known}
+        watched.update(zip(unread, texts, strict=True))
+        transaction = RedisScopeTransaction(self, scope, watched=watched)
+        yield transaction
+        await self._commit(transaction.batch)
         if transaction.changed:
             await self._make_discoverable(scope)
+
+    async def _commit(self, batch: Batch) -> None:
+        if batch.empty:
+            return  # nothing to write: nothing the guards protect
+        source = batch.source()
+        script = self._scripts.get(source)
+        if script is None:
+            script = self._scripts[source] = (source, hashlib.sha1(source.encode()).hexdigest())
+        keys, args = batch.arguments()
+        if batch.guarded:
+            reply = await _send_once(self.client, script, keys, args)
+        else:  # no guard: sent again after a lost connection, as redis-py does (idempotent)
+            reply = await self._run_script(script, keys, args)
+        if int(reply[0]) != 1:
+            raise WatchError(f"{reply[1]} changed since it was read")
+
+    async def _run_script(self, script: tuple[str, str], keys: list[str], args: list[str]) -> Any:
+        source, sha = script
+        try:
+            return await self.client.evalsha(sha, len(keys), *keys, *args)
+        except NoScriptError:
+            return await self.client.eval(source, len(keys), *keys, *args)
 
     # -- scope discovery ------------------------------------------------------------------------
 
@@ -419,51 +453,62 @@ class RedisStore:
         return known
 
 
-async def _watch(pipeline: Pipeline, keys: Sequence[str]) -> dict[str, str | None] | None:
-    """WATCH ``keys`` and, in the same round trip, read them (a ``None`` value: the key holds
-    no string); ``None`` when only the WATCH can be sent (a Cluster pipeline).
-
-    Every compare-and-swap reads what it watches: one round trip instead of two. Sent as
-    redis-py's ``immediate_execute_command`` sends the WATCH: on the pipeline's connection,
-    which then holds the WATCH until the commit, with redis-py's retries until it does.
-    """
-    if not hasattr(pipeline, "immediate_execute_command"):  # a Cluster pipeline
-        await pipeline.watch(*keys)
-        return None
-    # A new pipeline holds no connection yet; ``_reset`` releases this one, as after a WATCH.
-    connection = await pipeline.connection_pool.get_connection()  # type: ignore[no-untyped-call]
-    pipeline.connection = connection
-    packed = connection.pack_commands([("WATCH", *keys), ("MGET", *keys)])
-
-    async def send() -> list[str | None]:
-        await connection.send_packed_command(packed)
-        await connection.read_response()
-        return cast(list[str | None], await connection.read_response())
-
-    async def drop(error: Exception) -> None:  # a retry reconnects (and so watches afresh)
-        await connection.disconnect()
-
+async def _send_once(
+    client: Redis, script: tuple[str, str], keys: list[str], args: list[str]
+) -> Any:
+    """Run a guarded commit, never sending it twice: a commit sent again after a lost
+    connection (redis-py's retry) could apply twice when the first one did apply, unseen. A lost
+    connection raises ``WatchError`` instead: the caller reads again, which shows whether the
+    commit happened, and decides again."""
+    source, sha = script
+    if isinstance(cast(object, client), RedisCluster):
+        return await _send_once_on_cluster(client, source, sha, keys, args)
+    pool = client.connection_pool
+    connection = await pool.get_connection()  # type: ignore[no-untyped-call]
     try:
-        texts = await connection.retry.call_with_retry(send, drop)
+        with connection_errors_named():
+            try:
+                return await _call(connection, "EVALSHA", sha, len(keys), *keys, *args)
+            except NoScriptError:  # a restarted server: the script, not yet run, in full
+                return await _call(connection, "EVAL", source, len(keys), *keys, *args)
+    except (RedisConnectionError, RedisTimeoutError, OSError) as error:
+        await connection.disconnect()
+        raise WatchError(
+            f"connection lost at the commit ({error}): it may or may not have happened; read again"
+        ) from error
     except BaseException:
-        # A reply left unread (cancelled between the two) must not reach the next user.
+        # A reply left unread (cancelled while waiting for it) must not reach the next user.
         with anyio.CancelScope(shield=True):
             await connection.disconnect()
         raise
-    pipeline.watching = True
-    return dict(zip(keys, texts, strict=True))
+    finally:
+        await pool.release(connection)
 
 
-async def _reset(pipeline: Pipeline) -> None:
-    """What leaving ``async with pipeline`` does: UNWATCH, give the connection back. On a
-    connection the server closed meanwhile (a failover) the UNWATCH fails, and that is all
-    right: the WATCH went with the connection, which goes back to the pool to reconnect; the
-    commit, if it was sent, stands or failed on its own."""
-    try:
-        with connection_errors_named():
-            await pipeline.reset()  # type: ignore[no-untyped-call]  # untyped in redis-py
-    except RedisConnectionError as error:
-        log.debug("transaction's connection lost before UNWATCH: %s", error)
+async def _call(connection: Any, *command: Any) -> Any:
+    await connection.send_command(*command)
+    return await connection.read_response()
+
+
+async def _send_once_on_cluster(
+    client: Redis, source: str, sha: str, keys: list[str], args: list[str]
+) -> Any:
+    """On a Cluster, in a one-command MULTI/EXEC: its transaction never sends a commit again
+    after a lost connection (``clients.CommitOnceTransaction``), and follows MOVED."""
+    for command in (("EVALSHA", sha), ("EVAL", source)):
+        pipeline = client.pipeline(transaction=True)
+        pipeline.execute_command(*command, len(keys), *keys, *args)
+        try:
+            (reply,) = await pipeline.execute()
+            return reply
+        except NoScriptError:
+            continue
+        except (RedisConnectionError, RedisTimeoutError) as error:
+            raise WatchError(
+                f"connection lost at the commit ({error}): it may or may not have happened; "
+                "read again"
+            ) from error
+    raise GatewayError("the commit script could not be loaded")
 
 
 def _scope_of_changes(keys: KeySchema, key: str) -> str | None:

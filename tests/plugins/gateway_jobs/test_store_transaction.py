@@ -1,10 +1,11 @@
 """A Store decides inside its transaction: the configuration it checks is read with the job's
-WATCH (one round trip) and watched with it (a change before the commit makes it decide again)."""
+documents (one round trip, none when remembered) and guarded with them in the commit (a change
+before the commit makes it decide again)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from redis.asyncio.cluster import RedisCluster
@@ -23,7 +24,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 SCOPE = "cell1"
 
 
-async def test_a_store_reads_the_configuration_it_checks_in_the_round_trip_of_its_watch(
+async def test_a_store_reads_the_configuration_it_checks_once_and_guards_it_in_its_commit(
     jobs: LocalJobs, store: Store
 ) -> None:
     await jobs.manager.config.apply(SCOPE, "workmaster", "PUT", work_master("wm"))
@@ -33,15 +34,23 @@ async def test_a_store_reads_the_configuration_it_checks_in_the_round_trip_of_it
         )
     assert stored.ok, stored.message
     acceptance = jobs.manager.config.allowed_key(SCOPE, JOB_ACCEPTANCE).encode()
-    reads = [packet for packet in sent if acceptance in packet]
-    client: object = store.client  # a RedisCluster on a Cluster, whatever it is typed as
-    if isinstance(client, RedisCluster):
-        # A Cluster pipeline sends its WATCH alone: the configuration is watched with the job.
-        assert any(b"WATCH" in packet and acceptance in packet for packet in sent), sent
-        return
-    assert len(reads) == 1, reads  # no read of its own before the transaction
-    assert b"WATCH" in reads[0], reads
-    assert b"MGET" in reads[0], reads
+    reads = [packet for packet in sent if acceptance in packet and b"MGET" in packet]
+    commits = [packet for packet in sent if acceptance in packet and b"EVAL" in packet]
+    assert len(reads) == 1, sent
+    assert b":job:J1" not in reads[0]  # a new job's keys are assumed free, as the guard checks
+    assert len(commits) == 1, sent  # guarded in the commit, as a WATCH did
+
+    # The next Store remembers the configuration: its commit is its only command.
+    with packets_sent() as sent:
+        stored = await JobsMethods(jobs.manager).call(
+            SCOPE, JobMethod.STORE, {"JobOrder": job_order("J2")}
+        )
+    assert stored.ok, stored.message
+    job_commands = [packet for packet in sent if b"discoveries" not in packet]
+    if not isinstance(cast(object, store.client), RedisCluster):
+        assert len(job_commands) == 1, job_commands
+        assert b"EVALSHA" in job_commands[0]
+    assert not any(b"MGET" in packet for packet in sent), sent
 
 
 async def test_a_work_master_changed_while_a_store_decides_is_decided_on_again(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import cast
 
 import anyio
 import pytest
@@ -251,7 +252,9 @@ async def test_an_unchanged_watched_key_commits_after_reading_it(store: RedisSto
     assert await store.get_json(key) == {"State": "Running"}
 
 
-async def test_the_watched_keys_are_read_in_the_round_trip_of_the_watch(store: RedisStore) -> None:
+async def test_a_commit_is_one_script_call_after_one_read_of_the_watched_keys(
+    store: RedisStore,
+) -> None:
     job = store.keys.scoped("cell-1", "job", "J1")
     response = store.keys.scoped("cell-1", "jobresponse", "J1")
     await store.set_json(job, {"State": "Ready"})
@@ -260,13 +263,79 @@ async def test_the_watched_keys_are_read_in_the_round_trip_of_the_watch(store: R
             assert await tx.get_json_many([job, response]) == [{"State": "Ready"}, None]
             assert await tx.get_json(job) == {"State": "Ready"}
             tx.set_json(job, {"State": "Running"})
+            tx.pipeline.sadd(store.keys.scoped("cell-1", "jobs"), "J1")
+            tx.append_change(a_change(tx.scope, "Start"))
     assert await store.get_json(job) == {"State": "Running"}
-    client: object = store.client  # a RedisCluster on a Cluster, whatever it is typed as
-    if isinstance(client, RedisCluster):
-        return  # a Cluster pipeline sends the WATCH alone (a read goes on another connection)
-    assert len(in_transaction) == 2, in_transaction  # WATCH with MGET, then MULTI ... EXEC
-    assert b"WATCH" in in_transaction[0]
+    assert await store.client.smembers(store.keys.scoped("cell-1", "jobs")) == {"J1"}
+    assert await store.client.xlen(store.keys.changes("cell-1")) == 1
+    commits = [p for p in in_transaction if b"EVAL" in p and b"scope-discoveries" not in p]
+    assert len(commits) == 1, in_transaction  # MULTI ... EXEC around it on a Cluster only
+    assert not any(b"WATCH" in packet for packet in in_transaction)
     assert b"MGET" in in_transaction[0]
+
+
+async def test_known_texts_are_not_read_and_the_commit_is_one_command(store: RedisStore) -> None:
+    job = store.keys.scoped("cell-1", "job", "J1")
+    await store.client.set(job, '{"State":"Ready"}')
+    with packets_sent() as sent:
+        async with store.transaction("cell-1", watch=[job], known={job: '{"State":"Ready"}'}) as tx:
+            assert await tx.get_json(job) == {"State": "Ready"}
+            tx.set_json(job, {"State": "Running"})
+            assert tx.texts == {job: '{"State":"Running"}'}  # what the commit leaves
+    assert await store.get_json(job) == {"State": "Running"}
+    if not isinstance(cast(object, store.client), RedisCluster):
+        assert len(sent) == 1, sent
+        assert b"EVALSHA" in sent[0]
+
+
+async def test_a_stale_known_text_fails_the_commit_and_writes_nothing(store: RedisStore) -> None:
+    job = store.keys.scoped("cell-1", "job", "J1")
+    await store.client.set(job, '{"State":"Aborted"}')  # another instance changed it
+
+    async def start_job(believed: str | None) -> None:
+        async with store.transaction("cell-1", watch=[job], known={job: believed}) as tx:
+            tx.set_json(job, {"State": "Running"})
+            tx.append_change(a_change(tx.scope, "Start"))
+
+    with pytest.raises(WatchError, match="changed"):
+        await start_job('{"State":"Ready"}')
+    with pytest.raises(WatchError):  # believed empty, but it holds something
+        await start_job(None)
+    assert await store.client.get(job) == '{"State":"Aborted"}'
+    assert await store.client.xlen(store.keys.changes("cell-1")) == 0
+
+
+async def test_a_count_guard_refuses_the_commit_at_the_limit(store: RedisStore) -> None:
+    jobs = store.keys.scoped("cell-1", "jobs")
+    await store.client.zadd(jobs, {"J1": 0, "J2": 0})
+
+    async def add(job: str) -> None:
+        async with store.transaction("cell-1") as tx:
+            tx.require_fewer(jobs, 3)
+            tx.pipeline.zadd(jobs, {job: 0})
+
+    await add("J3")
+    with pytest.raises(WatchError):
+        await add("J4")
+    assert await store.client.zcard(jobs) == 3
+
+
+async def test_a_script_queued_in_a_transaction_runs_within_its_commit(store: RedisStore) -> None:
+    counter = store.keys.scoped("cell-1", "counter")
+    listed = store.keys.scoped("cell-1", "listed")
+    add = "redis.call('INCRBY', KEYS[1], ARGV[1])\nif ARGV[2] == 'x' then return 0 end\nreturn 1"
+    for _ in range(2):  # the same composed script, run again
+        async with store.transaction("cell-1") as tx:
+            tx.pipeline.eval(add, 1, counter, 5, "x")
+            tx.pipeline.hset(listed, "a", "1", mapping={"b": "2"})
+            tx.pipeline.eval(add, 1, counter, 1, "y")
+            tx.pipeline.expire(listed, 60)
+    assert await store.client.get(counter) == "12"
+    assert await store.client.hgetall(listed) == {"a": "1", "b": "2"}
+    await store.client.script_flush()  # a restarted server: the script is sent in full
+    async with store.transaction("cell-1", watch=[counter]) as tx:
+        tx.pipeline.eval(add, 1, counter, 1, "y")
+    assert await store.client.get(counter) == "13"
 
 
 async def test_a_watch_on_a_connection_the_server_closed_is_sent_again_on_a_new_one(
