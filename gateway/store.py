@@ -113,12 +113,26 @@ class Claim:
         return not self.duplicate and not self.busy
 
 
+@dataclass(frozen=True)
+class DoneMarker:
+    """The write that makes an event a duplicate: ``text`` at ``key`` (a key of the event's
+    scope, or of ``_global``) for ``ttl_seconds``."""
+
+    key: str
+    text: str
+    ttl_seconds: int
+
+
 class Deduplicator(Protocol):
     """CloudEvent de-duplication by (``source``, ``id``).
 
     A claim is a short lease while the event is handled; only ``complete`` makes it a
     duplicate marker. A handler that fails calls ``release``, and a crashed handler's lease runs
     out, so a message whose first delivery was not processed is never dropped as a duplicate.
+
+    A handler whose effect is one scope transaction may write the marker in it (``done``
+    gives the write, ``committed`` says it was committed): the effect and the marker then
+    commit together, and ``complete`` with the same replies writes nothing more.
     """
 
     async def claim(self, event: CloudEvent) -> Claim: ...
@@ -126,6 +140,14 @@ class Deduplicator(Protocol):
     async def complete(self, event: CloudEvent, replies: Sequence[CloudEvent]) -> None: ...
 
     async def release(self, event: CloudEvent) -> None: ...
+
+    def done(self, event: CloudEvent, replies: Sequence[CloudEvent]) -> DoneMarker:
+        """The marker ``complete(event, replies)`` would write."""
+        ...
+
+    def committed(self, marker: DoneMarker) -> None:
+        """``marker`` was written in a scope transaction: ``complete`` need not write it."""
+        ...
 
 
 class InstanceTable(Protocol):

@@ -317,8 +317,16 @@ class JobManager:
             await self._tell(scope, change.after, command, change.trigger)
 
     async def _start_admitted(self, scope: str, job_order_id: str) -> None:
-        """The dispatcher let the job start: hand it to its interpreter."""
-        job = await self.repository.load(scope, job_order_id)
+        """The dispatcher let the job start: hand it to its interpreter.
+
+        The job as this process remembers it will do when it is in AllowedToStart (it just
+        left the queue, which only such jobs are in): the interpreter takes only its scope and
+        id (and its format, which names the same runtime for every format), and reads the job
+        itself. Remembered otherwise (or not at all), it is read: it may have been let start
+        after another instance's Start this process has not seen."""
+        job = self.repository.remembered(scope, job_order_id)
+        if job is None or TopState.of(job.state) is not TopState.ALLOWED_TO_START:
+            job = await self.repository.load(scope, job_order_id)
         if job is not None and TopState.of(job.state) is TopState.ALLOWED_TO_START:
             await self._tell(scope, job, "start", "dispatch")
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from gateway.cloudevents import CloudEvent, mqtt_safe_text
 from gateway.errors import ValidationError
-from gateway.jobmethods import JobMethod
+from gateway.jobmethods import JobMethod, MethodResult
 from gateway.logs import log_context
 from gateway.store import check_scope
 from gateway.topics import ANY, MesTopics
@@ -39,6 +39,7 @@ from gateway_jobs.events import Cause, method_type
 from gateway_jobs.jobs import JobManager
 from gateway_jobs.methods import JobsMethods
 from gateway_jobs.model import MethodReply, Outcome, ReturnStatus, to_json
+from gateway_jobs.repository import marked
 from gateway_jobs.roles import MES_ROLES
 
 METHOD_TYPES = {method_type(method): method for method in JobMethod if not method.is_query}
@@ -91,15 +92,10 @@ class JobsProcessor:
         if event.subject is None:
             raise ValidationError("subject", "is required: it names the station scope")
         scope = check_scope(event.subject)
-        if event.type in _CALL_TYPES:
-            result = await self.methods.call(
-                scope,
-                _CALL_TYPES[event.type],
-                event.data,
-                correlationid=event.correlationid or event.id,
-                causationid=event.id,
-                requested_by=f"MES {event.source}",
-            )
+        if event.type in METHOD_TYPES:
+            return await self._method(scope, event)
+        if event.type in QUERY_TYPES:
+            result = await self._call(scope, event)
             return [self._reply(event, result.output, result.message)]
         if event.type == BREAKPOINT_TYPE:
             return [await self._breakpoint(scope, event)]
@@ -112,6 +108,29 @@ class JobsProcessor:
             outcome = await self.manager.configure(scope, kind, event.method or PUT, event.data)
         self.count(f"config.{kind}", outcome.status.name)
         return [self._reply(event, MethodReply(outcome.status), outcome.message)]
+
+    async def _call(self, scope: str, event: CloudEvent) -> MethodResult:
+        return await self.methods.call(
+            scope,
+            _CALL_TYPES[event.type],
+            event.data,
+            correlationid=event.correlationid or event.id,
+            causationid=event.id,
+            requested_by=f"MES {event.source}",
+        )
+
+    async def _method(self, scope: str, event: CloudEvent) -> list[CloudEvent]:
+        """A method call. Its success reply is made first, so that the change it makes commits
+        the de-duplication marker holding that reply (``repository.marked``): one commit for
+        both. A refused call commits nothing, and the transport marks it done as usual."""
+        success = self._reply(event, to_json(MethodReply(ReturnStatus.NO_ERROR)))
+        dedupe = self.manager.repository.store.dedupe
+        with marked(scope, dedupe.done(event, [success])) as pending:
+            result = await self._call(scope, event)
+        if pending.written and result.output == success.data and not result.message:
+            dedupe.committed(pending.marker)
+            return [success]
+        return [self._reply(event, result.output, result.message)]
 
     async def _breakpoint(self, scope: str, event: CloudEvent) -> CloudEvent:
         step, job, work_master, enabled = breakpoint_arguments(event.data)

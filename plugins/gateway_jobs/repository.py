@@ -38,7 +38,9 @@ from __future__ import annotations
 import json
 import random
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
@@ -48,7 +50,7 @@ from redis.exceptions import WatchError
 from gateway.changes import ChangeRecord, Trigger
 from gateway.errors import GatewayError
 from gateway.jobstates import JobState, TopState
-from gateway.store import ScopeTransaction, Store
+from gateway.store import DoneMarker, ScopeTransaction, Store
 from gateway_jobs.model import (
     JobResponse,
     from_json,
@@ -115,6 +117,41 @@ Attempt = Callable[[ScopeTransaction, bool], Awaitable[Change]]
 REMEMBERED_KEYS = 4096
 """At most this many documents' texts are remembered (``_Texts``): the jobs held in progress,
 two documents each, and the configuration a Store checks. A job's go when it is deleted."""
+
+
+@dataclass
+class PendingMarker:
+    """A de-duplication marker the next job change of the caller's call commits with its own
+    writes (``marked``): the call's effect and the marker that makes it a duplicate are one
+    commit, not two. Only the call's first change may write it; ``written`` says it did."""
+
+    scope: str
+    marker: DoneMarker
+    open: bool = True
+    written: bool = False
+
+
+_MARKER: ContextVar[PendingMarker | None] = ContextVar("job_change_marker", default=None)
+
+
+@contextmanager
+def marked(scope: str, marker: DoneMarker) -> Iterator[PendingMarker]:
+    """While the block runs, the first job change in ``scope`` commits ``marker`` with it."""
+    pending = PendingMarker(scope, marker)
+    token = _MARKER.set(pending)
+    try:
+        yield pending
+    finally:
+        _MARKER.reset(token)
+
+
+def _take_marker(scope: str) -> PendingMarker | None:
+    """The marker this change commits, if it is the first change of a marked call."""
+    pending = _MARKER.get()
+    if pending is None or not pending.open:
+        return None
+    pending.open = False  # a later change of the call (or of work it set off) writes none
+    return pending if pending.scope == scope else None
 
 
 class _Texts:
@@ -205,6 +242,16 @@ class JobRepository:
             return None
         self.texts.remember(dict(zip(keys, texts, strict=True)))
         return StoredJob.from_documents(json.loads(job_text), _parsed(response_text))
+
+    def remembered(self, scope: str, job_order_id: str) -> StoredJob | None:
+        """The job as this process last wrote or read it, without a read: possibly stale
+        (another instance may have changed it since), for what a stale job cannot harm."""
+        keys = self._keys(scope, job_order_id)
+        texts = self.texts.known(keys)
+        job_text = texts.get(keys[0])
+        if job_text is None or keys[1] not in texts:
+            return None
+        return StoredJob.from_documents(json.loads(job_text), _parsed(texts[keys[1]]))
 
     async def exists(self, scope: str, job_order_id: str) -> bool:
         return bool(await self.store.client.exists(self.job_key(scope, job_order_id)))
@@ -319,11 +366,15 @@ class JobRepository:
         """Decide and commit, on remembered (or ``assumed``) texts first, then on fresh reads
         while the commit's guards find them changed."""
         fresh = False
+        pending = _take_marker(scope)
         for tries in range(self.retry_limit):
             known = {} if fresh else {**(assumed or {}), **self.texts.known(watch)}
             try:
                 async with self.store.transaction(scope, watch=watch, known=known) as transaction:
                     change = await attempt(transaction, fresh)
+                    if pending is not None:
+                        marker = pending.marker
+                        transaction.pipeline.set(marker.key, marker.text, ex=marker.ttl_seconds)
             except _Refused as refused:
                 if known:  # decided on texts not read now: decide again on what is stored
                     self.texts.forget(watch)
@@ -342,6 +393,8 @@ class JobRepository:
             except BaseException:
                 self.texts.forget(watch)  # the commit may or may not have happened
                 raise
+            if pending is not None:
+                pending.written = True
             self.texts.remember(transaction.texts)
             if change.after.state is JobState.END:  # deleted: nothing left to remember
                 self.texts.forget(self._keys(scope, change.after.job_order_id))

@@ -11,12 +11,13 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from gateway.cloudevents import CloudEvent
 from gateway.errors import CloudEventError, GatewayError, ValidationError
-from gateway.store import Claim, KeySchema, check_scope
+from gateway.store import Claim, DoneMarker, KeySchema, check_scope
 from gateway_redis.events import event_from_json, event_to_json
 from gateway_redis.jsondoc import dumps, loads
 
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
     from redis.commands.core import AsyncScript
 
 log = logging.getLogger(__name__)
+
+_COMMITTED_KEPT = 1024  # markers committed and not yet completed: handlers in flight
 
 # Claim, or read what holds the claim, in one round trip. KEYS[1] marker; ARGV[1] busy marker,
 # ARGV[2] lease seconds. Returns nil when claimed, else the current marker.
@@ -60,6 +63,9 @@ class RedisDeduplicator:
         self.owner = uuid.uuid4().hex  # tells this store's claims from other instances'
         self._busy = dumps({"state": "busy", "owner": self.owner})
         self._client: Redis | None = None
+        # Markers written with a handler's own commit, until ``complete`` (or ``release``)
+        # hears of them; bounded, for a handler that never gets that far (cancelled).
+        self._committed: OrderedDict[str, str] = OrderedDict()
         self._claim: AsyncScript | None = None
         self._release: AsyncScript | None = None
 
@@ -91,12 +97,25 @@ class RedisDeduplicator:
     async def complete(self, event: CloudEvent, replies: Sequence[CloudEvent]) -> None:
         if self._client is None:
             raise _not_attached()
-        await self._client.set(self.key(event), self._done(event, replies), ex=self._ttl_seconds)
+        marker = self.done(event, replies)
+        if self._committed.pop(marker.key, None) == marker.text:
+            return  # written with the handler's own commit
+        await self._client.set(marker.key, marker.text, ex=marker.ttl_seconds)
 
     async def release(self, event: CloudEvent) -> None:
         if self._release is None:
             raise _not_attached()
-        await self._release(keys=[self.key(event)], args=[self.owner])
+        key = self.key(event)
+        self._committed.pop(key, None)  # a "done" marker stays: the script keeps it
+        await self._release(keys=[key], args=[self.owner])
+
+    def done(self, event: CloudEvent, replies: Sequence[CloudEvent]) -> DoneMarker:
+        return DoneMarker(self.key(event), self._done(event, replies), self._ttl_seconds)
+
+    def committed(self, marker: DoneMarker) -> None:
+        self._committed[marker.key] = marker.text
+        while len(self._committed) > _COMMITTED_KEPT:
+            self._committed.popitem(last=False)
 
     def _done(self, event: CloudEvent, replies: Sequence[CloudEvent]) -> str:
         try:

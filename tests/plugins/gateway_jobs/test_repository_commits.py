@@ -10,12 +10,16 @@ from typing import Any
 import anyio
 import pytest
 
+from gateway.cloudevents import CloudEvent
 from gateway.jobmethods import JobMethod
 from gateway.jobstates import JobState
 from gateway.store import Store
 from gateway.testing.redis_ha import packets_sent
+from gateway_jobs.events import method_type
 from gateway_jobs.methods import JobsMethods
-from gateway_jobs.model import Outcome
+from gateway_jobs.model import Outcome, ReturnStatus
+from gateway_jobs.processor import JobsProcessor
+from gateway_jobs.repository import marked
 from gateway_jobs.testing import LocalJobs, change_records, job_order, local_jobs, work_master
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
@@ -112,3 +116,61 @@ async def test_what_is_remembered_does_not_grow_with_the_jobs_done(jobs: LocalJo
             assert outcome.ok, outcome.message
         sizes.append(len(remembered))
     assert sizes == [sizes[0]] * 30  # the configuration a Store checks, no job's documents
+
+
+def method_call(method: str, data: dict[str, Any], event_id: str) -> CloudEvent:
+    return CloudEvent(
+        type=method_type(method), source="urn:mes", subject=SCOPE, id=event_id, data=data
+    )
+
+
+async def test_a_method_call_commits_its_de_duplication_marker_with_its_change(
+    jobs: LocalJobs,
+) -> None:
+    await jobs.manager.config.apply(SCOPE, "workmaster", "PUT", IDLE)
+    processor = JobsProcessor(jobs.manager, JobsMethods(jobs.manager), source="urn:test")
+    dedupe = jobs.manager.repository.store.dedupe
+    stored = method_call("Store", {"JobOrder": job_order("J1")}, "call-1")
+    assert (await dedupe.claim(stored)).new
+    with packets_sent() as sent:
+        replies = await processor.handle(stored)
+        await dedupe.complete(stored, replies)  # as the transport does: nothing left to write
+    marker = dedupe.done(stored, replies).key.encode()
+    assert [packet for packet in sent if marker in packet] == [
+        packet for packet in sent if b":job:J1" in packet and b"EVAL" in packet
+    ], sent  # the one commit of the change
+    again = await dedupe.claim(stored)
+    assert again.duplicate
+    assert [reply.id for reply in again.replies] == [reply.id for reply in replies]
+    assert replies[0].data == {"ReturnStatus": ReturnStatus.NO_ERROR.value}
+
+
+async def test_a_refused_method_call_is_marked_done_by_the_transport_as_before(
+    jobs: LocalJobs,
+) -> None:
+    await jobs.manager.config.apply(SCOPE, "workmaster", "PUT", IDLE)
+    processor = JobsProcessor(jobs.manager, JobsMethods(jobs.manager), source="urn:test")
+    dedupe = jobs.manager.repository.store.dedupe
+    assert (await call(jobs, JobMethod.STORE, "J1")).ok
+    duplicate = method_call("Store", {"JobOrder": job_order("J1")}, "call-2")
+    assert (await dedupe.claim(duplicate)).new
+    replies = await processor.handle(duplicate)
+    assert replies[0].data == {"ReturnStatus": ReturnStatus.UNABLE_TO_ACCEPT_JOB_ORDER.value}
+    assert (await dedupe.claim(duplicate)).busy  # not marked by a commit: none was made
+    await dedupe.complete(duplicate, replies)
+    again = await dedupe.claim(duplicate)
+    assert again.duplicate
+    assert [reply.id for reply in again.replies] == [reply.id for reply in replies]
+
+
+async def test_only_the_calls_own_change_commits_its_marker(jobs: LocalJobs) -> None:
+    dedupe = jobs.manager.repository.store.dedupe
+    await jobs.manager.config.apply(SCOPE, "workmaster", "PUT", IDLE)
+    event = method_call("Store", {"JobOrder": job_order("J1")}, "call-3")
+    with marked(SCOPE, dedupe.done(event, [])) as pending:
+        assert (await call(jobs, JobMethod.STORE, "J1")).ok
+        assert pending.written
+        assert not (await dedupe.claim(event)).new  # marked done with the Store
+        await jobs.manager.repository.store.client.delete(pending.marker.key)
+        assert (await call(jobs, JobMethod.ABORT, "J1")).ok  # a later change: no marker
+    assert (await dedupe.claim(event)).new
