@@ -10,7 +10,7 @@ import pytest
 
 from gateway.cloudevents import JSON, CloudEvent
 from gateway.errors import CloudEventError, ValidationError
-from gateway.store import Claim
+from gateway.store import Claim, DoneMarker
 from gateway.transport import (
     ERROR_EVENT_TYPE,
     INVALID_REQUEST,
@@ -352,6 +352,12 @@ class ClaimLog:
 
     async def release(self, event: CloudEvent) -> None:
         raise AssertionError("nothing fails here")
+
+    def done(self, event: CloudEvent, replies: Sequence[CloudEvent]) -> DoneMarker:
+        return DoneMarker(event.id, "done", 60)
+
+    def committed(self, marker: DoneMarker) -> None:
+        raise AssertionError("no handler here commits a marker")
 
 
 @pytest.mark.anyio

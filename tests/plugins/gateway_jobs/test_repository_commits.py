@@ -11,13 +11,13 @@ import anyio
 import pytest
 
 from gateway.cloudevents import CloudEvent
-from gateway.jobmethods import JobMethod
+from gateway.jobmethods import JobMethod, MethodResult
 from gateway.jobstates import JobState
 from gateway.store import Store
 from gateway.testing.redis_ha import packets_sent
 from gateway_jobs.events import method_type
 from gateway_jobs.methods import JobsMethods
-from gateway_jobs.model import Outcome, ReturnStatus
+from gateway_jobs.model import ReturnStatus
 from gateway_jobs.processor import JobsProcessor
 from gateway_jobs.repository import marked
 from gateway_jobs.testing import LocalJobs, change_records, job_order, local_jobs, work_master
@@ -28,7 +28,7 @@ SCOPE = "cell1"
 IDLE = work_master("wm", {})  # its recipe reports nothing when started
 
 
-async def call(jobs: LocalJobs, method: JobMethod, job: str) -> Outcome:
+async def call(jobs: LocalJobs, method: JobMethod, job: str) -> MethodResult:
     arguments: dict[str, Any] = (
         {"JobOrder": job_order(job)} if method is JobMethod.STORE else {"JobOrderID": job}
     )
@@ -86,7 +86,7 @@ async def test_concurrent_stores_of_two_instances_never_overshoot_the_job_limit(
 ) -> None:
     first = local_jobs(store, max_job_orders=3)
     await first.manager.config.apply(SCOPE, "workmaster", "PUT", IDLE)
-    outcomes: list[Outcome] = []
+    outcomes: list[MethodResult] = []
     async with store_factory() as other_store:
         second = local_jobs(other_store, max_job_orders=3)
         # Both remember the scope's configuration, and neither has counted the jobs.

@@ -174,7 +174,7 @@ async def append(store: Store, *records: ChangeRecord | dict[str, str]) -> None:
             if isinstance(change, ChangeRecord):
                 transaction.append_change(change)
             else:
-                transaction.pipeline.xadd(store.keys.changes("cell9"), change)  # type: ignore[arg-type]
+                transaction.pipeline.xadd(store.keys.changes("cell9"), change)
 
 
 async def test_records_that_carry_the_documents_need_no_document_source(
