@@ -164,6 +164,15 @@ return {started, due and tostring(due) or '', view() or false, unqueued()}
 """
 
 
+# KEYS: waiting, arrival, admitted, online, config:jobacceptance, blocked. What ``read_queue``
+# reads, in one command: {waiting, arrivals with scores, admitted, online, acceptance, blocked}.
+READ = """
+return {redis.call('HGETALL', KEYS[1]), redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES'),
+        redis.call('HGETALL', KEYS[3]), redis.call('GET', KEYS[4]), redis.call('GET', KEYS[5]),
+        redis.call('HGETALL', KEYS[6])}
+"""
+
+
 @dataclass(frozen=True)
 class QueueEntry:
     """A job in AllowedToStart not let start yet, as the queue orders it."""
@@ -330,17 +339,20 @@ def queue_change(
 
 
 async def read_queue(keys: QueueKeys, scope: str, capacity: int) -> QueueView:
-    """The scope's queue, ordered as the dispatcher considers it (one round trip);
+    """The scope's queue, ordered as the dispatcher considers it (one script call);
     ``capacity``: the ``[jobs]`` setting, unless the scope's jobacceptance overrides it."""
-    pipeline = keys.store.client.pipeline(transaction=True)
-    pipeline.hgetall(keys.waiting(scope))
-    pipeline.zrange(keys.arrival(scope), 0, -1, withscores=True)
-    pipeline.hgetall(keys.admitted(scope))
-    pipeline.get(keys.online(scope))
-    pipeline.get(keys.acceptance(scope))
-    pipeline.hgetall(keys.blocked(scope))
-    waiting, arrivals, admitted, online, acceptance, blocked = await pipeline.execute()
-    return queue_view(waiting, arrivals, admitted, online, acceptance, blocked, capacity)
+    script = keys.store.client.register_script(READ)
+    reply = await script(
+        keys=[
+            keys.waiting(scope),
+            keys.arrival(scope),
+            keys.admitted(scope),
+            keys.online(scope),
+            keys.acceptance(scope),
+            keys.blocked(scope),
+        ]
+    )
+    return scripted_view(reply, capacity)
 
 
 def scripted_view(reply: Sequence[Any], capacity: int) -> QueueView:
@@ -375,7 +387,7 @@ def queue_view(
     if acceptance is not None:
         override = from_json(json.loads(acceptance), JobAcceptance).max_running_job_orders
         capacity = capacity if override is None else override
-    arrival = {str(job): int(score) for job, score in arrivals}
+    arrival = {str(job): int(float(score)) for job, score in arrivals}
     entries = []
     for job, text in waiting.items():
         entry = json.loads(text)

@@ -8,6 +8,7 @@ import pytest
 
 from gateway.jobstates import TopState
 from gateway.store import Store
+from gateway.testing.redis_ha import packets_sent
 from gateway_jobs.events import Cause
 from gateway_jobs.model import JobOrder as JobOrderModel
 from gateway_jobs.model import JobOrderCall, JobOrderIDCall, from_json
@@ -61,6 +62,24 @@ async def test_capacity_one_runs_the_highest_priority_first(jobs: LocalJobs) -> 
     for running, after in (("p5", ["p5", "p3"]), ("p3", ["p5", "p3", "p1"])):
         await act(jobs, "Stop", running)
         assert jobs.interpreter.started == after
+
+
+async def test_the_queue_is_read_in_one_command(jobs: LocalJobs) -> None:
+    await configured(jobs, "press")
+    await jobs.manager.configure(SCOPE, "online", "PUT", {"Online": False, "Reason": "shift"})
+    await submit(jobs, "waits", priority=2, EquipmentRequirements=needs("press"))
+    await submit(jobs, "later", StartTime="2027-01-15T10:00:00Z")
+    await jobs.manager.dispatcher.queue(SCOPE)  # the script loaded on a first call
+    with packets_sent() as sent:
+        view = await jobs.manager.dispatcher.queue(SCOPE)
+    assert [packet.split(b"\r\n")[2] for packet in sent] == [b"EVALSHA"]
+    assert (view.online, view.reason, view.admitted) == (False, "shift", {})
+    assert [(e.job_order_id, e.position, e.equipment) for e in view.waiting] == [
+        ("waits", 1, ("press",)),
+        ("later", 2, ()),
+    ]
+    assert view.waiting[1].start_time == start_seconds("2027-01-15T10:00:00Z")
+    assert view.waiting[0].arrival < view.waiting[1].arrival
 
 
 async def test_queue_position_is_in_the_job_response(jobs: LocalJobs) -> None:
