@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import anyio
 import pytest
 from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.connection import Connection
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError, WatchError
 
 from gateway.changes import ChangeRecord, Trigger
@@ -303,6 +305,38 @@ async def test_a_stale_known_text_fails_the_commit_and_writes_nothing(store: Red
         await start_job(None)
     assert await store.client.get(job) == '{"State":"Aborted"}'
     assert await store.client.xlen(store.keys.changes("cell-1")) == 0
+
+
+async def test_a_commit_whose_reply_is_lost_is_not_sent_again(
+    store: RedisStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server ran the commit, the reply never came (a connection lost): sent again, a
+    commit could apply twice; it fails with ``WatchError`` instead, and a read shows it."""
+    job = store.keys.scoped("cell-1", "job", "J1")
+    await store.client.set(job, '{"State":"Ready"}')
+    read = Connection.read_response
+    lost: list[bool] = []
+
+    async def reply_lost(self: Connection, *args: Any, **kwargs: Any) -> Any:
+        reply = await read(self, *args, **kwargs)
+        # The commit's own reply (in EXEC's on a Cluster); a failed guard's is [0, key].
+        if not lost and reply in ([1], [[1]]):
+            lost.append(True)
+            raise RedisConnectionError("connection lost while reading the reply")
+        return reply
+
+    async def start_job() -> None:
+        async with store.transaction("cell-1", watch=[job]) as tx:
+            tx.set_json(job, {"State": "Running"})
+            tx.append_change(a_change(tx.scope, "Start"))
+
+    monkeypatch.setattr(Connection, "read_response", reply_lost)
+    with pytest.raises(WatchError, match="may or may not have happened"):
+        await start_job()
+    monkeypatch.undo()
+    assert lost
+    assert await store.get_json(job) == {"State": "Running"}
+    assert await store.client.xlen(store.keys.changes("cell-1")) == 1  # once
 
 
 async def test_a_count_guard_refuses_the_commit_at_the_limit(store: RedisStore) -> None:
