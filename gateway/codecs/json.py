@@ -19,8 +19,12 @@ class JsonCodec:
 
     def dumps(self, value: Any) -> bytes:
         try:
-            plain = self.converter.unstructure(value)
-            return json.dumps(plain, separators=(",", ":"), allow_nan=False).encode()
+            try:  # plain data (most payloads) as it is: cattrs would walk it to change nothing
+                text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+            except TypeError:  # something only cattrs unstructures (a dataclass, a datetime)
+                plain = self.converter.unstructure(value)
+                text = json.dumps(plain, separators=(",", ":"), allow_nan=False)
+            return text.encode()
         except (TypeError, ValueError) as error:
             raise CloudEventError("data", f"cannot be encoded as JSON: {error}") from None
 

@@ -25,7 +25,7 @@ from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import MaxConnectionsError, RedisError, WatchError
 
-from gateway_redis.connection import LeanConnection
+from gateway_redis.connection import LeanBlockingPool, LeanConnection
 from gateway_redis.settings import (
     RedisSettings,
     connection_options,
@@ -281,7 +281,7 @@ async def connect(settings: RedisSettings, options: dict[str, Any], stack: Async
     credentials = connection_options(settings)
     if deployment.topology is Topology.SINGLE:
         # redis:// on LeanConnection; rediss:// and unix:// keep their own (the URL decides).
-        pool = BlockingConnectionPool.from_url(
+        pool = LeanBlockingPool.from_url(
             connection_url(settings),
             connection_class=LeanConnection,
             **pool_options,

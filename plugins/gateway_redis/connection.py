@@ -26,7 +26,7 @@ from functools import cache
 from typing import Any
 
 import hiredis
-from redis.asyncio.connection import Connection
+from redis.asyncio.connection import BlockingConnectionPool, Connection, ConnectionPool
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import DataError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -117,3 +117,51 @@ def _packable(value: object) -> bool:
     return isinstance(value, str | bytes | float) or (
         isinstance(value, int) and not isinstance(value, bool)
     )
+
+
+class LeanBlockingPool(BlockingConnectionPool):
+    """redis-py's bounded pool, handing out a free connection without its queue.
+
+    ``BlockingConnectionPool`` queues every command for a connection behind a condition and
+    a timeout (a lock, a timer and a wait per command, and another lock on the way back)
+    even when connections are free. Here a command takes a free connection directly while
+    no other command waits for one; when one waits (every connection busy at
+    ``max_connections``), commands queue as redis-py queues them, and a connection given
+    back wakes the first of them."""
+
+    async def get_connection(self, command_name: Any = None, *keys: Any, **options: Any) -> Any:
+        condition = self._condition
+        if (
+            command_name is None
+            and not keys
+            and not options
+            and not self._in_maintenance
+            and not condition.locked()
+            and not _waiting(condition)
+            and self.can_get_connection()
+        ):
+            connection = self.get_available_connection()  # type: ignore[no-untyped-call]
+            try:
+                await self.ensure_connection(connection)
+            except BaseException:
+                await self.release(connection)
+                raise
+            return connection
+        if command_name is None and not keys and not options:  # no deprecation warning
+            return await super().get_connection()  # type: ignore[no-untyped-call]
+        return await super().get_connection(command_name, *keys, **options)  # type: ignore[no-untyped-call]
+
+    async def release(self, connection: Any) -> None:
+        condition = self._condition
+        if self._in_maintenance or condition.locked() or _waiting(condition):
+            await super().release(connection)
+            return
+        await ConnectionPool.release(self, connection)
+        if _waiting(condition):  # one came to wait meanwhile: it learns of this connection
+            async with condition:
+                condition.notify()
+
+
+def _waiting(condition: asyncio.Condition) -> bool:
+    """Whether a task waits on ``condition`` (asyncio keeps them in ``_waiters``)."""
+    return bool(condition._waiters)

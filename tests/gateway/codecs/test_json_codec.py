@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from datetime import UTC
+from enum import Enum, StrEnum
 from typing import Any
 
 import pytest
@@ -151,3 +153,36 @@ def test_structured_data_for_a_content_type_without_codec_is_rejected() -> None:
     with pytest.raises(CloudEventError) as caught:
         encode_data({"a": 1}, "text/plain")
     assert caught.value.element == "datacontenttype"
+
+
+class Colour(Enum):
+    RED = "red"
+
+
+class Level(StrEnum):
+    HIGH = "high"
+
+
+def through_cattrs(value: Any) -> bytes:
+    """The encoding of every value before plain data skipped cattrs."""
+    plain = CODEC.converter.unstructure(value)
+    return json.dumps(plain, separators=(",", ":"), allow_nan=False).encode()
+
+
+@settings(max_examples=200)
+@given(
+    st.recursive(
+        json_scalars
+        | st.sampled_from([Colour.RED, Level.HIGH, b"\x00bytes"])
+        | st.builds(Part, st.text(max_size=5), st.integers(0, 9))
+        | st.datetimes(timezones=st.just(UTC)),
+        lambda children: (
+            st.lists(children, max_size=4)
+            | st.lists(children, max_size=3).map(tuple)
+            | st.dictionaries(st.text(max_size=5), children, max_size=4)
+        ),
+        max_leaves=12,
+    )
+)
+def test_plain_data_and_what_cattrs_unstructures_encode_as_before(value: Any) -> None:
+    assert CODEC.dumps(value) == through_cattrs(value)

@@ -10,10 +10,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.connection import Connection
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import DataError
 
 from gateway_redis.clients import FailoverRedis
-from gateway_redis.connection import LeanConnection
+from gateway_redis.connection import LeanBlockingPool, LeanConnection
 
 arguments = st.one_of(
     st.text(),
@@ -90,3 +91,42 @@ async def test_a_rediss_url_keeps_the_tls_connection() -> None:
         "rediss://127.0.0.1:1/0", connection_class=LeanConnection
     )
     assert pool.connection_class is not LeanConnection
+
+
+@pytest.mark.anyio
+async def test_commands_beyond_the_pools_connections_wait_their_turn(redis_single_url: str) -> None:
+    pool = LeanBlockingPool.from_url(
+        redis_single_url,
+        connection_class=LeanConnection,
+        max_connections=2,
+        timeout=5,
+        decode_responses=True,
+        protocol=2,
+    )
+    client: Redis = FailoverRedis.from_pool(pool)
+    try:
+        values = [str(index) for index in range(300)]
+        replies = await asyncio.gather(*(client.echo(value) for value in values))
+        assert replies == values
+        assert len(pool._available_connections) + len(pool._in_use_connections) <= 2
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_command_finding_no_free_connection_in_time_fails_as_redis_py_says(
+    redis_single_url: str, unique: str
+) -> None:
+    pool = LeanBlockingPool.from_url(
+        redis_single_url, connection_class=LeanConnection, max_connections=1, timeout=0.2
+    )
+    client: Redis = FailoverRedis.from_pool(pool)
+    try:
+        blocked = asyncio.ensure_future(client.blpop([f"{unique}:never"], timeout=2))
+        await asyncio.sleep(0.1)  # it holds the only connection
+        with pytest.raises(RedisConnectionError, match="No connection available"):
+            await client.get(f"{unique}:x")
+        assert await blocked is None  # its own wait ends; then the connection serves again
+        assert await client.get(f"{unique}:x") is None
+    finally:
+        await client.aclose()
