@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, cast
@@ -41,12 +42,17 @@ class WorkConsumer:
         self._fire_due: Any = None
         self._acknowledge_entry: Any = None
         self._slots: anyio.Semaphore | None = None
+        self._wake_at = 0.0  # when the timers are looked at next (``timers``)
+        self._fired_at = 0.0
+        self._woken: anyio.Event | None = None
 
     def start(self) -> None:
         """Called when the engine starts running (the client and event loop exist by then)."""
         self._fire_due = self.context.client.register_script(FIRE_DUE)
         self._acknowledge_entry = self.context.client.register_script(ACKNOWLEDGE)
         self._slots = anyio.Semaphore(self.context.settings.max_concurrent_items)
+        self._wake_at = 0.0
+        self._woken = anyio.Event()
 
     async def read_loop(self, handlers: TaskGroup) -> None:
         """Read work entries for ever; a store outage fails ``recipe-runtime.read`` meanwhile."""
@@ -167,11 +173,39 @@ class WorkConsumer:
     async def _acknowledge(self, stream: str, entry_id: str) -> None:
         await self._acknowledge_entry(keys=[stream], args=[GROUP, entry_id])
 
-    async def fire_due_timers(self) -> None:
+    def due_at(self, due: float) -> None:
+        """A commit here set a timer, or a command's deadline to be confirmed sent, due then:
+        the timers are looked at then (``timers``), not only at the next idle look."""
+        due = max(due, self._fired_at + self.context.settings.timer_poll_seconds)
+        if due < self._wake_at and self._woken is not None:
+            self._wake_at = due
+            self._woken.set()
+
+    async def timers(self) -> None:
+        """Fire what is due, then wait for the next due time this instance knows of: the
+        earliest left in the scopes' sets, one its own commits set since (``due_at``), and at
+        the latest a scope poll from now, for the timers of an instance that died (they fire
+        that late at most). Not a look every ``timer_poll_seconds`` (twenty a second) while
+        nothing is due; two looks stay that far apart."""
+        settings = self.context.settings
+        next_due = await self.fire_due_timers()
+        now = self._fired_at = time.time()
+        latest = now + max(settings.scope_poll_seconds, settings.timer_poll_seconds)
+        self._wake_at = max(now + settings.timer_poll_seconds, min(next_due, latest))
+        while (delay := self._wake_at - time.time()) > 0:
+            self._woken = anyio.Event()
+            with anyio.move_on_after(delay):
+                await self._woken.wait()
+
+    async def fire_due_timers(self) -> float:
         """Move due timers, and commands whose publication was not confirmed in time, of every
-        scope to its work stream."""
+        scope to its work stream; the earliest due time left (``inf``: none)."""
         now = time.time()
         keys = self.context.keys
+        next_due = math.inf
         for scope in list(self.scopes.scopes):
             due = [keys.timers(scope), keys.outbox(scope), keys.work(scope)]
-            await self._fire_due(keys=due, args=[now, 100])
+            _, left = await self._fire_due(keys=due, args=[now, 100])
+            if left:
+                next_due = min(next_due, float(left))
+        return next_due

@@ -71,10 +71,11 @@ class Coordinator:
         self.steps = StepHandlers(
             context, self.scopes, self.executions, self.recipes, self.events, self.breakpoints
         )
-        self.executions.committed = self.steps.publish
         self.edits = StepEdits(context, self.executions, self.recipes, self.breakpoints)
         self.work = WorkQueue(context, self.scopes)
         self.consumer = WorkConsumer(context, self.scopes, self.steps.handle)
+        self.executions.committed = self.steps.publish
+        self.executions.due_at = self.consumer.due_at
         self.reconciler = Reconciler(
             context, self.scopes, self.executions, self.work, self.breakpoints
         )
@@ -294,12 +295,7 @@ class Coordinator:
                 loops.start_soon(self.consumer.read_loop, handlers)
                 # Each loop survives store outages under a readiness check of its own (logged
                 # once per outage, /readyz 503 naming it meanwhile; gateway.resilience).
-                loops.start_soon(
-                    resilience.every,
-                    "recipe-runtime.timers",
-                    settings.timer_poll_seconds,
-                    self.consumer.fire_due_timers,
-                )
+                loops.start_soon(resilience.forever, "recipe-runtime.timers", self.consumer.timers)
                 loops.start_soon(
                     resilience.every,
                     "recipe-runtime.claims",
@@ -326,10 +322,12 @@ class Coordinator:
                 )
                 if methods is not None:
                     loops.start_soon(self.memory.follow, methods)
+                # Well within the time a command may stay unconfirmed before it is sent again;
+                # mostly the commit of its reply has dropped it from the outbox already.
                 loops.start_soon(
                     resilience.every,
                     "recipe-runtime.outbox",
-                    settings.timer_poll_seconds,
+                    max(settings.timer_poll_seconds, settings.outbox_grace_seconds / 5),
                     self.steps.flush_published,
                 )
                 await self.context.gateway.stopping.wait()

@@ -86,6 +86,9 @@ class ExecutionStore:
         # the write adds a work entry for the report instead. A crash before the report leaves
         # the execution finishing, which reconciliation reports (``reconcile.report_lost``).
         self.report_here: ReportHere | None = None
+        # Called after a write that set timers or sent commands: the earliest due time (a
+        # timer's, or when a command unconfirmed is sent again), so it is looked at on time.
+        self.due_at: Callable[[float], None] | None = None
 
     def start(self) -> None:
         """Called when the engine starts running: the store's client is new on every run."""
@@ -375,6 +378,11 @@ class ExecutionStore:
         if commit is not Commit.WRITTEN:
             execution.version = previous_version
             execution.actions.update(done_runs)
+        elif self.due_at is not None and (effects.timers or effects.sends):
+            dues = [timer.due for timer in effects.timers]
+            if effects.sends:
+                dues.append(resend_at)
+            self.due_at(min(dues))
         return commit
 
     def _dropped_kept(self, scope: str, job: str, dropped: int) -> None:

@@ -146,6 +146,8 @@ return 1
 #   committed them died before publishing, or is stuck): "send" entries, which any instance
 #   sends again if their try is still outstanding. Outbox members are JSON
 #   ``[job, action, attempt]``.
+# Returns {moved, the earliest due time left of either set ("" none), as a string: Lua numbers
+# come back as integers}.
 FIRE_DUE = """
 local now, limit = ARGV[1], tonumber(ARGV[2])
 local moved = 0
@@ -168,7 +170,14 @@ for _, member in ipairs(unsent) do
     moved = moved + 1
   end
 end
-return moved
+local next_due = ''
+for index = 1, 2 do
+  local first = redis.call('ZRANGE', KEYS[index], 0, 0, 'WITHSCORES')
+  if first[2] and (next_due == '' or tonumber(first[2]) < tonumber(next_due)) then
+    next_due = first[2]
+  end
+end
+return {moved, next_due}
 """
 
 # A work entry handled: acknowledged and deleted at once (one call, not MULTI/XACK/XDEL/EXEC).

@@ -169,3 +169,31 @@ async def test_a_start_with_no_runtime_running_here_goes_to_the_work_stream(
     job = RecipeJob(SCOPE, "J1", {}, {}, "2026-11-29T00:00:00Z")
     await coordinator.start_job(job)
     assert handed == [(SCOPE, "J1")]
+
+
+async def test_a_timer_a_commit_sets_fires_on_time_though_idle_looks_are_rare(
+    mqtt_url: str, redis_url: str, unique: str
+) -> None:
+    """The timers are looked at when one this instance set is due, not every poll interval:
+    with the idle look a minute away, an action's 0.3 s timeout still ends the job in time."""
+
+    def silent(command: EquipmentCommand) -> Any:
+        raise NoAnswer
+
+    gateway = station_with(
+        TestEquipment(behaviours={"bench": silent}),
+        mqtt_url,
+        redis_url,
+        unique,
+        GATEWAY_RUNTIME_SCOPE_POLL_SECONDS="60",
+    )
+    async with running(gateway), connect_test_client(mqtt_url) as client:
+        mes = JobsMes(client, unique, SCOPE)
+        recipe = linear_recipe(1, timeout_seconds=0.3)
+        wm = work_master("WM1", recipe, dataschema=DATASCHEMA)
+        assert return_status(await mes.configure("workmaster", wm)) == 1
+        order = job_order("J1", work_masters=["WM1"])
+        assert return_status(await mes.store(order, method="StoreAndStart")) == 1
+        with anyio.fail_after(5):
+            response = await final_response(mes, "J1")
+    assert state_of(response)[0] == "Aborted"
