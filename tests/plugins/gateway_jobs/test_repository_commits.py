@@ -5,6 +5,7 @@ the commit's guard, or, for a refusal, by deciding again on what is stored."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import pairwise
 from typing import Any
 
 import anyio
@@ -174,3 +175,28 @@ async def test_only_the_calls_own_change_commits_its_marker(jobs: LocalJobs) -> 
         await jobs.manager.repository.store.client.delete(pending.marker.key)
         assert (await call(jobs, JobMethod.ABORT, "J1")).ok  # a later change: no marker
     assert (await dedupe.claim(event)).new
+
+
+async def test_two_instances_changing_one_job_at_once_keep_its_records_a_chain(
+    jobs: LocalJobs, store_factory: Callable[[], Store]
+) -> None:
+    """Each instance decides on what it remembers, often stale (the other changed the job):
+    every change still follows the one before it, and each is recorded once."""
+    await jobs.manager.config.apply(SCOPE, "workmaster", "PUT", IDLE)
+    assert (await call(jobs, JobMethod.STORE, "J1")).ok
+    done: list[MethodResult] = []
+    async with store_factory() as other_store:
+        other = local_jobs(other_store)
+
+        async def toggle(instance: LocalJobs) -> None:
+            for _ in range(15):
+                for method in (JobMethod.START, JobMethod.REVOKE_START):
+                    done.append(await call(instance, method, "J1"))
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(toggle, jobs)
+            tasks.start_soon(toggle, other)
+    records = await change_records(jobs.manager.repository.store, SCOPE)
+    assert len(records) == 1 + sum(result.ok for result in done)
+    for before, after in pairwise(records):
+        assert after.previous == before.state, (before, after)
