@@ -82,6 +82,9 @@ class Coordinator:
         self.resender = Resender(context, self.scopes, self.executions, self.recipes, self.work)
         context.metrics.sample_streams(gateway.metrics, self._group_info)
         self._handlers: TaskGroup | None = None  # while the engine runs: work done here
+        # Starts and reports made here at once, at most (as many as work entries: a burst of
+        # admissions waits here rather than opening a connection each).
+        self._in_place: anyio.Semaphore | None = None
 
     @property
     def settings(self) -> RuntimeSettings:
@@ -111,6 +114,11 @@ class Coordinator:
         handlers.start_soon(self._start_here, job.scope, job.job_order_id)
 
     async def _start_here(self, scope: str, job: str) -> None:
+        assert self._in_place is not None
+        async with self._in_place:
+            await self._start_in_place(scope, job)
+
+    async def _start_in_place(self, scope: str, job: str) -> None:
         with log_context(scope=scope, job=job):
             try:
                 if scope not in self.scopes.scopes:
@@ -133,6 +141,11 @@ class Coordinator:
         self._handlers.start_soon(self._report_here, execution)
 
     async def _report_here(self, execution: Execution) -> None:
+        assert self._in_place is not None
+        async with self._in_place:
+            await self._report_in_place(execution)
+
+    async def _report_in_place(self, execution: Execution) -> None:
         scope, job = execution.scope, execution.job
         with log_context(scope=scope, job=job):
             try:
@@ -281,6 +294,7 @@ class Coordinator:
         self.consumer.start()
         self.executions.start()
         self.events.start()
+        self._in_place = anyio.Semaphore(settings.max_concurrent_items)
         await self.scopes.adopt_known()
         await self.reconciler.recovery_scan()
         await self.reconciler.reconcile()

@@ -197,3 +197,56 @@ async def test_a_timer_a_commit_sets_fires_on_time_though_idle_looks_are_rare(
         with anyio.fail_after(5):
             response = await final_response(mes, "J1")
     assert state_of(response)[0] == "Aborted"
+
+
+async def test_a_burst_of_admissions_starts_as_many_jobs_at_once_as_work_entries(
+    mqtt_url: str, redis_url: str, unique: str
+) -> None:
+    gateway = station_with(
+        TestEquipment(),
+        mqtt_url,
+        redis_url,
+        unique,
+        GATEWAY_RUNTIME_MAX_CONCURRENT_ITEMS="2",
+        GATEWAY_JOBS_MAX_RUNNING_JOB_ORDERS="0",  # all four admitted at once
+        GATEWAY_JOBS_EQUIPMENT_ALLOCATION="false",
+    )
+    coordinator = gateway.state.get(Coordinator)
+    start = coordinator.steps.start
+    release = anyio.Event()
+    starting: list[str] = []
+    now = peak = 0
+
+    async def held_start(scope: str, job: str) -> None:
+        nonlocal now, peak
+        now += 1
+        peak = max(peak, now)
+        starting.append(job)
+        await release.wait()
+        now -= 1
+        await start(scope, job)
+
+    handed: list[str] = []
+    start_job = coordinator.start_job
+
+    async def counted_start_job(job: RecipeJob) -> None:
+        await start_job(job)
+        handed.append(job.job_order_id)
+
+    coordinator.steps.start = held_start  # type: ignore[method-assign]
+    coordinator.start_job = counted_start_job  # type: ignore[method-assign]
+    async with running(gateway), connect_test_client(mqtt_url) as client:
+        mes = JobsMes(client, unique, SCOPE)
+        wm = work_master("WM1", linear_recipe(1), dataschema=DATASCHEMA)
+        assert return_status(await mes.configure("workmaster", wm)) == 1
+        jobs = [f"J{number}" for number in range(4)]
+        for job in jobs:
+            order = job_order(job, work_masters=["WM1"])
+            assert return_status(await mes.store(order, method="StoreAndStart")) == 1
+        await poll_until(lambda: _is(len(handed), len(jobs)))  # all four handed over
+        await anyio.wait_all_tasks_blocked()  # and as far as they go
+        assert len(starting) == 2
+        release.set()
+        for job in jobs:
+            assert state_of(await final_response(mes, job))[:2] == ["Ended", "Completed"]
+    assert peak == 2
