@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections import Counter
@@ -214,7 +215,9 @@ class FaultStation:
             with anyio.fail_after(5):
                 stream = await anyio.connect_tcp("127.0.0.1", self.http_ports[instance])
                 async with stream:
-                    await stream.send(b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n")
+                    await stream.send(
+                        b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+                    )
                     data = b""
                     while True:
                         try:
@@ -225,6 +228,10 @@ class FaultStation:
             return 0, {}
         head, _, body = data.partition(b"\r\n\r\n")
         status = int(head.split(b" ", 2)[1])
+        # The body is what Content-Length says, not whatever else the socket held.
+        length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+        if length is not None:
+            body = body[: int(length.group(1))]
         return status, json.loads(body) if body else {}
 
     @asynccontextmanager
