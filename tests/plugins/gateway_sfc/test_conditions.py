@@ -10,12 +10,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.conditions import (
+from gateway.conditionparser import unparse
+from gateway.conditions import Condition, parse_condition
+from gateway.errors import ValidationError
+from gateway.expressions import (
     MAX_DEPTH,
     MAX_LENGTH,
     Arithmetic,
     Compare,
-    Condition,
     ConditionError,
     ConditionScope,
     Const,
@@ -29,10 +31,7 @@ from gateway.conditions import (
     Reference,
     ResultRef,
     evaluate_expression,
-    parse_condition,
-    unparse,
 )
-from gateway.errors import ValidationError
 
 SCOPE = ConditionScope(
     results={
