@@ -50,15 +50,22 @@ CAPACITY_MARGIN = 2  # jobs kept per slot: the one in progress and the one that 
 JOB_END_PACE_SECONDS = 1.0
 
 
-def cache_limit(capacities: Mapping[str, int], unlimited: int) -> int:
+def cache_limit(
+    capacities: Mapping[str, int], unlimited: int, running: Mapping[str, int] | None = None
+) -> int:
     """The jobs an instance keeps in memory: ``CAPACITY_MARGIN`` per job each scope can run at
-    once (``capacities``: scope -> ``MaxRunningJobOrders``), ``unlimited`` for a scope that
-    runs any number (capacity 0); ``unlimited`` too while no scope is known."""
+    once (``capacities``: scope -> ``MaxRunningJobOrders``); for a scope that runs any number
+    (capacity 0), ``unlimited`` or ``CAPACITY_MARGIN`` per job it runs now (``running``: scope
+    -> jobs let start), whichever is more, so a busy scope's jobs are not read again at each
+    step; ``unlimited`` too while no scope is known."""
     if not capacities:
         return unlimited
+    running = running or {}
     return sum(
-        CAPACITY_MARGIN * capacity if capacity > 0 else unlimited
-        for capacity in capacities.values()
+        CAPACITY_MARGIN * capacity
+        if capacity > 0
+        else max(unlimited, CAPACITY_MARGIN * running.get(scope, 0))
+        for scope, capacity in capacities.items()
     )
 
 
@@ -138,10 +145,14 @@ class JobMemory:
     async def resize(self) -> None:
         """Size the caches from the capacity of the scopes this instance works for."""
         control = self.context.gateway.job_control
-        capacities = {scope: (await control.queue(scope)).capacity for scope in self.scopes.scopes}
-        limit = cache_limit(capacities, self.context.settings.unlimited_scope_jobs_kept)
+        queues = {scope: await control.queue(scope) for scope in self.scopes.scopes}
+        limit = cache_limit(
+            {scope: queue.capacity for scope, queue in queues.items()},
+            self.context.settings.unlimited_scope_jobs_kept,
+            {scope: len(queue.running) for scope, queue in queues.items()},
+        )
         if limit != self.limit:
-            log.info("recipe runtime: jobs kept in memory at most %d", limit)
+            log.debug("recipe runtime: jobs kept in memory at most %d", limit)
             self.limit = limit
 
     async def follow(self, methods: JobMethods) -> None:
@@ -166,6 +177,7 @@ class JobMemory:
         jobs of newly followed scopes that ended before."""
         wanted = frozenset(self.scopes.scopes)
         if wanted == self.followed:
+            await self.resize()  # an unlimited scope's limit follows the jobs it runs
             return
         assert self._feeds is not None
         feed = await self._feeds.start(self._forget_ends, methods, sorted(wanted))

@@ -33,6 +33,11 @@ def test_the_limit_is_twice_the_jobs_the_scopes_run_at_once() -> None:
     # A scope that runs any number at once counts the setting; so does knowing no scope yet.
     assert cache_limit({"cell1": 0, "cell2": 3}, unlimited=100) == 106
     assert cache_limit({}, unlimited=100) == 100
+    # Unless it runs more than half that many now: then twice the jobs it runs (a cache
+    # smaller than the jobs in progress would read a job's state and recipe at every step).
+    assert cache_limit({"cell1": 0, "cell2": 3}, unlimited=100, running={"cell1": 200}) == 406
+    assert cache_limit({"cell1": 0}, unlimited=100, running={"cell1": 30}) == 100
+    assert cache_limit({"cell1": 2}, unlimited=100, running={"cell1": 2}) == 4
 
 
 def test_a_cache_keeps_at_most_its_limit_as_it_is_now() -> None:
