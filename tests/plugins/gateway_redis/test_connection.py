@@ -13,6 +13,7 @@ from redis.asyncio.connection import Connection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import DataError
 
+from gateway.testing import poll_until
 from gateway_redis.clients import FailoverRedis
 from gateway_redis.connection import LeanBlockingPool, LeanConnection
 
@@ -123,7 +124,11 @@ async def test_a_command_finding_no_free_connection_in_time_fails_as_redis_py_sa
     client: Redis = FailoverRedis.from_pool(pool)
     try:
         blocked = asyncio.ensure_future(client.blpop([f"{unique}:never"], timeout=2))
-        await asyncio.sleep(0.1)  # it holds the only connection
+
+        async def holds_the_only_connection() -> bool:
+            return len(pool._in_use_connections) == 1
+
+        await poll_until(holds_the_only_connection)
         with pytest.raises(RedisConnectionError, match="No connection available"):
             await client.get(f"{unique}:x")
         assert await blocked is None  # its own wait ends; then the connection serves again
