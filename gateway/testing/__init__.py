@@ -50,3 +50,20 @@ async def poll_until(
     with anyio.fail_after(timeout):
         while not await condition():  # noqa: ASYNC110
             await anyio.sleep(interval)
+
+
+class HeldPauses:
+    """An injected ``sleep`` for tests (``ReadPace``, the dispatcher, the trace writer): each
+    pause lasts until the test ends it with ``end``, so a test decides when time has passed."""
+
+    def __init__(self) -> None:
+        self.held: list[anyio.Event] = []
+
+    async def __call__(self, seconds: float) -> None:
+        ended = anyio.Event()
+        self.held.append(ended)
+        await ended.wait()
+
+    def end(self) -> None:
+        """End the latest pause."""
+        self.held[-1].set()

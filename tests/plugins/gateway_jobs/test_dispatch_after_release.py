@@ -16,7 +16,7 @@ import pytest
 from gateway.jobmethods import JobMethod
 from gateway.jobstates import TopState
 from gateway.resilience import Readiness, Resilience
-from gateway.testing import poll_until, wait_until
+from gateway.testing import HeldPauses, poll_until, wait_until
 from gateway_jobs.dispatcher import Dispatcher
 from gateway_jobs.methods import JobsMethods
 from gateway_jobs.testing import LocalJobs, job_order, work_master
@@ -27,21 +27,6 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 SCOPE = "cell1"
-
-
-class HeldPauses:
-    """``Dispatcher.sleep`` for tests: each pause lasts until the test ends it."""
-
-    def __init__(self) -> None:
-        self.held: list[anyio.Event] = []
-
-    async def __call__(self, seconds: float) -> None:
-        ended = anyio.Event()
-        self.held.append(ended)
-        await ended.wait()
-
-    def end(self) -> None:
-        self.held[-1].set()
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from gateway.changes import ReadPace
 from gateway.errors import ValidationError
 from gateway.jobmethods import JobMethod, JobStatus, StatusFeed
 from gateway.store import Store
-from gateway.testing import wait_until
+from gateway.testing import HeldPauses, wait_until
 from gateway_jobs.feed import status_feed
 from gateway_jobs.methods import JobsMethods
 from gateway_jobs.model import ReturnStatus
@@ -113,21 +113,6 @@ async def test_bad_arguments_raise_and_refusals_are_statuses(jobs: LocalJobs) ->
     assert unknown.return_status == ReturnStatus.UNKNOWN_JOB_ORDER_ID
     assert unknown.message is not None
     assert unknown.message.startswith("unknown:")
-
-
-class HeldPauses:
-    """``ReadPace.sleep`` for tests: each pause lasts until the test ends it."""
-
-    def __init__(self) -> None:
-        self.held: list[anyio.Event] = []
-
-    async def __call__(self, seconds: float) -> None:
-        ended = anyio.Event()
-        self.held.append(ended)
-        await ended.wait()
-
-    def end(self) -> None:
-        self.held[-1].set()
 
 
 async def test_a_paced_feed_reads_the_changes_of_a_busy_spell_at_once(

@@ -11,13 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-import anyio
 import pytest
 
 from gateway.changes import ChangeRecord, ReadPace, Trigger
 from gateway.jobstates import JobState
 from gateway.store import Store
-from gateway.testing import running, wait_until
+from gateway.testing import HeldPauses, running, wait_until
 from gateway.testing.services import ServerProcess, redis_server
 from tests.plugins.gateway_publisher.conftest import make_store
 
@@ -95,21 +94,6 @@ async def test_a_batch_of_changes_costs_one_script(rig: Rig, redis_url: str) -> 
     seqs = [index.seq for index, _ in seen]
     assert seqs == sorted(seqs)
     assert {gap.kind for _, gap in seen[1:]} <= {"none", "stale"}  # nothing missed in between
-
-
-class HeldPauses:
-    """``ReadPace.sleep`` for tests: each pause lasts until the test ends it."""
-
-    def __init__(self) -> None:
-        self.held: list[anyio.Event] = []
-
-    async def __call__(self, seconds: float) -> None:
-        ended = anyio.Event()
-        self.held.append(ended)
-        await ended.wait()
-
-    def end(self) -> None:
-        self.held[-1].set()
 
 
 async def test_changes_that_come_while_the_reader_pauses_make_one_batch(

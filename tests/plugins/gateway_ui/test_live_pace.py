@@ -9,28 +9,13 @@ import anyio
 import pytest
 
 from gateway.changes import ReadPace
-from gateway.testing import wait_until
+from gateway.testing import HeldPauses, wait_until
 from gateway_ui.live import LiveFeed
 
 if TYPE_CHECKING:
     from tests.plugins.gateway_ui.conftest import TraceBench
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
-
-
-class HeldPauses:
-    """``ReadPace.sleep`` for tests: each pause lasts until the test ends it."""
-
-    def __init__(self) -> None:
-        self.held: list[anyio.Event] = []
-
-    async def __call__(self, seconds: float) -> None:
-        ended = anyio.Event()
-        self.held.append(ended)
-        await ended.wait()
-
-    def end(self) -> None:
-        self.held[-1].set()
 
 
 async def test_entries_written_while_the_reader_pauses_come_with_one_read(
