@@ -43,6 +43,15 @@ class NoAnswer(Exception):
     """Raised by a behaviour: the equipment never answers (the action times out)."""
 
 
+class HeldCommands(list[EquipmentCommand]):
+    """A behaviour that keeps every command it gets and never answers: the test answers them
+    (or lets them time out)."""
+
+    def __call__(self, command: EquipmentCommand) -> Any:
+        self.append(command)
+        raise NoAnswer
+
+
 @dataclass
 class TestEquipment:
     """A driver serving every command type in ``behaviours`` (all types when ``serve_all``)."""

@@ -16,11 +16,11 @@ from typing import Any
 import anyio
 import pytest
 
-from gateway.equipment import EquipmentCommand, EquipmentReply
+from gateway.equipment import EquipmentReply
 from gateway.formats import Execution, Status
 from gateway.jobstates import JobState
 from gateway.testing import poll_until, running, wait_until
-from gateway.testing.equipment import NoAnswer, TestEquipment, station_with
+from gateway.testing.equipment import HeldCommands, TestEquipment, station_with
 from gateway.testing.mqtt import connect_test_client
 from gateway_jobs.testing import JobsMes, final_response, job_order, return_status, work_master
 from gateway_jobs.testing import state_texts as state_of
@@ -87,14 +87,10 @@ async def test_the_reconciler_takes_an_end_committed_while_it_looks_for_no_misse
     """A reconciliation pass reads a job's execution (running), then its state: meanwhile
     the execution ended and reported it, so the job is Ended.Completed. That is no Stop the
     execution missed: nothing is applied, and the end is logged once."""
-    pending: list[EquipmentCommand] = []
-
-    def hold(command: EquipmentCommand) -> Any:
-        pending.append(command)
-        raise NoAnswer
+    pending = HeldCommands()
 
     gateway = station_with(
-        TestEquipment(behaviours={"bench": hold}),
+        TestEquipment(behaviours={"bench": pending}),
         mqtt_url,
         redis_url,
         unique,
@@ -145,14 +141,10 @@ async def test_a_late_second_start_takes_the_end_committed_meanwhile_for_no_miss
     the job runs: it looks at the job's state before creating the execution (Running), and
     again after to apply what the MES sent meanwhile; by then the recipe has completed. That
     is no Stop: nothing is applied, and the end is reported once."""
-    pending: list[EquipmentCommand] = []
-
-    def hold(command: EquipmentCommand) -> Any:
-        pending.append(command)
-        raise NoAnswer
+    pending = HeldCommands()
 
     gateway = station_with(
-        TestEquipment(behaviours={"bench": hold}),
+        TestEquipment(behaviours={"bench": pending}),
         mqtt_url,
         redis_url,
         unique,

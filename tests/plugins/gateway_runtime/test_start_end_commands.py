@@ -19,7 +19,7 @@ from redis.asyncio import Redis
 from gateway.equipment import EquipmentCommand, EquipmentReply
 from gateway.recipes import RecipeJob
 from gateway.testing import poll_until, running
-from gateway.testing.equipment import NoAnswer, TestEquipment, station_with
+from gateway.testing.equipment import HeldCommands, NoAnswer, TestEquipment, station_with
 from gateway.testing.mqtt import connect_test_client
 from gateway_jobs.testing import JobsMes, final_response, job_order, return_status, work_master
 from gateway_jobs.testing import state_texts as state_of
@@ -51,14 +51,10 @@ async def test_a_start_and_an_end_are_one_commit_script_each_on_the_runtimes_key
     mqtt_url: str, redis_single_url: str, unique: str
 ) -> None:
     redis_url = redis_single_url  # MONITOR: one node sees every command
-    pending: list[EquipmentCommand] = []
-
-    def hold(command: EquipmentCommand) -> Any:
-        pending.append(command)
-        raise NoAnswer
+    pending = HeldCommands()
 
     gateway = station_with(
-        TestEquipment(behaviours={"bench": hold}),
+        TestEquipment(behaviours={"bench": pending}),
         mqtt_url,
         redis_url,
         unique,
